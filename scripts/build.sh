@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Configures and builds one k3 build tree.  Usage: scripts/build.sh [release|asan|fuzz] [cmake args…]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind="${1:-release}"; shift || true
+jobs="${K3_JOBS:-$(nproc)}"
+case "$kind" in
+  release) dir=build/release; args=(-DCMAKE_BUILD_TYPE=Release) ;;
+  asan)    dir=build/asan; args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DK3_SANITIZE=ON -DK3_CUDA=OFF -DK3_BUILD_BENCH=OFF) ;;
+  fuzz)    dir=build/fuzz; args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DK3_FUZZ=ON -DK3_CUDA=OFF -DK3_BUILD_TESTS=OFF
+                                 -DK3_BUILD_BENCH=OFF -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++) ;;
+  *) echo "build.sh: unknown build kind '$kind' (release|asan|fuzz)" >&2; exit 2 ;;
+esac
+cmake -S . -B "$dir" -G Ninja "${args[@]}" "$@" >/dev/null
+cmake --build "$dir" -j "$jobs"

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The main job on a built-in tiny model: install packages, build, write a tiny Kimi-K3
+# checkpoint (once) and inspect it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh release >/dev/null
+K3=build/release/k3
+model=build/tiny-k3-bf16
+[ -f "$model/config.json" ] || "$K3" make-tiny --arch kimi-k3 --family bf16 --out "$model"
+"$K3" inspect "$model"

@@ -1,0 +1,33 @@
+// Errors carry where they happened: file, tensor and field. The CLI prints what() on one line
+// and exits 1; nothing below the CLI prints or exits.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace k3 {
+
+struct Where {
+  std::string file;
+  std::string tensor;
+  std::string field;
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(const Where& where, const std::string& message);
+  explicit Error(const std::string& message) : Error(Where{}, message) {}
+
+  const Where& where() const { return where_; }
+  // The message without the location prefix.
+  const std::string& detail() const { return detail_; }
+
+ private:
+  Where where_;
+  std::string detail_;
+};
+
+// Formats "file: tensor 'T': field 'F': message", leaving out the parts that are empty.
+std::string format_error(const Where& where, const std::string& message);
+
+}  // namespace k3

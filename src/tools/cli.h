@@ -1,0 +1,21 @@
+// The k3 command-line tool: each command lives in its own cmd_<name>.cpp and registers itself
+// with add_<name>(), returning the action main() runs when that subcommand was given.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace k3::cli {
+
+using Action = std::function<int()>;
+
+struct Registered {
+  CLI::App* command;
+  Action action;
+};
+
+Registered add_inspect(CLI::App& app);
+Registered add_devices(CLI::App& app);
+
+}  // namespace k3::cli

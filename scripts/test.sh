@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 
 scripts/build.sh release
+scripts/tokenizer_reference.sh
 if [ -z "${K3_TEST_QUICK:-}" ]; then
   scripts/build.sh fuzz
   scripts/fuzz.sh "${K3_FUZZ_SECONDS:-20}"

@@ -49,13 +49,13 @@ RankTable::RankTable(const std::vector<std::string>& tokens) {
   offsets_.push_back(static_cast<uint32_t>(arena_.size()));
   size_t cap = 16;
   while (cap < tokens.size() * 2) cap *= 2;
-  slots_.assign(cap, Slot{0, kNoRank});
+  slots_.assign(cap, Slot{0, kNoRank, 0, 0});
   mask_ = static_cast<uint32_t>(cap - 1);
   for (uint32_t r = 0; r < tokens.size(); ++r) {
     const uint32_t h = hash_bytes(tokens[r].data(), tokens[r].size());
     uint32_t i = h & mask_;
     while (slots_[i].rank != kNoRank) i = (i + 1) & mask_;
-    slots_[i] = {h, r};
+    slots_[i] = {h, r, offsets_[r], offsets_[r + 1] - offsets_[r]};
   }
 }
 
@@ -65,98 +65,140 @@ uint32_t RankTable::find(std::string_view key) const {
   for (uint32_t i = h & mask_;; i = (i + 1) & mask_) {
     const Slot& s = slots_[i];
     if (s.rank == kNoRank) return kNoRank;
-    if (s.hash == h) {
-      const uint32_t off = offsets_[s.rank];
-      if (offsets_[s.rank + 1] - off == key.size() && std::memcmp(arena_.data() + off, key.data(), key.size()) == 0)
-        return s.rank;
-    }
+    if (s.hash == h && s.length == key.size() && std::memcmp(arena_.data() + s.offset, key.data(), key.size()) == 0)
+      return s.rank;
   }
 }
 
 namespace {
 
-// tiktoken's own scheme: a vector of part starts with the cached rank of the pair beginning at each
-// part; each step scans for the minimum. Quadratic, used for short pieces where it is fastest.
-void merge_short(const RankTable& ranks, std::string_view piece, std::vector<uint32_t>& out) {
+constexpr uint64_t kRankBits = 21;
+
+inline uint64_t pair_key(uint32_t a, uint32_t b) {  // +1 keeps 0 free as the empty slot
+  return (static_cast<uint64_t>(a) + 1) | (static_cast<uint64_t>(b) + 1) << kRankBits;
+}
+
+inline uint64_t pair_hash(uint64_t key) { return (key * 0x9E3779B97F4A7C15ull) >> 20; }
+
+}  // namespace
+
+Bpe::Bpe(const std::vector<std::string>& tokens) : ranks_(tokens) {
+  for (unsigned b = 0; b < 256; ++b) {
+    const char c = static_cast<char>(b);
+    byte_rank_[b] = ranks_.find(std::string_view(&c, 1));
+  }
+  byte_pairs_.resize(256 * 256);
+  for (unsigned b = 0; b < 256 * 256; ++b) {
+    const char two[2] = {static_cast<char>(b >> 8), static_cast<char>(b & 255)};
+    byte_pairs_[b] = ranks_.find(std::string_view(two, 2));
+  }
+  std::vector<uint64_t> entries;  // (key, rank) packed as in the table
+  for (uint32_t r = 0; r < tokens.size(); ++r) {
+    const std::string_view t = tokens[r];
+    for (size_t k = 1; k < t.size(); ++k) {
+      const uint32_t a = ranks_.find(t.substr(0, k));
+      if (a == kNoRank) continue;
+      const uint32_t b = ranks_.find(t.substr(k));
+      if (b != kNoRank) entries.push_back(pair_key(a, b) | static_cast<uint64_t>(r) << (2 * kRankBits));
+    }
+  }
+  size_t cap = 16;
+  while (cap < entries.size() * 2) cap *= 2;
+  pairs_.assign(cap, 0);
+  pair_mask_ = cap - 1;
+  for (uint64_t e : entries) {
+    const uint64_t key = e & ((1ull << (2 * kRankBits)) - 1);
+    for (uint64_t i = pair_hash(key) & pair_mask_;; i = (i + 1) & pair_mask_) {
+      if (pairs_[i] == 0) {
+        pairs_[i] = e;
+        break;
+      }
+    }
+  }
+}
+
+inline uint32_t Bpe::pair_rank(uint32_t a, uint32_t b) const {
+  const uint64_t key = pair_key(a, b);
+  for (uint64_t i = pair_hash(key) & pair_mask_;; i = (i + 1) & pair_mask_) {
+    const uint64_t slot = pairs_[i];
+    if (slot == 0) return kNoRank;
+    if ((slot & ((1ull << (2 * kRankBits)) - 1)) == key) return static_cast<uint32_t>(slot >> (2 * kRankBits));
+  }
+}
+
+// tiktoken's own scheme: parts with the cached rank of the pair beginning at each part; each step
+// scans for the minimum (strictly lower wins, so ties go left). Quadratic; fastest for short pieces.
+void Bpe::merge_short(std::string_view piece, std::vector<uint32_t>& out) const {
   constexpr size_t kMax = 128;
-  uint32_t start[kMax + 1];
-  uint32_t pair[kMax + 1];
-  const size_t n = piece.size();
-  size_t parts = n;  // part i spans [start[i], start[i+1])
-  for (size_t i = 0; i <= n; ++i) start[i] = static_cast<uint32_t>(i);
-  auto pair_rank = [&](size_t i) {  // rank of parts i and i+1 joined
-    return i + 2 <= parts ? ranks.find(piece.substr(start[i], start[i + 2] - start[i])) : kNoRank;
-  };
-  for (size_t i = 0; i + 1 < parts; ++i) pair[i] = pair_rank(i);
-  while (parts > 1) {
+  uint32_t part[kMax];  // ranks of the current parts
+  uint32_t pair[kMax];  // pair[i] = rank of part[i] joined with part[i+1]
+  size_t n = piece.size();
+  for (size_t i = 0; i < n; ++i) part[i] = byte_rank_[static_cast<unsigned char>(piece[i])];
+  for (size_t i = 0; i + 1 < n; ++i)
+    pair[i] = byte_pairs_[static_cast<unsigned char>(piece[i]) * 256u + static_cast<unsigned char>(piece[i + 1])];
+  while (n > 1) {
     uint32_t best = kNoRank;
     size_t at = 0;
-    for (size_t i = 0; i + 1 < parts; ++i) {
+    for (size_t i = 0; i + 1 < n; ++i) {
       if (pair[i] < best) {
         best = pair[i];
         at = i;
       }
     }
     if (best == kNoRank) break;
-    // Drop the boundary start[at+1].
-    std::memmove(&start[at + 1], &start[at + 2], (parts - at - 1) * sizeof(uint32_t));
-    std::memmove(&pair[at + 1], &pair[at + 2], (parts >= at + 3 ? parts - at - 3 : 0) * sizeof(uint32_t));
-    --parts;
-    if (at + 1 < parts) pair[at] = pair_rank(at);
-    if (at > 0) pair[at - 1] = pair_rank(at - 1);
+    part[at] = best;
+    std::memmove(&part[at + 1], &part[at + 2], (n - at - 2) * sizeof(uint32_t));
+    if (n >= at + 3) std::memmove(&pair[at + 1], &pair[at + 2], (n - at - 3) * sizeof(uint32_t));
+    --n;
+    if (at + 1 < n) pair[at] = pair_rank(part[at], part[at + 1]);
+    if (at > 0) pair[at - 1] = pair_rank(part[at - 1], part[at]);
   }
-  for (size_t i = 0; i < parts; ++i) out.push_back(ranks.find(piece.substr(start[i], start[i + 1] - start[i])));
+  out.insert(out.end(), part, part + n);
 }
 
-// Same rule in O(n log n): a doubly linked list of parts and a min-heap of (rank, start) pairs with
-// lazy deletion. (rank, start) order = lowest rank, then leftmost, as in tiktoken.
-void merge_long(const RankTable& ranks, std::string_view piece, std::vector<uint32_t>& out) {
+// Same rule in O(n log n): a doubly linked list of parts and a min-heap of (pair rank, position)
+// with lazy deletion; (rank, position) order = lowest rank, then leftmost, as in tiktoken.
+void Bpe::merge_long(std::string_view piece, std::vector<uint32_t>& out) const {
   const uint32_t n = static_cast<uint32_t>(piece.size());
-  std::vector<uint32_t> next(n), prev(n), pair(n, kNoRank);  // indexed by part start; next == n at end
+  // Parts are identified by their first byte's position; next == n marks the end.
+  std::vector<uint32_t> next(n), prev(n), part(n), pair(n, kNoRank);
   std::vector<bool> alive(n, true);
   for (uint32_t i = 0; i < n; ++i) {
     next[i] = i + 1;
-    prev[i] = i - 1;  // wraps for part 0; never read there
+    prev[i] = i - 1;  // wraps for position 0; never read there
+    part[i] = byte_rank_[static_cast<unsigned char>(piece[i])];
   }
   std::priority_queue<uint64_t, std::vector<uint64_t>, std::greater<>> heap;
-  auto refresh = [&](uint32_t s) {  // recompute the pair starting at part s
-    const uint32_t a = next[s];
-    if (a >= n) {
-      pair[s] = kNoRank;
-      return;
-    }
-    const uint32_t end = next[a];
-    pair[s] = ranks.find(piece.substr(s, end - s));
-    if (pair[s] != kNoRank) heap.push((static_cast<uint64_t>(pair[s]) << 32) | s);
+  auto refresh = [&](uint32_t s) {
+    pair[s] = next[s] < n ? pair_rank(part[s], part[next[s]]) : kNoRank;
+    if (pair[s] != kNoRank) heap.push(static_cast<uint64_t>(pair[s]) << 32 | s);
   };
   for (uint32_t i = 0; i < n; ++i) refresh(i);
   while (!heap.empty()) {
     const uint64_t top = heap.top();
     heap.pop();
     const uint32_t s = static_cast<uint32_t>(top);
-    const uint32_t r = static_cast<uint32_t>(top >> 32);
-    if (!alive[s] || pair[s] != r) continue;  // stale
+    if (!alive[s] || pair[s] != static_cast<uint32_t>(top >> 32)) continue;  // stale entry
     const uint32_t gone = next[s];
     alive[gone] = false;
+    part[s] = pair[s];
     next[s] = next[gone];
     if (next[s] < n) prev[next[s]] = s;
     refresh(s);
     if (s > 0) refresh(prev[s]);
   }
-  for (uint32_t s = 0; s < n; s = next[s]) out.push_back(ranks.find(piece.substr(s, next[s] - s)));
+  for (uint32_t s = 0; s < n; s = next[s]) out.push_back(part[s]);
 }
 
-}  // namespace
-
-void bpe_encode(const RankTable& ranks, std::string_view piece, std::vector<uint32_t>& out) {
+void Bpe::encode(std::string_view piece, std::vector<uint32_t>& out) const {
   if (piece.empty()) return;
-  const uint32_t whole = ranks.find(piece);
+  const uint32_t whole = ranks_.find(piece);
   if (whole != kNoRank) {
     out.push_back(whole);
   } else if (piece.size() <= 128) {
-    merge_short(ranks, piece, out);
+    merge_short(piece, out);
   } else {
-    merge_long(ranks, piece, out);
+    merge_long(piece, out);
   }
 }
 

@@ -209,7 +209,14 @@ Tokenizer Tokenizer::load(const std::string& dir) {
 
 Tokenizer::Tokenizer(const std::vector<std::string>& tokens, std::vector<SpecialToken> specials,
                      const std::string& pattern, ChunkLimits chunking)
-    : ranks_(tokens), specials_(std::move(specials)), pretokenizer_(pattern), chunking_(chunking) {
+    : bpe_((tokens.size() + specials.size() > Bpe::kMaxVocab)
+               ? throw Error(Where{"", "", "vocabulary"}, std::to_string(tokens.size() + specials.size()) +
+                                                              " tokens: at most " + std::to_string(Bpe::kMaxVocab) +
+                                                              " are supported")
+               : Bpe(tokens)),
+      specials_(std::move(specials)),
+      pretokenizer_(pattern),
+      chunking_(chunking) {
   for (size_t i = 0; i < specials_.size(); ++i) {
     const SpecialToken& t = specials_[i];
     if (t.id != num_base() + i)
@@ -249,7 +256,7 @@ std::pair<size_t, uint32_t> Tokenizer::find_special_in(std::string_view text, si
 }
 
 void Tokenizer::encode_ordinary(std::string_view text, std::vector<uint32_t>& out) const {
-  pretokenizer_.split(text, [&](std::string_view piece) { bpe_encode(ranks_, piece, out); });
+  pretokenizer_.split(text, [&](std::string_view piece) { bpe_.encode(piece, out); });
 }
 
 void Tokenizer::encode_chunk(std::string_view chunk, Specials specials, std::vector<uint32_t>& out) const {
@@ -287,7 +294,7 @@ std::vector<uint32_t> Tokenizer::encode(std::string_view text, Specials specials
 }
 
 std::string_view Tokenizer::token_bytes(uint32_t id) const {
-  if (id < num_base()) return ranks_.bytes(id);
+  if (id < num_base()) return bpe_.ranks().bytes(id);
   if (id < n_vocab()) return specials_[id - num_base()].name;
   throw Error(Where{"", "", "ids"}, "token id " + std::to_string(id) + " out of range (n_vocab " +
                                         std::to_string(n_vocab()) + ")");

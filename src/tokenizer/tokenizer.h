@@ -62,8 +62,8 @@ class Tokenizer {
   // Raw bytes of one id (a special's name for special ids). Throws on an id ≥ n_vocab.
   std::string_view token_bytes(uint32_t id) const;
 
-  uint32_t num_base() const { return ranks_.size(); }
-  uint32_t n_vocab() const { return ranks_.size() + static_cast<uint32_t>(specials_.size()); }
+  uint32_t num_base() const { return bpe_.ranks().size(); }
+  uint32_t n_vocab() const { return num_base() + static_cast<uint32_t>(specials_.size()); }
   bool is_special_id(uint32_t id) const { return id >= num_base() && id < n_vocab(); }
   const SpecialToken& special(uint32_t id) const { return specials_[id - num_base()]; }
   std::optional<uint32_t> find_special(std::string_view name) const;
@@ -71,14 +71,14 @@ class Tokenizer {
   uint32_t special_id(std::string_view name) const;
 
   const Pretokenizer& pretokenizer() const { return pretokenizer_; }
-  const RankTable& ranks() const { return ranks_; }
+  const RankTable& ranks() const { return bpe_.ranks(); }
 
  private:
   void encode_chunk(std::string_view chunk, Specials specials, std::vector<uint32_t>& out) const;
   // Leftmost special name in text at or after pos: {offset, id}; offset == npos when none.
   std::pair<size_t, uint32_t> find_special_in(std::string_view text, size_t pos) const;
 
-  RankTable ranks_;
+  Bpe bpe_;
   std::vector<SpecialToken> specials_;
   std::unordered_map<std::string, uint32_t> special_ids_;
   bool special_first_byte_[256] = {};

@@ -11,22 +11,13 @@
 import { createRequire } from "node:module";
 import fs from "node:fs";
 import path from "node:path";
+import { KIMI_PATTERN } from "./kimi_pattern.mjs";
 
 const [npmDir, outDir] = process.argv.slice(2);
 const require = createRequire(path.resolve(npmDir, "package.json"));
 const { Tiktoken } = require("tiktoken/lite");
 const o200k = require("tiktoken/encoders/o200k_base.json");
 
-export const KIMI_PATTERN = [
-  String.raw`[\p{Han}]+`,
-  String.raw`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?`,
-  String.raw`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?`,
-  String.raw`\p{N}{1,3}`,
-  String.raw` ?[^\s\p{L}\p{N}]+[\r\n]*`,
-  String.raw`\s*[\r\n]+`,
-  String.raw`\s+(?!\S)`,
-  String.raw`\s+`,
-].join("|");
 
 // ---- o200k ranks → tiktoken.model ------------------------------------------------------------
 const plain = new Tiktoken(o200k.bpe_ranks, {}, o200k.pat_str);

@@ -1,0 +1,40 @@
+#include "quant/plan/load_plan.h"
+
+namespace k3 {
+
+const char* transform_name(Transform t) {
+  switch (t) {
+    case Transform::NarrowALog: return "narrow-A_log";
+    case Transform::ALogFromNegExp: return "A_log=log(-ssm_a)";
+    case Transform::ProjFromResScore: return "proj=res_score";
+    case Transform::OnesFromResScore: return "norm=1";
+    case Transform::SqueezeFp8Scale4D: return "squeeze-4D-scale";
+    case Transform::DequantToBf16: return "dequant-to-BF16";
+    case Transform::SliceGgufExpert: return "slice-expert";
+  }
+  return "?";
+}
+
+const SourcePart* Binding::part(const std::string& role) const {
+  for (const auto& p : parts) {
+    if (p.role == role) return &p;
+  }
+  return nullptr;
+}
+
+uint64_t Binding::stored_bytes() const {
+  uint64_t total = 0;
+  for (const auto& p : parts) {
+    for (const auto& t : p.tensors) total += t.nbytes;
+  }
+  return total;
+}
+
+const Binding* LoadPlan::find(const std::string& param) const {
+  for (const auto& b : bindings) {
+    if (b.param == param) return &b;
+  }
+  return nullptr;
+}
+
+}  // namespace k3

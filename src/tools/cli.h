@@ -17,5 +17,6 @@ struct Registered {
 
 Registered add_inspect(CLI::App& app);
 Registered add_devices(CLI::App& app);
+Registered add_tokenize(CLI::App& app);
 
 }  // namespace k3::cli

@@ -13,7 +13,9 @@
 #include "io/npy.h"
 #include "io/safetensors.h"
 #include "quant/dense/dense_decode.h"
+#include "quant/families/family.h"
 #include "quant/ggml/ggml_dequant.h"
+#include "quant/plan/materialize.h"
 #include "tools/cli.h"
 
 namespace k3::cli {
@@ -25,6 +27,7 @@ struct InspectOptions {
   std::string path;
   bool json = false;
   std::string tensor;
+  std::string param;
   bool dequant = false;
   std::string out;
 };
@@ -177,8 +180,27 @@ int inspect_safetensors(const InspectOptions& opt) {
   return 0;
 }
 
+// --param: one model parameter through the checkpoint's load plan and its scheme's exact reference.
+int dequant_param(const InspectOptions& opt) {
+  const LoadPlan plan = plan_checkpoint(opt.path);
+  if (!plan.ok()) {
+    throw Error(Where{opt.path, "", ""}, "the load plan has " + std::to_string(plan.problems.size()) +
+                                             " problem(s) (see k3 check); first: " + plan.problems.front().text());
+  }
+  const int64_t i = plan.index_of(opt.param);
+  if (i < 0) throw Error(Where{opt.path, opt.param, ""}, "no such parameter (k3 check --json lists them)");
+  PlanFiles files(plan);
+  const ParamSpec& spec = plan.params[static_cast<size_t>(i)];
+  const std::vector<float> values = materialize(plan.bindings[static_cast<size_t>(i)], spec, files);
+  write_npy_f32(opt.out, spec.shape, values.data());
+  std::printf("wrote %s: %s %s (%s) as float32\n", opt.out.c_str(), spec.name.c_str(), shape_text(spec.shape).c_str(),
+              plan.bindings[static_cast<size_t>(i)].scheme.name().c_str());
+  return 0;
+}
+
 int run_inspect(const InspectOptions& opt) {
   if (!fs::exists(opt.path)) throw Error(Where{opt.path, "", ""}, "no such file or directory");
+  if (!opt.param.empty()) return dequant_param(opt);
   std::string gguf = is_gguf_path(opt.path) ? opt.path : (fs::is_directory(opt.path) ? gguf_in_directory(opt.path) : "");
   return gguf.empty() ? inspect_safetensors(opt) : inspect_gguf(opt, gguf);
 }
@@ -190,11 +212,20 @@ Registered add_inspect(CLI::App& app) {
   auto* cmd = app.add_subcommand("inspect", "List metadata and tensors of a checkpoint file or directory");
   cmd->add_option("path", opt->path, "safetensors file, checkpoint directory or GGUF file")->required();
   cmd->add_flag("--json", opt->json, "Print one JSON object with metadata and tensors");
-  auto* tensor = cmd->add_option("--tensor", opt->tensor, "Tensor to dump");
-  auto* dequant = cmd->add_flag("--dequant", opt->dequant, "Dequantize --tensor to float32");
+  auto* tensor = cmd->add_option("--tensor", opt->tensor, "Tensor (as stored) to dump");
+  auto* param = cmd->add_option("--param", opt->param, "Model parameter (logical name) to dump, via the load plan");
+  auto* dequant = cmd->add_flag("--dequant", opt->dequant, "Dequantize --tensor or --param to float32");
   auto* out = cmd->add_option("--out", opt->out, "Output .npy path for --dequant");
-  dequant->needs(tensor)->needs(out);
+  tensor->excludes(param);
+  dequant->needs(out);
   out->needs(dequant);
+  tensor->needs(dequant);
+  param->needs(dequant);
+  cmd->parse_complete_callback([opt] {
+    if (opt->dequant && opt->tensor.empty() && opt->param.empty()) {
+      throw CLI::ValidationError("--dequant", "needs --tensor or --param");
+    }
+  });
   return {cmd, [opt] { return run_inspect(*opt); }};
 }
 

@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
 
   std::vector<k3::cli::Registered> commands = {
       k3::cli::add_inspect(app),
+      k3::cli::add_check(app),
+      k3::cli::add_make_tiny(app),
       k3::cli::add_devices(app),
       k3::cli::add_tokenize(app),
   };

@@ -30,11 +30,11 @@ uint64_t Binding::stored_bytes() const {
   return total;
 }
 
-const Binding* LoadPlan::find(const std::string& param) const {
-  for (const auto& b : bindings) {
-    if (b.param == param) return &b;
+int64_t LoadPlan::index_of(const std::string& param) const {
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].name == param) return static_cast<int64_t>(i);
   }
-  return nullptr;
+  return -1;
 }
 
 }  // namespace k3

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/parameters.h"
 #include "quant/plan/scheme.h"
 
 namespace k3 {
@@ -68,12 +69,14 @@ struct LoadPlan {
   std::string family;                 // "bf16", "modelopt-mixed", "gguf-expert-pack", …
   FamilyCaps caps;
   std::vector<std::string> files;     // every file the plan reads (shards, packs, configs excluded)
-  std::vector<Binding> bindings;      // one per parameter, in inventory order
+  std::vector<ParamSpec> params;      // the inventory the plan binds
+  std::vector<Binding> bindings;      // bindings[i] binds params[i]
   std::vector<std::string> skipped;   // checkpoint tensors deliberately not loaded (e.g. vision tower)
   std::vector<Problem> problems;      // every problem found; a plan with problems must not load
 
   bool ok() const { return problems.empty(); }
-  const Binding* find(const std::string& param) const;
+  // Index of a parameter in params/bindings, or -1.
+  int64_t index_of(const std::string& param) const;
 };
 
 }  // namespace k3

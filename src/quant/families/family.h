@@ -1,0 +1,74 @@
+// Checkpoint families: each is a small module that maps a checkpoint's tensors to the parameter
+// inventory (planning, headers only) and can write a checkpoint of its kind from a float master
+// (`k3 make-tiny`). The family is detected from the files present, never guessed from content.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/json.h"
+#include "model/config.h"
+#include "model/parameters.h"
+#include "quant/families/master.h"
+#include "quant/plan/load_plan.h"
+
+namespace k3 {
+
+enum class FamilyId {
+  Bf16,                    // dense HF safetensors (BF16/F16/F32), sharded or not
+  ModelOptMixed,           // ModelOpt MIXED_PRECISION: NVFP4 experts + FP8_PB_WO attention
+  ModelOptNvfp4,           // ModelOpt single-algo NVFP4
+  ModelOptFp8,             // ModelOpt single-algo FP8 (per-tensor)
+  CompressedTensorsMxfp4,  // compressed-tensors mxfp4-pack-quantized (the native K3 release)
+  Fp8Block,                // 128×128 block FP8: DeepSeek-style weight_scale_inv or compressed-tensors
+  ModelSlimW4A8,           // ModelSlim quant_model_description.json
+  Gguf,                    // llama.cpp GGUF (kimi-k3 / kimi-linear naming), split shards
+  GgufExpertPack,          // GGUF + Kimi GGML MoE ExpertPack (routed experts from the pack)
+};
+
+const char* family_name(FamilyId id);  // the make-tiny spelling: "bf16", "modelopt-mixed", …
+FamilyId parse_family(const std::string& name);
+std::vector<FamilyId> all_families();
+
+// A checkpoint directory as planners see it. Configs are parsed; no tensor file is opened yet.
+struct CheckpointDir {
+  std::string dir;
+  std::optional<JsonNode> config_json;  // config.json, when present
+  std::optional<K3Config> config;       // parsed from config.json, when present
+  FamilyId family = FamilyId::Bf16;
+
+  std::string path(const std::string& name) const;  // dir + "/" + name
+  bool has_file(const std::string& name) const;
+};
+
+// Reads config files and detects the family. Throws k3::Error for unreadable or invalid configs.
+CheckpointDir open_checkpoint_dir(const std::string& dir);
+
+// The whole plan: every parameter bound once, every tensor consumed or reported, all problems.
+// Reads headers and configs only (File::payload_maps() does not change).
+LoadPlan plan_checkpoint(const std::string& dir);
+LoadPlan plan_checkpoint(const CheckpointDir& ckpt);
+
+// Writes a checkpoint of `family` from the master into out_dir (created), with the config.json
+// `config_doc` plus the family's own quantization config, as the real releases lay them out.
+void write_family_checkpoint(FamilyId family, const MasterWeights& master, const Json& config_doc,
+                             const std::string& out_dir);
+
+// The per-family entry points (one module each under quant/families/).
+namespace family {
+LoadPlan plan_dense(const CheckpointDir& ckpt);
+void write_dense(const MasterWeights& master, Json config_doc, const std::string& out_dir);
+LoadPlan plan_modelopt(const CheckpointDir& ckpt);
+void write_modelopt(FamilyId variant, const MasterWeights& master, Json config_doc, const std::string& out_dir);
+LoadPlan plan_compressed_tensors(const CheckpointDir& ckpt);  // MXFP4 and FP8-block
+void write_compressed_tensors_mxfp4(const MasterWeights& master, Json config_doc, const std::string& out_dir);
+LoadPlan plan_fp8_block(const CheckpointDir& ckpt);  // DeepSeek-style weight_scale_inv
+void write_fp8_block(const MasterWeights& master, Json config_doc, const std::string& out_dir);
+LoadPlan plan_modelslim(const CheckpointDir& ckpt);
+void write_modelslim_w4a8(const MasterWeights& master, Json config_doc, const std::string& out_dir);
+LoadPlan plan_gguf(const CheckpointDir& ckpt);  // GGUF and GGUF + ExpertPack
+void write_gguf(bool expert_pack, const MasterWeights& master, Json config_doc, const std::string& out_dir);
+}  // namespace family
+
+}  // namespace k3

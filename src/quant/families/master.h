@@ -1,0 +1,30 @@
+// The float master of a make-tiny checkpoint: one seeded float32 tensor per parameter of the
+// inventory, from which every family's checkpoint is quantized with that producer's own rule.
+// Saved as master.safetensors (F32, logical names, expert banks as [E, N, K]).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/parameters.h"
+
+namespace k3 {
+
+struct MasterWeights {
+  K3Config config;
+  std::vector<ParamSpec> params;
+  std::map<std::string, std::vector<float>> values;  // by logical name, row-major in the spec's shape
+
+  const std::vector<float>& at(const std::string& name) const;
+  const ParamSpec& spec(const std::string& name) const;
+};
+
+// Deterministic for (config, seed): each tensor has its own stream derived from the seed and its name.
+MasterWeights make_master(const K3Config& config, uint64_t seed);
+
+void write_master(const MasterWeights& master, const std::string& path);
+
+}  // namespace k3

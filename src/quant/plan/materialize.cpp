@@ -1,0 +1,169 @@
+#include "quant/plan/materialize.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/numeric.h"
+#include "io/safetensors.h"
+#include "quant/dense/dense_decode.h"
+#include "quant/fp8/fp8.h"
+#include "quant/ggml/ggml_dequant.h"
+#include "quant/ggml/ggml_types.h"
+#include "quant/mxfp4/mxfp4.h"
+#include "quant/nvfp4/nvfp4.h"
+#include "quant/modelslim/modelslim.h"
+
+namespace k3 {
+namespace {
+
+uint64_t numel(const std::vector<uint64_t>& shape) {
+  uint64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+Where where_of(const SourceTensor& t, PlanFiles& files, const char* field = "") {
+  return Where{files.path(t), t.name, field};
+}
+
+const SourcePart& need_part(const Binding& b, const char* role) {
+  const SourcePart* p = b.part(role);
+  if (p == nullptr || p->tensors.empty()) throw Error(Where{"", b.param, role}, "binding has no '" + std::string(role) + "' source");
+  return *p;
+}
+
+// Rows and columns of one (per-expert) 2-D weight slice of the parameter.
+struct Matrix {
+  int64_t n, k;
+};
+Matrix matrix_of(const ParamSpec& spec) {
+  const auto& s = spec.shape;
+  if (s.size() < 2) throw Error(Where{"", spec.name, "shape"}, "quantized parameter must be at least 2-D");
+  return {static_cast<int64_t>(s[s.size() - 2]), static_cast<int64_t>(s[s.size() - 1])};
+}
+
+// Decodes the main tensor of every expert (or the single tensor) of a scheme into out.
+void dequant_scheme(const Binding& b, const ParamSpec& spec, PlanFiles& files, float* out) {
+  const SourcePart& weight = need_part(b, "weight");
+  switch (b.scheme.kind) {
+    case SchemeKind::Dense: {
+      uint64_t pos = 0;
+      for (const auto& t : weight.tensors) {
+        std::vector<float> v = decode_source(t, files);
+        std::copy(v.begin(), v.end(), out + pos);
+        pos += v.size();
+      }
+      return;
+    }
+    case SchemeKind::Fp8Tensor:
+    case SchemeKind::Fp8Block: {
+      const Matrix m = matrix_of(spec);
+      const SourcePart& scale = need_part(b, "weight_scale");
+      const bool block = b.scheme.kind == SchemeKind::Fp8Block;
+      for (size_t e = 0; e < weight.tensors.size(); ++e) {
+        std::vector<float> s = decode_source(scale.tensors.at(e), files);
+        dequant_fp8_block(files.bytes(weight.tensors[e]).data(), s.data(), m.n, m.k, block ? b.scheme.block_n : m.n,
+                          block ? b.scheme.block_k : m.k, out + e * m.n * m.k);
+      }
+      return;
+    }
+    case SchemeKind::Nvfp4: {
+      const Matrix m = matrix_of(spec);
+      const SourcePart& scale = need_part(b, "weight_scale");
+      const SourcePart& global = need_part(b, "weight_scale_2");
+      for (size_t e = 0; e < weight.tensors.size(); ++e) {
+        const float g = decode_source(global.tensors.at(e), files).at(0);
+        dequant_nvfp4(files.bytes(weight.tensors[e]).data(), files.bytes(scale.tensors.at(e)).data(), g, m.n, m.k,
+                      out + e * m.n * m.k);
+      }
+      return;
+    }
+    case SchemeKind::Mxfp4: {
+      const Matrix m = matrix_of(spec);
+      const SourcePart& scale = need_part(b, "weight_scale");
+      for (size_t e = 0; e < weight.tensors.size(); ++e) {
+        dequant_mxfp4(files.bytes(weight.tensors[e]).data(), files.bytes(scale.tensors.at(e)).data(), m.n, m.k,
+                      out + e * m.n * m.k);
+      }
+      return;
+    }
+    case SchemeKind::W4A8:
+    case SchemeKind::W8A8:
+      dequant_modelslim_binding(b, spec, files, out);
+      return;
+    case SchemeKind::Ggml: {
+      const GgmlTypeInfo* info = find_ggml_type(b.scheme.storage);
+      if (info == nullptr) throw Error(Where{"", b.param, "scheme"}, "unknown GGML type '" + b.scheme.storage + "'");
+      const GgmlType type = info->type;
+      uint64_t pos = 0;
+      const uint64_t per_tensor = numel(spec.shape) / weight.tensors.size();
+      for (const auto& t : weight.tensors) {
+        dequantize_tensor(type, files.bytes(t), out + pos, static_cast<int64_t>(per_tensor));
+        pos += per_tensor;
+      }
+      return;
+    }
+    case SchemeKind::GgmlSplitKvB:
+      throw Error(Where{"", b.param, "scheme"}, "split GGUF kv_b is materialised by the GGUF family");
+  }
+}
+
+}  // namespace
+
+std::span<const uint8_t> PlanFiles::bytes(const SourceTensor& t) {
+  auto& f = files_.at(t.file);
+  if (!f) f = File::open(plan_.files.at(t.file));
+  return f->view(t.offset, t.nbytes);
+}
+
+std::vector<float> decode_source(const SourceTensor& t, PlanFiles& files) {
+  const Where where = where_of(t, files, "dtype");
+  std::vector<float> out(numel(t.shape));
+  decode_dense(dtype_from_string(t.dtype, where), files.bytes(t), out.data(), out.size(), where);
+  return out;
+}
+
+std::vector<float> materialize(const Binding& binding, const ParamSpec& spec, PlanFiles& files) {
+  // Sources may hold more values than the parameter (a padded A_log): decode them all first.
+  uint64_t stored = 0;
+  if (const SourcePart* w = binding.part("weight")) {
+    for (const auto& t : w->tensors) stored += binding.scheme.kind == SchemeKind::Dense ? numel(t.shape) : 0;
+  }
+  std::vector<float> out(std::max<uint64_t>(stored, spec.numel()));
+  bool filled = false;
+  for (Transform t : binding.transforms) {
+    if (t == Transform::OnesFromResScore) {
+      std::fill(out.begin(), out.end(), 1.0f);
+      filled = true;
+    }
+  }
+  if (!filled) dequant_scheme(binding, spec, files, out.data());
+  for (Transform t : binding.transforms) {
+    switch (t) {
+      case Transform::NarrowALog:
+        out.resize(spec.numel());
+        break;
+      case Transform::ALogFromNegExp:
+        out.resize(spec.numel());
+        for (float& v : out) {
+          if (!(v < 0.0f) || !std::isfinite(v)) {
+            throw Error(Where{"", binding.param, "ssm_a"}, "ssm_a must hold -exp(A_log) (finite, < 0), got " + std::to_string(v));
+          }
+          v = std::log(-v);
+        }
+        break;
+      case Transform::DequantToBf16:
+        for (float& v : out) v = decode_bf16(encode_bf16(v));
+        break;
+      case Transform::ProjFromResScore:
+      case Transform::OnesFromResScore:
+      case Transform::SqueezeFp8Scale4D:
+      case Transform::SliceGgufExpert:
+        break;  // layout only: the scheme reference already reads these sources correctly
+    }
+  }
+  out.resize(spec.numel());
+  return out;
+}
+
+}  // namespace k3

@@ -1,0 +1,41 @@
+// `k3 make-tiny --arch A --family F --out DIR [--seed N] [--size tiny|small]`: a checkpoint of the
+// real architecture in one family, quantized from a seeded float master (saved beside it as
+// master.safetensors).
+#include <cstdio>
+#include <filesystem>
+
+#include "model/tiny_config.h"
+#include "quant/families/family.h"
+#include "tools/cli.h"
+
+namespace k3::cli {
+
+Registered add_make_tiny(CLI::App& app) {
+  struct Options {
+    std::string arch = "kimi-k3", family = "bf16", out, size = "tiny";
+    uint64_t seed = 1;
+  };
+  auto opt = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand("make-tiny", "Write a small checkpoint of the real architecture in one family");
+  cmd->add_option("--arch", opt->arch, "kimi-k3 | kimi-linear")->capture_default_str();
+  cmd->add_option("--family", opt->family, "bf16 | modelopt-mixed | modelopt-nvfp4 | modelopt-fp8 | compressed-tensors-mxfp4 | fp8-block | modelslim-w4a8 | gguf | gguf-expert-pack")
+      ->capture_default_str();
+  cmd->add_option("--out", opt->out, "output directory")->required();
+  cmd->add_option("--seed", opt->seed, "seed of the float master")->capture_default_str();
+  cmd->add_option("--size", opt->size, "tiny | small")->capture_default_str();
+  return {cmd, [opt] {
+            const FamilyId family = parse_family(opt->family);
+            const Json config_doc = tiny_config_json(parse_tiny_arch(opt->arch), parse_tiny_size(opt->size));
+            const K3Config config = parse_k3_config(parse_json(config_doc.dump(), opt->out + "/config.json"));
+            const MasterWeights master = make_master(config, opt->seed);
+            write_family_checkpoint(family, master, config_doc, opt->out);
+            write_master(master, (std::filesystem::path(opt->out) / "master.safetensors").string());
+            uint64_t params = 0;
+            for (const auto& p : master.params) params += p.numel();
+            std::printf("wrote %s: %s %s, %s, %.1f M parameters, seed %llu\n", opt->out.c_str(), opt->arch.c_str(),
+                        opt->size.c_str(), opt->family.c_str(), params / 1e6, static_cast<unsigned long long>(opt->seed));
+            return 0;
+          }};
+}
+
+}  // namespace k3::cli

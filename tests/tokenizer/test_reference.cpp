@@ -46,7 +46,7 @@ std::vector<std::vector<uint32_t>> read_ids(const std::string& data) {
   for (size_t pos = 0; pos < data.size();) {
     const uint32_t n = read_u32(data, pos);
     std::vector<uint32_t> ids(n);
-    std::memcpy(ids.data(), data.data() + pos, n * 4ull);
+    if (n) std::memcpy(ids.data(), data.data() + pos, n * 4ull);
     pos += n * 4ull;
     out.push_back(std::move(ids));
   }

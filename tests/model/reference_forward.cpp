@@ -1,0 +1,386 @@
+#include "reference_forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+namespace k3::reference {
+namespace {
+
+using Vec = std::vector<double>;
+using Mat = std::vector<Vec>;  // [T][features]
+
+struct Weights {
+  const WeightSource& source;
+  std::map<std::string, Vec> cache;
+  const Vec& operator()(const std::string& name) {
+    auto it = cache.find(name);
+    if (it == cache.end()) it = cache.emplace(name, source(name)).first;
+    return it->second;
+  }
+};
+
+// y = W x for W [n, k] row-major.
+Vec matvec(const Vec& w, const Vec& x, size_t n) {
+  const size_t k = x.size();
+  Vec y(n, 0.0);
+  for (size_t r = 0; r < n; ++r) {
+    double acc = 0;
+    for (size_t c = 0; c < k; ++c) acc += w[r * k + c] * x[c];
+    y[r] = acc;
+  }
+  return y;
+}
+
+Mat linear(const Vec& w, const Mat& x, size_t n) {
+  Mat y;
+  for (const auto& row : x) y.push_back(matvec(w, row, n));
+  return y;
+}
+
+Vec rmsnorm(const Vec& x, const Vec& w, double eps) {
+  double ss = 0;
+  for (double v : x) ss += v * v;
+  const double r = 1.0 / std::sqrt(ss / x.size() + eps);
+  Vec y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * r * w[i];
+  return y;
+}
+
+Mat rmsnorm(const Mat& x, const Vec& w, double eps) {
+  Mat y;
+  for (const auto& row : x) y.push_back(rmsnorm(row, w, eps));
+  return y;
+}
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double silu(double x) { return x * sigmoid(x); }
+double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
+
+// act(gate) * up, with SiLU or SiTU(β, β_lin) (spec §2.1).
+double gated_act(const K3Config& c, double g, double u) {
+  if (c.activation.kind == Activation::kSilu) return silu(g) * u;
+  const double b = c.activation.situ_beta;
+  const double gate = b * std::tanh(g / b) * sigmoid(g);
+  const double up = c.activation.situ_linear_beta ? *c.activation.situ_linear_beta * std::tanh(u / *c.activation.situ_linear_beta) : u;
+  return gate * up;
+}
+
+Vec mlp(const K3Config& c, Weights& W, const std::string& p, const Vec& x, size_t inter) {
+  const Vec g = matvec(W(p + "gate_proj.weight"), x, inter);
+  const Vec u = matvec(W(p + "up_proj.weight"), x, inter);
+  Vec h(inter);
+  for (size_t i = 0; i < inter; ++i) h[i] = gated_act(c, g[i], u[i]);
+  return matvec(W(p + "down_proj.weight"), h, x.size());
+}
+
+Mat kda(const K3Config& c, Weights& W, int64_t layer, const Mat& x) {
+  const std::string p = "model.layers." + std::to_string(layer) + ".self_attn.";
+  const size_t T = x.size(), H = c.kda.num_heads, D = c.kda.head_dim, P = H * D, Wc = c.kda.short_conv_kernel_size;
+  Mat q = linear(W(p + "q_proj.weight"), x, P), k = linear(W(p + "k_proj.weight"), x, P), v = linear(W(p + "v_proj.weight"), x, P);
+  // causal depthwise conv + SiLU on the pre-conv projections
+  auto conv = [&](Mat& m, const std::string& name) {
+    const Vec& w = W(p + name + ".weight");
+    Mat out(T, Vec(P));
+    for (size_t t = 0; t < T; ++t) {
+      for (size_t ch = 0; ch < P; ++ch) {
+        double acc = 0;
+        for (size_t j = 0; j < Wc; ++j) {
+          const int64_t src = static_cast<int64_t>(t) - static_cast<int64_t>(Wc - 1) + static_cast<int64_t>(j);
+          if (src >= 0) acc += w[ch * Wc + j] * m[src][ch];
+        }
+        out[t][ch] = silu(acc);
+      }
+    }
+    m = out;
+  };
+  conv(q, "q_conv1d");
+  conv(k, "k_conv1d");
+  conv(v, "v_conv1d");
+  const Mat f = linear(W(p + "f_b_proj.weight"), linear(W(p + "f_a_proj.weight"), x, D), P);
+  const Mat b = linear(W(p + "b_proj.weight"), x, H);
+  const Mat g_out = c.kda.use_full_rank_gate ? linear(W(p + "g_proj.weight"), x, P)
+                                             : linear(W(p + "g_b_proj.weight"), linear(W(p + "g_a_proj.weight"), x, D), P);
+  const Vec& A_log = W(p + "A_log");
+  const Vec& dt_bias = W(p + "dt_bias");
+  const Vec& o_norm = W(p + "o_norm.weight");
+  Mat y(T, Vec(P));
+  for (size_t h = 0; h < H; ++h) {
+    Vec S(D * D, 0.0);  // S[k][v]
+    for (size_t t = 0; t < T; ++t) {
+      Vec qh(D), kh(D), vh(D), alpha(D);
+      for (size_t d = 0; d < D; ++d) {
+        qh[d] = q[t][h * D + d];
+        kh[d] = k[t][h * D + d];
+        vh[d] = v[t][h * D + d];
+        const double fv = f[t][h * D + d] + dt_bias[h * D + d];
+        const double gate = c.kda.gate_lower_bound ? *c.kda.gate_lower_bound * sigmoid(std::exp(A_log[h]) * fv)
+                                                   : -std::exp(A_log[h]) * softplus(fv);
+        alpha[d] = std::exp(gate);
+      }
+      auto l2 = [D](Vec& a) {
+        double ss = 0;
+        for (double z : a) ss += z * z;
+        const double r = 1.0 / std::sqrt(ss + 1e-6);
+        for (double& z : a) z *= r;
+      };
+      l2(qh);
+      l2(kh);
+      for (double& z : qh) z /= std::sqrt(static_cast<double>(D));
+      const double beta = sigmoid(b[t][h]);
+      for (size_t i = 0; i < D; ++i) {
+        for (size_t j = 0; j < D; ++j) S[i * D + j] *= alpha[i];
+      }
+      Vec u(D);
+      for (size_t j = 0; j < D; ++j) {
+        double sk = 0;
+        for (size_t i = 0; i < D; ++i) sk += S[i * D + j] * kh[i];
+        u[j] = beta * (vh[j] - sk);
+      }
+      for (size_t i = 0; i < D; ++i) {
+        for (size_t j = 0; j < D; ++j) S[i * D + j] += kh[i] * u[j];
+      }
+      Vec o(D, 0.0);
+      for (size_t j = 0; j < D; ++j) {
+        for (size_t i = 0; i < D; ++i) o[j] += S[i * D + j] * qh[i];
+      }
+      const Vec on = rmsnorm(o, o_norm, c.rms_norm_eps);
+      for (size_t d = 0; d < D; ++d) y[t][h * D + d] = on[d] * sigmoid(g_out[t][h * D + d]);
+    }
+  }
+  return linear(W(p + "o_proj.weight"), y, c.hidden_size);
+}
+
+Mat mla(const K3Config& c, Weights& W, int64_t layer, const Mat& x) {
+  const std::string p = "model.layers." + std::to_string(layer) + ".self_attn.";
+  const MlaConfig& m = c.mla;
+  const size_t T = x.size(), nh = m.num_heads, dn = m.qk_nope_head_dim, dr = m.qk_rope_head_dim, dv = m.v_head_dim,
+               dqk = dn + dr, rkv = m.kv_lora_rank;
+  Mat q;
+  if (m.q_lora_rank) {
+    q = linear(W(p + "q_b_proj.weight"), rmsnorm(linear(W(p + "q_a_proj.weight"), x, *m.q_lora_rank), W(p + "q_a_layernorm.weight"), m.low_rank_norm_eps), nh * dqk);
+  } else {
+    q = linear(W(p + "q_proj.weight"), x, nh * dqk);
+  }
+  const Mat kv = linear(W(p + "kv_a_proj_with_mqa.weight"), x, rkv + dr);
+  Mat latent(T), kpe(T);
+  for (size_t t = 0; t < T; ++t) {
+    latent[t] = rmsnorm(Vec(kv[t].begin(), kv[t].begin() + rkv), W(p + "kv_a_layernorm.weight"), m.low_rank_norm_eps);
+    kpe[t] = Vec(kv[t].begin() + rkv, kv[t].end());
+  }
+  const Mat kvb = linear(W(p + "kv_b_proj.weight"), latent, nh * (dn + dv));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dqk));
+  Mat o(T, Vec(nh * dv, 0.0));
+  for (size_t h = 0; h < nh; ++h) {
+    for (size_t t = 0; t < T; ++t) {
+      Vec s(t + 1);
+      for (size_t j = 0; j <= t; ++j) {
+        double acc = 0;
+        for (size_t d = 0; d < dn; ++d) acc += q[t][h * dqk + d] * kvb[j][h * (dn + dv) + d];
+        for (size_t d = 0; d < dr; ++d) acc += q[t][h * dqk + dn + d] * kpe[j][d];
+        s[j] = acc * scale;
+      }
+      const double mx = *std::max_element(s.begin(), s.end());
+      double sum = 0;
+      for (double& z : s) sum += (z = std::exp(z - mx));
+      for (size_t j = 0; j <= t; ++j) {
+        for (size_t d = 0; d < dv; ++d) o[t][h * dv + d] += s[j] / sum * kvb[j][h * (dn + dv) + dn + d];
+      }
+    }
+  }
+  if (m.use_output_gate) {
+    const Mat g = linear(W(p + "g_proj.weight"), x, nh * dv);
+    for (size_t t = 0; t < T; ++t) {
+      for (size_t i = 0; i < nh * dv; ++i) o[t][i] *= sigmoid(g[t][i]);
+    }
+  }
+  return linear(W(p + "o_proj.weight"), o, c.hidden_size);
+}
+
+// Router (spec §7.1): selected experts and their weights for one token.
+std::vector<std::pair<size_t, double>> route(const K3Config& c, Weights& W, const std::string& p, const Vec& x) {
+  const MoeConfig& m = *c.moe;
+  const size_t E = m.num_experts;
+  const Vec logits = matvec(W(p + "gate.weight"), x, E);
+  Vec s(E), choice(E);
+  const Vec bias = m.has_score_correction_bias ? W(p + "gate.e_score_correction_bias") : Vec(E, 0.0);
+  if (m.scoring == RouterScoring::kSigmoid) {
+    for (size_t e = 0; e < E; ++e) s[e] = sigmoid(logits[e]);
+  } else {
+    const double mx = *std::max_element(logits.begin(), logits.end());
+    double sum = 0;
+    for (size_t e = 0; e < E; ++e) sum += (s[e] = std::exp(logits[e] - mx));
+    for (double& z : s) z /= sum;
+  }
+  for (size_t e = 0; e < E; ++e) choice[e] = s[e] + bias[e];
+  const size_t groups = m.use_grouped_topk ? m.num_expert_group : 1;
+  if (groups > 1 && m.topk_group < static_cast<int64_t>(groups)) {
+    const size_t per = E / groups;
+    std::vector<std::pair<double, size_t>> gscore;
+    for (size_t g = 0; g < groups; ++g) {
+      Vec members(choice.begin() + g * per, choice.begin() + (g + 1) * per);
+      std::sort(members.rbegin(), members.rend());
+      gscore.push_back({members[0] + (members.size() > 1 ? members[1] : 0.0), g});
+    }
+    std::sort(gscore.begin(), gscore.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    std::vector<bool> keep(groups, false);
+    for (int64_t i = 0; i < m.topk_group; ++i) keep[gscore[i].second] = true;
+    for (size_t e = 0; e < E; ++e) {
+      if (!keep[e / per]) choice[e] = -INFINITY;
+    }
+  }
+  std::vector<size_t> order(E);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return choice[a] > choice[b]; });
+  std::vector<std::pair<size_t, double>> picked;
+  double total = 0;
+  for (int64_t i = 0; i < m.experts_per_token; ++i) {
+    picked.push_back({order[i], s[order[i]]});
+    total += s[order[i]];
+  }
+  for (auto& [e, w] : picked) {
+    if (m.renormalize) w /= (total + 1e-20);
+    w *= m.routed_scaling_factor;
+  }
+  return picked;
+}
+
+Vec moe(const K3Config& c, Weights& W, int64_t layer, const Vec& x) {
+  const MoeConfig& m = *c.moe;
+  const std::string p = "model.layers." + std::to_string(layer) + ".block_sparse_moe.";
+  const size_t H = c.hidden_size, I = m.moe_intermediate_size;
+  const size_t L = m.routed_expert_hidden_size ? *m.routed_expert_hidden_size : H;
+  const Vec z = m.routed_expert_hidden_size ? matvec(W(p + "routed_expert_down_proj.weight"), x, L) : x;
+  const Vec& w1 = W(p + "experts.w1.weight");
+  const Vec& w3 = W(p + "experts.w3.weight");
+  const Vec& w2 = W(p + "experts.w2.weight");
+  Vec r(L, 0.0);
+  for (auto [e, weight] : route(c, W, p, x)) {
+    Vec h(I);
+    for (size_t i = 0; i < I; ++i) {
+      double g = 0, u = 0;
+      for (size_t k = 0; k < L; ++k) {
+        g += w1[(e * I + i) * L + k] * z[k];
+        u += w3[(e * I + i) * L + k] * z[k];
+      }
+      h[i] = gated_act(c, g, u);
+    }
+    for (size_t o = 0; o < L; ++o) {
+      double acc = 0;
+      for (size_t i = 0; i < I; ++i) acc += w2[(e * L + o) * I + i] * h[i];
+      r[o] += weight * acc;
+    }
+  }
+  Vec out = r;
+  if (m.routed_expert_hidden_size) {
+    if (m.latent_moe_use_norm) r = rmsnorm(r, W(p + "routed_expert_norm.weight"), c.rms_norm_eps);
+    out = matvec(W(p + "routed_expert_up_proj.weight"), r, H);
+  }
+  if (m.num_shared_experts > 0) {
+    const Vec s = mlp(c, W, p + "shared_experts.", x, m.shared_intermediate_size());
+    for (size_t i = 0; i < H; ++i) out[i] += s[i];
+  }
+  return out;
+}
+
+Mat ffn(const K3Config& c, Weights& W, int64_t layer, const Mat& x) {
+  Mat out;
+  for (const auto& row : x) {
+    out.push_back(c.is_moe(layer) ? moe(c, W, layer, row)
+                                  : mlp(c, W, "model.layers." + std::to_string(layer) + ".mlp.", row, c.intermediate_size));
+  }
+  return out;
+}
+
+// AttnResMix (spec §3.2), per token: softmax over candidates scored by RMS-normalised ⟨v, norm⊙proj⟩.
+Vec attn_res_mix(const std::vector<const Vec*>& cand, const Vec& norm, const Vec& proj, double eps) {
+  const size_t H = norm.size();
+  Vec score;
+  for (const Vec* v : cand) {
+    double ss = 0, dot = 0;
+    for (size_t i = 0; i < H; ++i) {
+      ss += (*v)[i] * (*v)[i];
+      dot += (*v)[i] * norm[i] * proj[i];
+    }
+    score.push_back(dot / std::sqrt(ss / H + eps));
+  }
+  const double mx = *std::max_element(score.begin(), score.end());
+  double sum = 0;
+  for (double& s : score) sum += (s = std::exp(s - mx));
+  Vec out(H, 0.0);
+  for (size_t j = 0; j < cand.size(); ++j) {
+    for (size_t i = 0; i < H; ++i) out[i] += score[j] / sum * (*cand[j])[i];
+  }
+  return out;
+}
+
+Mat mix(const Mat& run, const std::vector<Mat>& bank, Weights& W, const std::string& prefix, double eps) {
+  Mat out;
+  for (size_t t = 0; t < run.size(); ++t) {
+    std::vector<const Vec*> cand;
+    for (const auto& b : bank) cand.push_back(&b[t]);
+    cand.push_back(&run[t]);
+    out.push_back(attn_res_mix(cand, W(prefix + "_norm.weight"), W(prefix + "_proj.weight"), eps));
+  }
+  return out;
+}
+
+Mat add(const Mat& a, const Mat& b) {
+  Mat out = a;
+  for (size_t t = 0; t < a.size(); ++t) {
+    for (size_t i = 0; i < a[t].size(); ++i) out[t][i] += b[t][i];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<double> forward(const K3Config& c, const WeightSource& source, const std::vector<int64_t>& ids) {
+  Weights W{source, {}};
+  const size_t H = c.hidden_size, T = ids.size();
+  const Vec& emb = W("model.embed_tokens.weight");
+  Mat x(T);
+  for (size_t t = 0; t < T; ++t) x[t] = Vec(emb.begin() + ids[t] * H, emb.begin() + (ids[t] + 1) * H);
+  const double eps = c.rms_norm_eps;
+  Mat final_in;
+  if (!c.attn_res_block_size) {
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      const Mat n1 = rmsnorm(x, W(p + "input_layernorm.weight"), eps);
+      x = add(x, c.is_kda(l) ? kda(c, W, l, n1) : mla(c, W, l, n1));
+      x = add(x, ffn(c, W, l, rmsnorm(x, W(p + "post_attention_layernorm.weight"), eps)));
+    }
+    final_in = x;
+  } else {
+    const int64_t block = *c.attn_res_block_size;
+    std::vector<Mat> bank;
+    Mat run = x;
+    bool run_empty = false;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      const Mat h = bank.empty() ? run : mix(run, bank, W, p + "self_attention_res", eps);
+      if (l % block == 0) {
+        bank.push_back(run);
+        run_empty = true;
+      }
+      const Mat a = c.is_kda(l) ? kda(c, W, l, rmsnorm(h, W(p + "input_layernorm.weight"), eps))
+                                : mla(c, W, l, rmsnorm(h, W(p + "input_layernorm.weight"), eps));
+      run = run_empty ? a : add(run, a);
+      run_empty = false;
+      const Mat h2 = mix(run, bank, W, p + "mlp_res", eps);
+      run = add(run, ffn(c, W, l, rmsnorm(h2, W(p + "post_attention_layernorm.weight"), eps)));
+    }
+    final_in = mix(run, bank, W, "model.output_attn_res", eps);
+  }
+  const Mat n = rmsnorm(final_in, W("model.norm.weight"), eps);
+  const Vec& head = W(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  std::vector<double> logits;
+  for (const auto& row : n) {
+    const Vec l = matvec(head, row, c.vocab_size);
+    logits.insert(logits.end(), l.begin(), l.end());
+  }
+  return logits;
+}
+
+}  // namespace k3::reference

@@ -1,0 +1,52 @@
+// CPU linear layers: each bound weight [N, K] is converted at load into the layout its CPU kernel
+// wants (the LoadPlan stays the single source of truth; this is a derived form). The forward pass
+// only sees CpuLinear; which kernel runs is decided once, here, by (scheme, CPU features).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "model/parameters.h"
+#include "quant/plan/load_plan.h"
+#include "quant/plan/materialize.h"
+
+namespace k3::cpu {
+
+// Activation numerics of 4-bit schemes. WeightOnly (default): activations stay float, as Hopper
+// engines run NVFP4/MXFP4. CheckpointContract: the checkpoint's W4A4 contract — activations
+// fake-quantized to NVFP4 with the static input_scale and dynamic per-16 block scales (spec §2.3).
+enum class ActivationNumerics { WeightOnly, CheckpointContract };
+
+struct LinearOptions {
+  ActivationNumerics activation = ActivationNumerics::WeightOnly;
+};
+
+class CpuLinear {
+ public:
+  virtual ~CpuLinear() = default;
+  int64_t rows() const { return rows_; }  // N (output features)
+  int64_t cols() const { return cols_; }  // K (input features)
+
+  // y[m][n] = Σ_k x[m][k] · W[n][k]; x is [M, K], y is [M, N], both float row-major. Multi-threaded
+  // inside (OpenMP); reads each weight byte once per call.
+  virtual void forward(const float* x, int64_t m, float* y) const = 0;
+  // Bytes of weight read by one forward() (for bandwidth rooflines).
+  virtual uint64_t weight_bytes() const = 0;
+  virtual std::string kernel_name() const = 0;
+
+ protected:
+  CpuLinear(int64_t rows, int64_t cols) : rows_(rows), cols_(cols) {}
+
+ private:
+  int64_t rows_, cols_;
+};
+
+// The CPU form of a bound Linear parameter, or of expert `expert` of an ExpertBank.
+std::unique_ptr<CpuLinear> make_cpu_linear(const Binding& binding, const ParamSpec& spec, PlanFiles& files,
+                                           int64_t expert = -1, const LinearOptions& options = {});
+
+// A float32 weight already in memory (tests, dequantised fallbacks).
+std::unique_ptr<CpuLinear> make_f32_linear(std::vector<float> weight, int64_t rows, int64_t cols);
+
+}  // namespace k3::cpu

@@ -97,7 +97,8 @@ void require_text(std::span<const uint8_t> text, const Where& where, const std::
   size_t bad = first_invalid_utf8(text);
   if (bad != std::string_view::npos)
     throw Error(where, what + " is not valid UTF-8 (byte " + std::to_string(bad) + ")");
-  if (const void* nul = std::memchr(text.data(), 0, text.size()))
+  const void* nul = text.empty() ? nullptr : std::memchr(text.data(), 0, text.size());
+  if (nul)
     throw Error(where, what + " contains a NUL byte (byte " +
                            std::to_string(static_cast<const uint8_t*>(nul) - text.data()) + ")");
 }

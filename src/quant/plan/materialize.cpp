@@ -42,8 +42,42 @@ Matrix matrix_of(const ParamSpec& spec) {
   return {static_cast<int64_t>(s[s.size() - 2]), static_cast<int64_t>(s[s.size() - 1])};
 }
 
+// One GGML-typed source tensor dequantized whole.
+std::vector<float> dequant_ggml_source(const SourceTensor& t, PlanFiles& files) {
+  const GgmlTypeInfo* info = find_ggml_type(t.dtype);
+  if (info == nullptr) throw Error(where_of(t, files, "dtype"), "unknown GGML type '" + t.dtype + "'");
+  std::vector<float> out(numel(t.shape));
+  dequantize_tensor(info->type, files.bytes(t), out.data(), static_cast<int64_t>(out.size()));
+  return out;
+}
+
+// Split GGUF MLA K/V (quant-formats §5.5): rebuilds kv_b [n_h·(d_nope+d_v), r_kv] from
+// k_b [n_h, r_kv, d_nope] (stored transposed per head) and v_b [n_h, d_v, r_kv]:
+// kv_b[h·(d_nope+d_v) + d][c] = k_b[h][c][d], kv_b[h·(d_nope+d_v) + d_nope + j][c] = v_b[h][j][c].
+void dequant_split_kv_b(const Binding& b, const ParamSpec& spec, PlanFiles& files, float* out) {
+  const SourceTensor& k = need_part(b, "k_b").tensors.front();
+  const SourceTensor& v = need_part(b, "v_b").tensors.front();
+  if (k.shape.size() != 3 || v.shape.size() != 3 || k.shape[0] != v.shape[0] || k.shape[1] != v.shape[2] ||
+      spec.shape.size() != 2 || spec.shape[0] != k.shape[0] * (k.shape[2] + v.shape[1]) || spec.shape[1] != k.shape[1]) {
+    throw Error(Where{"", b.param, "shape"}, "k_b/v_b shapes do not split kv_b");
+  }
+  const uint64_t heads = k.shape[0], rkv = k.shape[1], dn = k.shape[2], dv = v.shape[1];
+  const std::vector<float> kf = dequant_ggml_source(k, files);
+  const std::vector<float> vf = dequant_ggml_source(v, files);
+  for (uint64_t h = 0; h < heads; ++h) {
+    float* head = out + h * (dn + dv) * rkv;
+    for (uint64_t c = 0; c < rkv; ++c) {
+      for (uint64_t d = 0; d < dn; ++d) head[d * rkv + c] = kf[(h * rkv + c) * dn + d];
+    }
+    for (uint64_t j = 0; j < dv; ++j) {
+      for (uint64_t c = 0; c < rkv; ++c) head[(dn + j) * rkv + c] = vf[(h * dv + j) * rkv + c];
+    }
+  }
+}
+
 // Decodes the main tensor of every expert (or the single tensor) of a scheme into out.
 void dequant_scheme(const Binding& b, const ParamSpec& spec, PlanFiles& files, float* out) {
+  if (b.scheme.kind == SchemeKind::GgmlSplitKvB) return dequant_split_kv_b(b, spec, files, out);
   const SourcePart& weight = need_part(b, "weight");
   switch (b.scheme.kind) {
     case SchemeKind::Dense: {
@@ -104,7 +138,7 @@ void dequant_scheme(const Binding& b, const ParamSpec& spec, PlanFiles& files, f
       return;
     }
     case SchemeKind::GgmlSplitKvB:
-      throw Error(Where{"", b.param, "scheme"}, "split GGUF kv_b is materialised by the GGUF family");
+      return;  // handled above (no "weight" part)
   }
 }
 

@@ -1,5 +1,6 @@
-// Multi-threaded GGML dequantization throughput per type on 64 MiB of packed input (far beyond
-// the caches), next to this machine's memory bandwidth measured in the same binary:
+// Multi-threaded GGML dequantization throughput per type on 256 MiB of packed input (beyond even
+// a 300 MiB L3 once the float output is counted), next to this machine's memory bandwidth measured
+// in the same binary on 2 GiB buffers:
 //   bytes_per_second  packed input consumed
 //   out_Bps           float32 output written
 //   traffic_Bps       input + output, to compare with the read/write baselines
@@ -17,8 +18,8 @@ namespace {
 
 using k3::GgmlType;
 
-constexpr size_t kPackedBytes = 64ull << 20;
-constexpr size_t kBaselineBytes = 512ull << 20;
+constexpr size_t kPackedBytes = 256ull << 20;
+constexpr size_t kBaselineBytes = 2048ull << 20;
 
 // A buffer whose pages are first touched by the threads that later use them.
 template <class T>
@@ -75,7 +76,7 @@ void BM_Dequant(benchmark::State& state, Layout layout) {
   state.SetLabel(std::string(info.name));
 }
 
-// Memory read bandwidth: sum of a 512 MiB buffer with all threads.
+// Memory read bandwidth: sum of a 2 GiB buffer with all threads.
 void BM_MemoryRead(benchmark::State& state) {
   const size_t n = kBaselineBytes / 8;
   auto buf = parallel_buffer<uint64_t>(n);
@@ -89,7 +90,7 @@ void BM_MemoryRead(benchmark::State& state) {
   state.counters["threads"] = omp_get_max_threads();
 }
 
-// Memory write bandwidth: fill of a 512 MiB buffer with all threads (dequant output is writes).
+// Memory write bandwidth: fill of a 2 GiB buffer with all threads (dequant output is writes).
 void BM_MemoryWrite(benchmark::State& state) {
   const size_t n = kBaselineBytes / 4;
   auto buf = parallel_buffer<float>(n);

@@ -424,8 +424,10 @@ int64_t integer_value(const GgufFile& f, const char* key) {
       [&](const auto& x) -> int64_t {
         using V = std::decay_t<decltype(x)>;
         if constexpr (std::is_integral_v<V> && !std::is_same_v<V, bool>) {
-          if (std::is_same_v<V, uint64_t> && x > static_cast<V>(std::numeric_limits<int64_t>::max())) {
-            throw Error(where, "value " + std::to_string(x) + " is out of range");
+          if constexpr (std::is_same_v<V, uint64_t>) {
+            if (x > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+              throw Error(where, "value " + std::to_string(x) + " is out of range");
+            }
           }
           return static_cast<int64_t>(x);
         } else {

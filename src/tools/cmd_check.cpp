@@ -21,7 +21,7 @@ Registered add_check(CLI::App& app) {
   return {cmd, [opt] {
             const LoadPlan plan = plan_checkpoint(opt->dir);
             if (opt->json) {
-              std::cout << plan_json(plan, opt->dir).dump(1) << "\n";
+              std::cout << plan_json(plan, opt->dir).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
             } else {
               std::fputs(plan_table(plan, opt->dir).c_str(), stdout);
             }

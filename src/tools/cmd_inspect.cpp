@@ -125,7 +125,7 @@ int inspect_gguf(const InspectOptions& opt, const std::string& path) {
                           {"metadata", meta},
                           {"metadata_types", types},
                           {"tensors", rows_json(rows)}};
-    std::cout << doc.dump(1) << "\n";
+    std::cout << doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   }
   std::printf("GGUF v%u, %zu file(s), alignment %llu, %zu metadata keys\n", model.first().version(), model.files().size(),
@@ -165,7 +165,7 @@ int inspect_safetensors(const InspectOptions& opt) {
                           {"files", ckpt.shards().size()},
                           {"metadata", meta},
                           {"tensors", rows_json(rows)}};
-    std::cout << doc.dump(1) << "\n";
+    std::cout << doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   }
   uint64_t total = 0;

@@ -1,11 +1,72 @@
-// ModelSlim int4/int8 weights (spec §4): exact dequant references. Implemented with the ModelSlim
-// family; materialize() dispatches W4A8 / W8A8 bindings here.
+// ModelSlim int4 / int8 weights (spec §4.2, §4.3): exact dequant references and the producer
+// rules make-tiny quantizes with. materialize() dispatches W4A8 / W8A8 bindings here.
+//
+// W4A8_DYNAMIC weight codes are signed int4 values q ∈ [-8, 7]:
+//  - new layout (description version "1.0.0"): two codes per int8 byte along the OUTPUT dim N,
+//    I8 [N/2, K]; byte [r][k] holds rows 2r and 2r+1 of column k (see kW4LowNibbleIsEvenRow);
+//  - old layout: one code per int8 byte, I8 [N, K] (see kW4OldLayoutCodeOffset).
+// w[n][k] = q[n][k] · weight_scale[n] · weight_scale_second[n][k / group_size]  (second factor
+// only when group_size > 0). W8A8 (dynamic and static): w[n][k] = (q[n][k] − weight_offset[n]) · weight_scale[n].
 #pragma once
+
+#include <cstdint>
+#include <vector>
 
 #include "quant/plan/materialize.h"
 
 namespace k3 {
 
+// [UNCONFIRMED] Which N-neighbour sits in the low nibble of a packed byte is not stated by the
+// loaders (spec §4.3); Ascend's int4 pack convention puts the even index in the low nibble.
+inline constexpr bool kW4LowNibbleIsEvenRow = true;
+
+// [UNCONFIRMED] Old layout: the value stored in each int8 byte is q + kW4OldLayoutCodeOffset.
+// The spec's "offset-by-8" (§4.3) is read as the NPU kernel's internal unsigned view, compensated
+// by the load-time bias 8·Σ_k q·s2·s — which depends on the codes, so the byte holds the signed
+// code itself (offset 0). A decoded code outside [-8, 7] is an error, never wrapped.
+inline constexpr int kW4OldLayoutCodeOffset = 0;
+
+inline constexpr int kInt4Min = -8, kInt4Max = 7;
+
+// Codes q [N, K] (each in [-8, 7]) into the packed layout [N/2, K]; N must be even.
+void pack_int4_along_n(const int8_t* q, int64_t n, int64_t k, int8_t* packed);
+// The inverse: packed [N/2, K] to codes [N, K].
+void unpack_int4_along_n(const int8_t* packed, int64_t n, int64_t k, int8_t* q);
+
+// W4A8 reference. weight: packed [N/2, K] or unpacked [N, K] as described above; scale [N];
+// scale_second [N, K/group_size] (ignored when group_size == 0). An old-layout code outside
+// [-8, 7] throws k3::Error at `where`. The producer's old-layout bytes are codes + the offset.
+void dequant_w4a8(const int8_t* weight, bool packed_along_n, const float* scale, const float* scale_second,
+                  int64_t group_size, int64_t n, int64_t k, float* out, const Where& where);
+
+// W8A8 reference: weight [N, K], scale [N], offset [N].
+void dequant_w8a8(const int8_t* weight, const float* scale, const float* offset, int64_t n, int64_t k, float* out);
+
+// Producer rules (make-tiny). Symmetric, round-to-nearest-even codes; offsets are 0. Scales are
+// rounded to their storage type (bf16_scales) BEFORE the codes are computed, so the stored scales
+// reproduce the codes' intent exactly. An all-zero row / group gets scale 1.
+//  - per channel (group_size 0): weight_scale[n] = amax_n / 7, q = RNE(w / weight_scale[n]);
+//  - per group: level 1 weight_scale[n] = amax_n / 127 (the int8 step), level 2
+//    weight_scale_second[n][g] = amax_{n,g} / (7 · weight_scale[n]), q = RNE(w / (s1 · s2)).
+// Codes saturate to [-8, 7].
+struct W4A8Weights {
+  std::vector<int8_t> weight;        // packed [N/2, K] or unpacked [N, K]
+  std::vector<float> scale;          // [N]
+  std::vector<float> scale_second;   // [N, K/group_size]; empty when group_size == 0
+  std::vector<float> scale_bias;     // [N]: 8 · Σ_k w_dequant[n][k] (the kernel's compensation term)
+};
+W4A8Weights quantize_w4a8(const float* w, int64_t n, int64_t k, int64_t group_size, bool packed_along_n,
+                          bool bf16_scales);
+
+// weight_scale[n] = amax_n / 127, q = RNE(w / weight_scale[n]) saturated to [-128, 127].
+struct W8A8Weights {
+  std::vector<int8_t> weight;  // [N, K]
+  std::vector<float> scale;    // [N]
+};
+W8A8Weights quantize_w8a8(const float* w, int64_t n, int64_t k, bool bf16_scales);
+
+// Dequantizes a W4A8 / W8A8 binding (every expert of a bank) into out, row-major in spec.shape.
+// Offsets of W4A8 must be zero (symmetric exports); a nonzero one is an error, never ignored.
 void dequant_modelslim_binding(const Binding& binding, const ParamSpec& spec, PlanFiles& files, float* out);
 
 }  // namespace k3

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on a built-in tiny model: install packages, build, write a tiny Kimi-K3
-# checkpoint (once) and inspect it.
+# checkpoint (once), check its load plan and generate from it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -8,4 +8,5 @@ scripts/build.sh release >/dev/null
 K3=build/release/k3
 model=build/tiny-k3-bf16
 [ -f "$model/config.json" ] || "$K3" make-tiny --arch kimi-k3 --family bf16 --out "$model"
-"$K3" inspect "$model"
+"$K3" check "$model" | tail -n 3
+"$K3" generate --model "$model" --ids 1,17,42,99,250 --max-tokens 16 --ignore-eos --json

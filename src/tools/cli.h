@@ -20,5 +20,7 @@ Registered add_check(CLI::App& app);
 Registered add_make_tiny(CLI::App& app);
 Registered add_devices(CLI::App& app);
 Registered add_tokenize(CLI::App& app);
+Registered add_logits(CLI::App& app);
+Registered add_generate(CLI::App& app);
 
 }  // namespace k3::cli

@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
       k3::cli::add_make_tiny(app),
       k3::cli::add_devices(app),
       k3::cli::add_tokenize(app),
+      k3::cli::add_logits(app),
+      k3::cli::add_generate(app),
   };
 
   try {

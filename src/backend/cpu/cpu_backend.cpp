@@ -1,0 +1,43 @@
+// The CPU Backend: the block operations of ops.h behind the Backend interface.
+#include <cstring>
+
+#include "backend/cpu/ops.h"
+
+namespace k3 {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  void embed(const Floats& table, std::span<const int64_t> ids, Tensor& out) override {
+    const int64_t hidden = out.cols;
+    for (size_t t = 0; t < ids.size(); ++t) {
+      std::memcpy(out.row(static_cast<int64_t>(t)), table.data() + ids[t] * hidden, sizeof(float) * hidden);
+    }
+  }
+  void linear(const cpu::CpuLinear& w, const Tensor& x, Tensor& y) override { cpu::linear(w, x, y); }
+  void add(Tensor& acc, const Tensor& x) override {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < static_cast<int64_t>(acc.data.size()); ++i) acc.data[i] += x.data[i];
+  }
+  void rms_norm(const Tensor& x, const Floats& w, double eps, Tensor& y) override { cpu::rms_norm(x, w, eps, y); }
+  void attn_res_mix_norm(std::span<const Tensor* const> candidates, const Floats& c, const Floats& norm_w, double eps,
+                         Tensor& y) override {
+    cpu::attn_res_mix_norm(candidates, c, norm_w, eps, y);
+  }
+  void kda(const K3Config& config, int64_t layer, const KdaWeights& w, const Tensor& x, std::span<const SeqSlice> slices,
+           Tensor& out) override {
+    cpu::kda_mixer(config, layer, w, x, slices, out);
+  }
+  void mla(const K3Config& config, int64_t layer, const MlaWeights& w, const Tensor& x, std::span<const SeqSlice> slices,
+           Tensor& out) override {
+    cpu::mla_mixer(config, layer, w, x, slices, out);
+  }
+  void moe(const K3Config& config, const MoeWeights& w, const Tensor& x, Tensor& out) override { cpu::moe(config, w, x, out); }
+  void mlp(const K3Config& config, const MlpWeights& w, const Tensor& x, Tensor& out) override { cpu::mlp(config, w, x, out); }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace k3

@@ -1,0 +1,139 @@
+// MLA token mixer (spec §5, §10): q-LoRA or direct q, kv_a + norm, NoPE, causal softmax, output
+// gate. New tokens append [c | k_pe] to the sequence's latent cache; a multi-token slice attends in
+// the expanded form (kv_b applied to every cached latent), a one-token slice in the absorbed form
+// against the latent cache (q_lat = W_UKᵀ q_nope, o = W_UV Σ p c).
+#include <cmath>
+
+#include "backend/cpu/ops.h"
+
+namespace k3::cpu {
+namespace {
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+void softmax_inplace(float* s, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
+  float sum = 0;
+  for (int64_t j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - mx));
+  for (int64_t j = 0; j < n; ++j) s[j] /= sum;
+}
+
+struct Dims {
+  int64_t nh, dn, dr, dv, dqk, r, row;  // row = cache row width r + dr
+  explicit Dims(const MlaConfig& m)
+      : nh(m.num_heads), dn(m.qk_nope_head_dim), dr(m.qk_rope_head_dim), dv(m.v_head_dim), dqk(m.qk_head_dim()),
+        r(m.kv_lora_rank), row(m.kv_lora_rank + m.qk_rope_head_dim) {}
+};
+
+// Expanded causal attention for slice rows whose cache holds `total` tokens, the last s.n new.
+void attend_expanded(const MlaWeights& w, const Dims& d, float scale, const Tensor& q,
+                     const MlaLayerCache& cache, const SeqSlice& s, Tensor& o) {
+  const int64_t total = static_cast<int64_t>(cache.rows.size()) / d.row;
+  Tensor latent(total, d.r), kvb;
+  for (int64_t j = 0; j < total; ++j) std::copy_n(cache.rows.data() + j * d.row, d.r, latent.row(j));
+  linear(*w.kv_b, latent, kvb);  // [total][nh·(dn+dv)]
+  const int64_t first = total - s.n;
+#pragma omp parallel for collapse(2) schedule(dynamic)
+  for (int64_t h = 0; h < d.nh; ++h) {
+    for (int64_t i = 0; i < s.n; ++i) {
+      const float* qi = q.row(s.row0 + i) + h * d.dqk;
+      const int64_t visible = first + i + 1;
+      std::vector<float> p(static_cast<size_t>(visible));
+      for (int64_t j = 0; j < visible; ++j) {
+        const float* kj = kvb.row(j) + h * (d.dn + d.dv);
+        const float* pe = cache.rows.data() + j * d.row + d.r;
+        float acc = 0;
+        for (int64_t e = 0; e < d.dn; ++e) acc += qi[e] * kj[e];
+        for (int64_t e = 0; e < d.dr; ++e) acc += qi[d.dn + e] * pe[e];
+        p[j] = acc * scale;
+      }
+      softmax_inplace(p.data(), visible);
+      float* oi = o.row(s.row0 + i) + h * d.dv;
+      for (int64_t e = 0; e < d.dv; ++e) oi[e] = 0;
+      for (int64_t j = 0; j < visible; ++j) {
+        const float* vj = kvb.row(j) + h * (d.dn + d.dv) + d.dn;
+        for (int64_t e = 0; e < d.dv; ++e) oi[e] += p[j] * vj[e];
+      }
+    }
+  }
+}
+
+// Absorbed attention of the slice's single new token against the whole latent cache.
+void attend_absorbed(const MlaWeights& w, const Dims& d, float scale, const Tensor& q, const MlaLayerCache& cache,
+                     const SeqSlice& s, Tensor& o) {
+  const int64_t total = static_cast<int64_t>(cache.rows.size()) / d.row;
+#pragma omp parallel for schedule(static)
+  for (int64_t h = 0; h < d.nh; ++h) {
+    const float* qh = q.row(s.row0) + h * d.dqk;
+    const float* uk = w.w_uk.data() + h * d.dn * d.r;  // [dn][r]
+    const float* uv = w.w_uv.data() + h * d.dv * d.r;  // [dv][r]
+    std::vector<float> q_lat(static_cast<size_t>(d.r), 0.0f), o_lat(static_cast<size_t>(d.r), 0.0f),
+        p(static_cast<size_t>(total));
+    for (int64_t e = 0; e < d.dn; ++e) {
+      for (int64_t c = 0; c < d.r; ++c) q_lat[c] += uk[e * d.r + c] * qh[e];
+    }
+    for (int64_t j = 0; j < total; ++j) {
+      const float* row = cache.rows.data() + j * d.row;
+      float acc = 0;
+      for (int64_t c = 0; c < d.r; ++c) acc += q_lat[c] * row[c];
+      for (int64_t e = 0; e < d.dr; ++e) acc += qh[d.dn + e] * row[d.r + e];
+      p[j] = acc * scale;
+    }
+    softmax_inplace(p.data(), total);
+    for (int64_t j = 0; j < total; ++j) {
+      const float* row = cache.rows.data() + j * d.row;
+      for (int64_t c = 0; c < d.r; ++c) o_lat[c] += p[j] * row[c];
+    }
+    float* oh = o.row(s.row0) + h * d.dv;
+    for (int64_t e = 0; e < d.dv; ++e) {
+      float acc = 0;
+      for (int64_t c = 0; c < d.r; ++c) acc += uv[e * d.r + c] * o_lat[c];
+      oh[e] = acc;
+    }
+  }
+}
+
+}  // namespace
+
+void mla_mixer(const K3Config& config, int64_t layer, const MlaWeights& w, const Tensor& x,
+               std::span<const SeqSlice> slices, Tensor& out) {
+  const MlaConfig& m = config.mla;
+  const Dims d(m);
+  const float scale = static_cast<float>(m.softmax_scale());
+  Tensor q, kv, latent;
+  if (w.q_a) {
+    Tensor qa, qa_normed;
+    linear(*w.q_a, x, qa);
+    rms_norm(qa, w.q_a_norm, m.low_rank_norm_eps, qa_normed);
+    linear(*w.q_b, qa_normed, q);
+  } else {
+    linear(*w.q, x, q);
+  }
+  linear(*w.kv_a, x, kv);
+  Tensor c_raw(x.rows, d.r);
+  for (int64_t t = 0; t < x.rows; ++t) std::copy_n(kv.row(t), d.r, c_raw.row(t));
+  rms_norm(c_raw, w.kv_a_norm, m.low_rank_norm_eps, latent);
+  Tensor o(x.rows, d.nh * d.dv);
+  for (const SeqSlice& s : slices) {
+    MlaLayerCache& cache = s.state->mla[static_cast<size_t>(layer)];
+    for (int64_t t = 0; t < s.n; ++t) {
+      cache.rows.insert(cache.rows.end(), latent.row(s.row0 + t), latent.row(s.row0 + t) + d.r);
+      cache.rows.insert(cache.rows.end(), kv.row(s.row0 + t) + d.r, kv.row(s.row0 + t) + d.row);
+    }
+    if (s.n == 1) {
+      attend_absorbed(w, d, scale, q, cache, s, o);
+    } else {
+      attend_expanded(w, d, scale, q, cache, s, o);
+    }
+  }
+  if (w.g) {
+    Tensor g;
+    linear(*w.g, x, g);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < static_cast<int64_t>(o.data.size()); ++i) o.data[i] *= sigmoid(g.data[i]);
+  }
+  linear(*w.o, o, out);
+}
+
+}  // namespace k3::cpu

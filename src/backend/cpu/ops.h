@@ -1,0 +1,23 @@
+// The CPU backend's block operations (fp32 math, OpenMP over tokens / heads), one file each:
+// norm.cpp, kda.cpp, mla.cpp, moe.cpp. CpuBackend (cpu_backend.cpp) exposes them as a Backend.
+#pragma once
+
+#include "backend/backend.h"
+
+namespace k3::cpu {
+
+void linear(const CpuLinear& w, const Tensor& x, Tensor& y);  // y resized to [x.rows, w.rows()]
+
+void rms_norm(const Tensor& x, const Floats& w, double eps, Tensor& y);
+void attn_res_mix_norm(std::span<const Tensor* const> candidates, const Floats& c, const Floats& norm_w, double eps,
+                       Tensor& y);
+
+void kda_mixer(const K3Config& config, int64_t layer, const KdaWeights& w, const Tensor& x,
+               std::span<const SeqSlice> slices, Tensor& out);
+void mla_mixer(const K3Config& config, int64_t layer, const MlaWeights& w, const Tensor& x,
+               std::span<const SeqSlice> slices, Tensor& out);
+
+void moe(const K3Config& config, const MoeWeights& w, const Tensor& x, Tensor& out);
+void mlp(const K3Config& config, const MlpWeights& w, const Tensor& x, Tensor& out);
+
+}  // namespace k3::cpu

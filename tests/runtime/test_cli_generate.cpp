@@ -1,0 +1,102 @@
+// `k3 logits` and `k3 generate` through the CLI: the transformers peer fixture (a checkpoint the
+// public implementation wrote, with its float64 logits and greedy continuation), the JSON report,
+// and the one-line errors for bad ids and flags.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "io/npy.h"
+#include "model/engine_test_util.h"
+#include "tools/cli_runner.h"
+
+namespace k3 {
+namespace {
+
+std::string peer(const std::string& rel) { return test::shared_dir() + "/fixtures/kimi-linear-peer/" + rel; }
+
+nlohmann::json expected() {
+  std::ifstream in(peer("expected.json"));
+  return nlohmann::json::parse(in);
+}
+
+std::string id_list(const std::vector<int64_t>& ids) {
+  std::string s;
+  for (int64_t id : ids) s += (s.empty() ? "" : ",") + std::to_string(id);
+  return s;
+}
+
+TEST(CliPeerFixture, LogitsMatchTheTransformersFloat64Logits) {
+  const std::string out = ::testing::TempDir() + "/k3_peer_logits.npy";
+  const std::vector<int64_t> ids = expected()["prompt_ids"].get<std::vector<int64_t>>();
+  const test::CliResult r = test::run_k3("logits --model " + peer("ckpt") + " --ids " + id_list(ids) + " --out " + out + " --threads 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const NpyArray got = read_npy(out);
+  const NpyArray want = read_npy(peer("logits.npy"));
+  ASSERT_EQ(got.dtype, "<f4");
+  ASSERT_EQ(got.shape, want.shape);
+  const float* g = reinterpret_cast<const float*>(got.data.data());
+  const double* w = reinterpret_cast<const double*>(want.data.data());
+  // fp32 engine vs the peer's float64 run (whose KDA kernel is itself fp32 inside): ≤ 1e-4 relative.
+  EXPECT_LT(test::relative_max_error(std::vector<float>(g, g + got.numel()), std::vector<double>(w, w + want.numel())), 1e-4);
+}
+
+TEST(CliPeerFixture, GreedyGenerationReproducesTheContinuation) {
+  const nlohmann::json e = expected();
+  const test::CliResult r = test::run_k3("generate --model " + peer("ckpt") + " --ids " +
+                                         id_list(e["prompt_ids"].get<std::vector<int64_t>>()) +
+                                         " --greedy --max-tokens 12 --json --threads 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string last = r.out.substr(r.out.rfind('{'));
+  const nlohmann::json j = nlohmann::json::parse(last);
+  EXPECT_EQ(j["generated_ids"].get<std::vector<int64_t>>(), e["greedy_continuation"].get<std::vector<int64_t>>());
+  EXPECT_EQ(j["prompt_tokens"], 37);
+  EXPECT_EQ(j["decode_steps"], 11);
+  EXPECT_GT(j["prefill_tok_s"].get<double>(), 0.0);
+  EXPECT_GT(j["decode_tok_s"].get<double>(), 0.0);
+}
+
+TEST(CliPeerFixture, PlainOutputIsTheIdsOnOneLine) {
+  const test::CliResult r = test::run_k3("generate --model " + peer("ckpt") + " --ids 360,96,364 --max-tokens 3 --threads 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1);
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), ' '), 2);
+}
+
+TEST(CliPeerFixture, SamplingIsDeterministicForASeed) {
+  const std::string args = "generate --model " + peer("ckpt") + " --ids 360,96,364 --max-tokens 8 --temperature 0.8 --top-p 0.9 --top-k 40 --seed 3 --ignore-eos";
+  const test::CliResult a = test::run_k3(args), b = test::run_k3(args);
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+}
+
+TEST(CliErrors, BadIdsAndFlagsGiveOneLine) {
+  const std::string model = " --model " + peer("ckpt");
+  struct Case {
+    std::string args;
+    int code;
+    std::string err;
+  };
+  const std::vector<Case> cases = {
+      {"generate" + model + " --ids 1,512", 1, "k3 generate: error: field '--ids': token id 512 is out of range [0, 512)\n"},
+      {"generate" + model + " --ids 1,x", 1, "k3 generate: error: field '--ids': 'x' is not an integer token id\n"},
+      {"logits" + model + " --ids 1,,2 --out /tmp/x.npy", 1, "k3 logits: error: field '--ids': '' is not an integer token id\n"},
+      {"generate" + model + " --ids 1 --temperature 0", 1, "k3 generate: error: field 'temperature': must be a finite number > 0\n"},
+  };
+  for (const Case& c : cases) {
+    const test::CliResult r = test::run_k3(c.args);
+    EXPECT_EQ(r.code, c.code) << c.args;
+    EXPECT_EQ(r.err, c.err) << c.args;
+  }
+  for (const std::string& bad : std::vector<std::string>{"generate" + model + " --ids 1 --greedy --temperature 1", "generate" + model + " --ids 1 --top-p 0.5",
+                                "generate" + model + " --ids 1 --max-tokens -1", "generate" + model + " --ids 1 --bogus"}) {
+    const test::CliResult r = test::run_k3(bad);
+    EXPECT_EQ(r.code, 2) << bad;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(r.err.rfind("k3: usage error: ", 0), 0u) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace k3

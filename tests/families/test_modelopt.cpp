@@ -416,6 +416,16 @@ TEST(ModelOptFamily, UnknownQuantAlgoIsAnErrorNotUnquantized) {
   EXPECT_EQ(plan.problems[1].text(), file + "[\"model.layers.1.mlp.experts\"].quant_algo" + expect);
 }
 
+TEST(ModelOptFamily, SpellingsThatDisagreeAreReportedOnce) {
+  auto t = make_tiny(FamilyId::ModelOptMixed, TinyArch::KimiLinear);
+  const std::string dir = with_quant_edit(t, "spellings", [](Json& q) { q["quantized_layers"]["model.layers.1.mlp.experts"]["quant_algo"] = "FP8"; });
+  const LoadPlan plan = plan_headers_only(dir);
+  ASSERT_EQ(plan.problems.size(), 1u) << problems_text(plan);  // three banks meet it; their tensors are consumed
+  EXPECT_EQ(plan.problems[0].text(), dir + "/hf_quant_config.json: field 'quantization.quantized_layers': quant_algo of module "
+                                           "'model.layers.1.block_sparse_moe.experts' differs between its spellings: "
+                                           "'model.layers.1.block_sparse_moe.experts' is NVFP4, 'model.layers.1.mlp.experts' is FP8");
+}
+
 TEST(ModelOptFamily, MissingScaleTensorIsReported) {
   auto t = make_tiny(FamilyId::ModelOptMixed, TinyArch::KimiK3);
   const std::string dir = with_quant_edit(t, "missing_scale", [](Json&) {}, [](const std::string& name, std::vector<uint64_t>&) {

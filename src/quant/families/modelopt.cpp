@@ -211,8 +211,11 @@ class Planner {
   }
 
  private:
+  // Config problems are reported once, however many parameters meet them.
   void config_problem(const std::string& field, const std::string& message) {
-    binder_.plan().problems.push_back({Where{config_.cfg.origin.file, "", field}, message});
+    const Problem p{Where{config_.cfg.origin.file, "", field}, message};
+    auto& problems = binder_.plan().problems;
+    if (std::none_of(problems.begin(), problems.end(), [&](const Problem& q) { return q.text() == p.text(); })) problems.push_back(p);
   }
 
   // A dense binding; a quantization tensor left for the module is module-name drift.

@@ -373,6 +373,16 @@ TEST(GgufExpertPackFamily, SplitKMustStayQ4_0AndVQ2_K) {
   EXPECT_EQ(plan.problems[4].text(), shard + ": tensor 'blk.5.attn_v_b.weight': field 'type': Kimi-K3 MLA V projection must remain GGUF Q2_K");
 }
 
+// The pack format is Kimi-K3's: Kimi-Linear's 128-wide expert rows cannot be Q2_K/Q3_K.
+TEST(GgufExpertPackFamily, MakeTinyRefusesKimiLinear) {
+  try {
+    test::make_tiny(FamilyId::GgufExpertPack, TinyArch::KimiLinear);
+    FAIL() << "an ExpertPack of Kimi-Linear must not be written";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.detail(), "the Kimi GGML MoE ExpertPack is a Kimi-K3 (MoE) format");
+  }
+}
+
 TEST(GgufFamily, UnknownTensorNameIsReported) {
   const auto& t = make_tiny(FamilyId::Gguf, TinyArch::KimiK3);
   const std::string dir = copy_dir(t.dir, "k3_gguf_unknown_name");

@@ -40,14 +40,18 @@ std::unique_ptr<CpuLinear> make_f32_linear(std::vector<float> weight, int64_t ro
 
 std::unique_ptr<CpuLinear> make_cpu_linear(const Binding& binding, const ParamSpec& spec, PlanFiles& files, int64_t expert,
                                            const LinearOptions& options) {
-  std::vector<float> w = materialize(binding, spec, files);
   const int64_t rows = static_cast<int64_t>(spec.shape[spec.shape.size() - 2]);
   const int64_t cols = static_cast<int64_t>(spec.shape.back());
-  if (expert >= 0) {
-    std::vector<float> one(w.begin() + expert * rows * cols, w.begin() + (expert + 1) * rows * cols);
-    w.swap(one);
+  if (expert < 0) return make_f32_linear(materialize(binding, spec, files), rows, cols);
+  // One expert of a bank: keep that expert's source of every per-expert part, so only its bytes
+  // are dequantised.
+  Binding one = binding;
+  for (auto& part : one.parts) {
+    if (part.tensors.size() == spec.shape[0]) part.tensors = {part.tensors[static_cast<size_t>(expert)]};
   }
-  return make_f32_linear(std::move(w), rows, cols);
+  ParamSpec one_spec = spec;
+  one_spec.shape = {1, spec.shape[1], spec.shape[2]};
+  return make_f32_linear(materialize(one, one_spec, files), rows, cols);
 }
 
 }  // namespace k3::cpu

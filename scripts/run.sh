@@ -7,6 +7,6 @@ scripts/setup.sh
 scripts/build.sh release >/dev/null
 K3=build/release/k3
 model=build/tiny-k3-bf16
-[ -f "$model/config.json" ] || "$K3" make-tiny --arch kimi-k3 --family bf16 --out "$model"
+[ -f "$model/tiktoken.model" ] || "$K3" make-tiny --arch kimi-k3 --family bf16 --out "$model"
 "$K3" check "$model" | tail -n 3
-"$K3" generate --model "$model" --ids 1,17,42,99,250 --max-tokens 16 --ignore-eos --json
+"$K3" generate --model "$model" --prompt "The quick brown fox" --max-tokens 16 --ignore-eos --json

@@ -23,6 +23,12 @@ Json layer_lists(int layers) {
   return {{"kda_layers", kda}, {"full_attn_layers", mla}};
 }
 
+// Token ids of the tokenizer make-tiny writes beside the model (write_tiny_tokenizer with the last
+// 256 ids as specials): [BOS] at offset 0, <|end_of_msg|> (the generation eos) at 2, [PAD] at 255.
+int tiny_bos(const Dims& d) { return d.vocab - 256; }
+int tiny_eos(const Dims& d) { return d.vocab - 256 + 2; }
+int tiny_pad(const Dims& d) { return d.vocab - 1; }
+
 Json text_model(TinyArch arch, const Dims& d) {
   const bool k3 = arch == TinyArch::KimiK3;
   Json linear = layer_lists(d.layers);
@@ -65,9 +71,9 @@ Json text_model(TinyArch arch, const Dims& d) {
       {"use_grouped_topk", true},
       {"num_expert_group", k3 ? 1 : 2},
       {"topk_group", 1},
-      {"bos_token_id", 1},
-      {"eos_token_id", 2},
-      {"pad_token_id", 0},
+      {"bos_token_id", tiny_bos(d)},
+      {"eos_token_id", tiny_eos(d)},
+      {"pad_token_id", tiny_pad(d)},
   };
   if (k3) {
     t["activation_situ_beta"] = 4.0;
@@ -100,9 +106,9 @@ Json tiny_config_json(TinyArch arch, TinySize size) {
   if (!k3) return text;
   return {{"model_type", "kimi_k3"},
           {"architectures", {"KimiK3ForConditionalGeneration"}},
-          {"bos_token_id", 1},
-          {"eos_token_id", 2},
-          {"pad_token_id", 0},
+          {"bos_token_id", tiny_bos(d)},
+          {"eos_token_id", tiny_eos(d)},
+          {"pad_token_id", tiny_pad(d)},
           {"tie_word_embeddings", false},
           {"text_config", text}};
 }

@@ -29,6 +29,7 @@ GenerateResult generate(Engine& engine, const std::vector<int64_t>& prompt, cons
   while (true) {
     const int64_t next = sampler.next(out.front().logits);
     r.ids.push_back(next);
+    if (options.on_token) options.on_token(next);
     if (options.stop_at_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) {
       r.stopped_at_eos = true;
       break;

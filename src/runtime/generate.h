@@ -2,6 +2,7 @@
 // new token, with timings for throughput reports.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "runtime/engine.h"
@@ -13,6 +14,7 @@ struct GenerateOptions {
   int64_t max_tokens = 16;
   SamplingParams sampling;
   bool stop_at_eos = true;  // stop after emitting one of config.tokens.eos
+  std::function<void(int64_t)> on_token;  // called with each generated id as soon as it is sampled
 };
 
 struct GenerateResult {

@@ -22,5 +22,6 @@ Registered add_devices(CLI::App& app);
 Registered add_tokenize(CLI::App& app);
 Registered add_logits(CLI::App& app);
 Registered add_generate(CLI::App& app);
+Registered add_chat(CLI::App& app);
 
 }  // namespace k3::cli

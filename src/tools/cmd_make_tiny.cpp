@@ -1,11 +1,14 @@
 // `k3 make-tiny --arch A --family F --out DIR [--seed N] [--size tiny|small]`: a checkpoint of the
 // real architecture in one family, quantized from a seeded float master (saved beside it as
-// master.safetensors).
+// master.safetensors), and a tiny tiktoken-format tokenizer (tiktoken.model + tokenizer_config.json)
+// whose 256 special ids are the last of the model's vocabulary.
 #include <cstdio>
 #include <filesystem>
 
 #include "model/tiny_config.h"
 #include "quant/families/family.h"
+#include "tokenizer/tiny_vocab.h"
+#include "tokenizer/tokenizer.h"
 #include "tools/cli.h"
 
 namespace k3::cli {
@@ -30,6 +33,7 @@ Registered add_make_tiny(CLI::App& app) {
             const MasterWeights master = make_master(config, opt->seed);
             write_family_checkpoint(family, master, config_doc, opt->out);
             write_master(master, (std::filesystem::path(opt->out) / "master.safetensors").string());
+            write_tiny_tokenizer(opt->out, static_cast<uint32_t>(config.vocab_size) - Tokenizer::kNumSpecials);
             uint64_t params = 0;
             for (const auto& p : master.params) params += p.numel();
             std::printf("wrote %s: %s %s, %s, %.1f M parameters, seed %llu\n", opt->out.c_str(), opt->arch.c_str(),

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
       k3::cli::add_tokenize(app),
       k3::cli::add_logits(app),
       k3::cli::add_generate(app),
+      k3::cli::add_chat(app),
   };
 
   try {

@@ -7,9 +7,21 @@
 
 namespace k3::cli {
 
-void add_model_args(CLI::App* cmd, ModelArgs& args) {
+void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input) {
   cmd->add_option("--model", args.model, "checkpoint directory (any family)")->required();
-  cmd->add_option("--ids", args.ids, "prompt token ids, comma-separated (e.g. 1,2,3)")->required();
+  if (input != PromptInput::kNone) {
+    auto* ids = cmd->add_option("--ids", args.ids, "prompt token ids, comma-separated (e.g. 1,2,3)");
+    if (input == PromptInput::kIds) {
+      ids->required();
+    } else {
+      auto* prompt = cmd->add_option("--prompt", args.prompt, "prompt text (special-token names are plain text)");
+      ids->excludes(prompt);
+      prompt->excludes(ids);
+      cmd->callback([ids, prompt] {
+        if (ids->count() == 0 && prompt->count() == 0) throw CLI::RequiredError("--ids or --prompt");
+      });
+    }
+  }
   cmd->add_option("--threads", args.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
 }
 
@@ -35,15 +47,55 @@ std::vector<int64_t> parse_token_ids(const std::string& text, int64_t vocab) {
   return ids;
 }
 
+Tokenizer load_tokenizer(const std::string& dir, int64_t vocab) {
+  Tokenizer tok = Tokenizer::load(dir);
+  if (tok.n_vocab() > vocab) {
+    throw Error(Where{dir + "/tokenizer_config.json", "", ""},
+                "the tokenizer has " + std::to_string(tok.n_vocab()) + " ids but the model's vocab_size is " + std::to_string(vocab));
+  }
+  return tok;
+}
+
 LoadedModel load_model(const ModelArgs& args) {
   const CheckpointDir ckpt = open_checkpoint_dir(args.model);
   if (!ckpt.config) throw Error(Where{ckpt.path("config.json"), "", ""}, "a model directory needs config.json");
   LoadedModel m;
-  m.ids = parse_token_ids(args.ids, ckpt.config->vocab_size);
+  if (args.prompt) {
+    m.tokenizer = load_tokenizer(args.model, ckpt.config->vocab_size);
+    const std::vector<uint32_t> ids = m.tokenizer->encode(*args.prompt, Specials::kNone);
+    m.ids.assign(ids.begin(), ids.end());
+  } else {
+    m.ids = parse_token_ids(args.ids, ckpt.config->vocab_size);
+  }
   EngineOptions options;
   options.threads = args.threads;
   m.engine = std::make_unique<Engine>(args.model, options);
   return m;
+}
+
+void add_generation_args(CLI::App* cmd, GenerationArgs& args) {
+  cmd->add_option("--max-tokens", args.max_tokens, "tokens to generate")->check(CLI::NonNegativeNumber)->capture_default_str();
+  auto* greedy = cmd->add_flag("--greedy", args.greedy, "argmax decoding (the default)");
+  auto* temp = cmd->add_option("--temperature", args.temperature, "sample at this temperature (> 0)");
+  temp->excludes(greedy);
+  cmd->add_option("--top-p", args.top_p, "nucleus mass in (0, 1]")->needs(temp);
+  cmd->add_option("--top-k", args.top_k, "keep the K most likely tokens (0 = all)")->needs(temp);
+  cmd->add_option("--seed", args.seed, "sampling seed")->needs(temp);
+  cmd->add_flag("--ignore-eos", args.ignore_eos, "keep generating after an end-of-sequence token");
+  args.temperature_option = temp;
+}
+
+GenerateOptions generation_options(const GenerationArgs& args) {
+  GenerateOptions g;
+  g.max_tokens = args.max_tokens;
+  g.stop_at_eos = !args.ignore_eos;
+  g.sampling.greedy = args.temperature_option->count() == 0;
+  g.sampling.temperature = args.temperature;
+  g.sampling.top_p = args.top_p;
+  g.sampling.top_k = args.top_k;
+  g.sampling.seed = args.seed;
+  validate(g.sampling);
+  return g;
 }
 
 }  // namespace k3::cli

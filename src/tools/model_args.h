@@ -1,34 +1,63 @@
-// Options shared by the commands that run a model (k3 logits, k3 generate): --model, --ids,
-// --threads, and the token-id list parser.
+// Options shared by the commands that run a model (k3 logits, k3 generate, k3 chat): --model, the
+// prompt (--ids, or --prompt text through the checkpoint's tokenizer), --threads, the generation
+// and sampling flags, and the token-id list parser.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "runtime/engine.h"
+#include "runtime/generate.h"
+#include "tokenizer/tokenizer.h"
 
 namespace k3::cli {
+
+// Which prompt options a command takes.
+enum class PromptInput { kIds, kIdsOrText, kNone };
 
 struct ModelArgs {
   std::string model;
   std::string ids;
-  int threads = 0;  // 0 = all cores
+  std::optional<std::string> prompt;  // --prompt TEXT
+  int threads = 0;                    // 0 = all cores
 };
 
-void add_model_args(CLI::App* cmd, ModelArgs& args);
+// kIdsOrText: exactly one of --ids / --prompt, else a usage error.
+void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input = PromptInput::kIds);
 
 // "1,2,3" → {1, 2, 3}; every entry must be a decimal integer in [0, vocab). Throws k3::Error
 // (field '--ids') naming the offending entry.
 std::vector<int64_t> parse_token_ids(const std::string& text, int64_t vocab);
 
-// Reads only the model's config to validate the ids, then binds the weights.
+// The checkpoint's tokenizer (DIR/tiktoken.model + DIR/tokenizer_config.json); throws k3::Error when
+// it can emit an id ≥ the model's vocab_size.
+Tokenizer load_tokenizer(const std::string& dir, int64_t vocab);
+
+// Reads only the model's config to validate the prompt, then binds the weights. With --prompt the
+// text is encoded with special-token names treated as text, and the tokenizer is kept.
 struct LoadedModel {
   std::unique_ptr<Engine> engine;
   std::vector<int64_t> ids;
+  std::optional<Tokenizer> tokenizer;
 };
 LoadedModel load_model(const ModelArgs& args);
+
+// --max-tokens, --greedy | --temperature [--top-p --top-k --seed], --ignore-eos.
+struct GenerationArgs {
+  int64_t max_tokens = 16;
+  bool greedy = false, ignore_eos = false;
+  double temperature = 1.0, top_p = 1.0;
+  int64_t top_k = 0;
+  uint64_t seed = 0;
+  CLI::Option* temperature_option = nullptr;
+};
+void add_generation_args(CLI::App* cmd, GenerationArgs& args);
+// Validated options (greedy unless --temperature was given).
+GenerateOptions generation_options(const GenerationArgs& args);
 
 }  // namespace k3::cli

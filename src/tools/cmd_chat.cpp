@@ -1,0 +1,132 @@
+// `k3 chat --model DIR [--messages FILE.json] [--max-tokens N] [sampling flags as k3 generate]
+// [--threads N]`: renders the conversation in the checkpoint's chat format (Kimi-K3 XTML for
+// model_type kimi_k3, the Kimi-Linear format otherwise) with the generation prompt, generates,
+// streams the reply's reasoning and content to stdout as they are decoded, then prints the parsed
+// assistant message as one JSON line. With --messages one turn on that request (a messages array or
+// {"messages": ...}); without it an interactive loop: each stdin line is a user message, the
+// conversation is kept, EOF ends.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "chat/k3_format.h"
+#include "chat/kimi_linear_format.h"
+#include "core/error.h"
+#include "tools/cli.h"
+#include "tools/model_args.h"
+
+namespace k3::cli {
+namespace {
+
+void print(std::string_view text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+void print_delta(const chat::ChatDelta& d) {
+  print(d.reasoning_content);
+  print(d.content);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(Where{path, "", ""}, "cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct ChatModel {
+  Engine& engine;
+  const Tokenizer& tokenizer;
+  bool k3_format;
+};
+
+// One assistant turn: generate from the rendered request, feeding the decoded text to the parser.
+template <class Parser>
+chat::ParsedMessage stream_turn(const ChatModel& m, const std::vector<int64_t>& prompt, GenerateOptions g, Parser& parser) {
+  StreamDecoder decoder(m.tokenizer);
+  g.on_token = [&](int64_t id) { print_delta(parser.feed(decoder.push(static_cast<uint32_t>(id)))); };
+  generate(m.engine, prompt, g);
+  print_delta(parser.feed(decoder.finish()));
+  return parser.finish();
+}
+
+chat::ParsedMessage chat_turn(const ChatModel& m, const chat::Request& request, const GenerateOptions& g) {
+  const auto segments = m.k3_format ? chat::render_k3(request) : chat::render_kimi_linear(request);
+  const std::vector<uint32_t> ids = chat::encode(m.tokenizer, segments);
+  const std::vector<int64_t> prompt(ids.begin(), ids.end());
+  chat::ParsedMessage reply;
+  if (m.k3_format) {
+    chat::K3OutputParser parser(request.thinking);
+    reply = stream_turn(m, prompt, g, parser);
+  } else {
+    chat::KimiLinearOutputParser parser;
+    reply = stream_turn(m, prompt, g, parser);
+  }
+  std::printf("\n%s\n", reply.to_json().dump(-1, ' ', false, chat::Json::error_handler_t::replace).c_str());
+  std::fflush(stdout);
+  return reply;
+}
+
+// The reply as a history message for the next turn.
+chat::Message as_message(const chat::ParsedMessage& reply) {
+  chat::Message m;
+  m.role = "assistant";
+  if (reply.content) m.content.push_back(*reply.content);
+  m.reasoning = reply.reasoning_content.value_or("");
+  for (const auto& c : reply.tool_calls) {
+    chat::ToolCall call{c.id, c.name, chat::Json::parse(c.arguments, nullptr, false), false};
+    if (!call.arguments.is_object()) call = {c.id, c.name, c.arguments, true};
+    m.tool_calls.push_back(std::move(call));
+  }
+  return m;
+}
+
+}  // namespace
+
+Registered add_chat(CLI::App& app) {
+  struct Options {
+    ModelArgs model;
+    GenerationArgs generation;
+    std::string messages;
+  };
+  auto opt = std::make_shared<Options>();
+  opt->generation.max_tokens = 512;
+  auto* cmd = app.add_subcommand("chat", "Chat with a model: one request from a file, or interactively");
+  add_model_args(cmd, opt->model, PromptInput::kNone);
+  add_generation_args(cmd, opt->generation);
+  cmd->add_option("--messages", opt->messages, "request JSON file (messages array or {\"messages\": ...})");
+  return {cmd, [opt] {
+            const GenerateOptions g = generation_options(opt->generation);
+            std::optional<chat::Request> request;
+            if (!opt->messages.empty()) request = chat::parse_request(read_file(opt->messages));
+            EngineOptions options;
+            options.threads = opt->model.threads;
+            Engine engine(opt->model.model, options);
+            const Tokenizer tokenizer = load_tokenizer(opt->model.model, engine.config().vocab_size);
+            const ChatModel m{engine, tokenizer, engine.config().model_type == ModelType::kKimiK3};
+            if (request) {
+              chat_turn(m, *request, g);
+              return 0;
+            }
+            chat::Request conversation;
+            const bool tty = isatty(STDIN_FILENO);
+            std::string line;
+            while (true) {
+              if (tty) std::fprintf(stderr, "> ");
+              if (!std::getline(std::cin, line)) break;
+              chat::Message user;
+              user.role = "user";
+              user.content.push_back(line);
+              conversation.messages.push_back(std::move(user));
+              conversation.messages.push_back(as_message(chat_turn(m, conversation, g)));
+            }
+            return 0;
+          }};
+}
+
+}  // namespace k3::cli

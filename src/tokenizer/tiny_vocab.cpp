@@ -94,15 +94,31 @@ void write_tiny_tokenizer(const std::string& dir, uint32_t vocab_size) {
   std::ofstream model(model_path, std::ios::binary);
   for (size_t r = 0; r < tokens.size(); ++r) model << base64(tokens[r]) << ' ' << r << '\n';
   if (!model.good()) throw Error(Where{model_path, "", ""}, "cannot write");
-  // K3's named specials (tokenizer spec §1.3), at offsets from num_base.
+  // K3's named specials (tokenizer spec §1.3), then the Kimi-Linear chat markers so that tiny models
+  // of either architecture can render their chat format, at offsets from num_base.
   struct Named {
     uint32_t offset;
     const char* name;
     bool special;
   };
-  const Named named[] = {{0, "[BOS]", true},          {1, "[EOS]", true},        {2, "<|end_of_msg|>", true},
-                         {3, "<|open|>", false},      {4, "<|close|>", false},   {5, "<|sep|>", false},
-                         {254, "[UNK]", true},        {255, "[PAD]", true}};
+  const Named named[] = {{0, "[BOS]", true},
+                         {1, "[EOS]", true},
+                         {2, "<|end_of_msg|>", true},
+                         {3, "<|open|>", false},
+                         {4, "<|close|>", false},
+                         {5, "<|sep|>", false},
+                         {6, "<|im_system|>", false},
+                         {7, "<|im_user|>", false},
+                         {8, "<|im_assistant|>", false},
+                         {9, "<|im_middle|>", false},
+                         {10, "<|im_end|>", false},
+                         {11, "<|tool_calls_section_begin|>", false},
+                         {12, "<|tool_calls_section_end|>", false},
+                         {13, "<|tool_call_begin|>", false},
+                         {14, "<|tool_call_argument_begin|>", false},
+                         {15, "<|tool_call_end|>", false},
+                         {254, "[UNK]", true},
+                         {255, "[PAD]", true}};
   nlohmann::ordered_json added = nlohmann::ordered_json::object();
   for (const auto& n : named)
     added[std::to_string(vocab_size + n.offset)] = {{"content", n.name}, {"special", n.special}};

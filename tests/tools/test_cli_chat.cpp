@@ -111,3 +111,20 @@ TEST_F(TinyTextModel, MalformedMessagesGiveOneLine) {
 
 }  // namespace
 }  // namespace k3
+
+namespace {
+// Kimi-Linear tiny models render their own chat format: the tiny tokenizer carries its markers.
+TEST(CliChatKimiLinear, MessagesFileEndsWithAnAssistantJsonLine) {
+  const std::string dir = ::testing::TempDir() + "/k3_chat_kimi_linear";
+  auto r = k3::test::run_k3("make-tiny --arch kimi-linear --family bf16 --out " + dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string messages = dir + "/messages.json";
+  { std::ofstream(messages) << R"({"messages":[{"role":"user","content":"hi"}]})"; }
+  r = k3::test::run_k3("chat --model " + dir + " --messages " + messages + " --max-tokens 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::string out = r.out;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  const std::string last = out.substr(out.rfind('\n') + 1);
+  EXPECT_EQ(nlohmann::json::parse(last)["role"], "assistant") << r.out;
+}
+}  // namespace

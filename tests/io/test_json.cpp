@@ -1,6 +1,8 @@
 #include "io/json.h"
 
 #include <gtest/gtest.h>
+
+#include "error_of.h"
 #include <unistd.h>
 
 #include <cstdio>
@@ -10,17 +12,7 @@
 namespace k3 {
 namespace {
 
-// Runs `fn`, which must throw k3::Error, and returns its message.
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no k3::Error thrown";
-  return "";
-}
+using test::error_of;
 
 JsonNode parse(const std::string& text) { return parse_json(text, "c.json"); }
 

@@ -1,6 +1,8 @@
 #include "model/config.h"
 
 #include <gtest/gtest.h>
+
+#include "error_of.h"
 #include <unistd.h>
 
 #include <cmath>
@@ -16,16 +18,7 @@ namespace {
 const std::string kK3Config = std::string(K3_SHARED_DIR) + "/fixtures/real-configs/kimi-k3.config.json";
 const std::string kPeerDir = std::string(K3_SHARED_DIR) + "/fixtures/kimi-linear-peer/ckpt";
 
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no k3::Error thrown";
-  return "";
-}
+using test::error_of;
 
 Json read_json(const std::string& path) {
   std::ifstream in(path);

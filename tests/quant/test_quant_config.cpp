@@ -1,6 +1,8 @@
 #include "quant/quant_config.h"
 
 #include <gtest/gtest.h>
+
+#include "error_of.h"
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,16 +14,7 @@ namespace {
 
 const std::string kK3Config = std::string(K3_SHARED_DIR) + "/fixtures/real-configs/kimi-k3.config.json";
 
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no k3::Error thrown";
-  return "";
-}
+using test::error_of;
 
 // The shape of the published K3 NVFP4 hf_quant_config.json (spec §2.5), keys deliberately not
 // sorted so that file order is observable.

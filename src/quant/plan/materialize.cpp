@@ -144,11 +144,13 @@ void dequant_scheme(const Binding& b, const ParamSpec& spec, PlanFiles& files, f
 
 }  // namespace
 
-std::span<const uint8_t> PlanFiles::bytes(const SourceTensor& t) {
+std::shared_ptr<File> PlanFiles::file(const SourceTensor& t) {
   auto& f = files_.at(t.file);
   if (!f) f = File::open(plan_.files.at(t.file));
-  return f->view(t.offset, t.nbytes);
+  return f;
 }
+
+std::span<const uint8_t> PlanFiles::bytes(const SourceTensor& t) { return file(t)->view(t.offset, t.nbytes); }
 
 std::vector<float> decode_source(const SourceTensor& t, PlanFiles& files) {
   const Where where = where_of(t, files, "dtype");

@@ -18,6 +18,8 @@ class PlanFiles {
  public:
   explicit PlanFiles(const LoadPlan& plan) : plan_(plan), files_(plan.files.size()) {}
   std::span<const uint8_t> bytes(const SourceTensor& t);
+  // The open file holding t: kernels that read weights zero-copy keep it (and its mapping) alive.
+  std::shared_ptr<File> file(const SourceTensor& t);
   const std::string& path(const SourceTensor& t) const { return plan_.files.at(t.file); }
 
  private:

@@ -1,0 +1,66 @@
+// Activation preparation shared by every weight format (weight_matrix.h). O(m·k), once per call.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/kernels/weight_matrix.h"
+#include "core/numeric.h"
+
+namespace k3::cpu {
+
+void prepare_f32(const float* x, int64_t m, int64_t k, PreparedActivations& a) {
+  a.form = ActivationForm::F32;
+  a.m = m;
+  a.k = k;
+  a.f32 = x;
+}
+
+void prepare_bf16(const float* x, int64_t m, int64_t k, PreparedActivations& a) {
+  a.form = ActivationForm::Bf16;
+  a.m = m;
+  a.k = k;
+  a.bf16.resize(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < m * k; ++i) a.bf16[i] = encode_bf16(x[i]);
+}
+
+void prepare_int8(const float* x, int64_t m, int64_t k, int64_t block, ActivationForm form, PreparedActivations& a) {
+  a.form = form;
+  a.m = m;
+  a.k = k;
+  a.block = block;
+  const int64_t nblocks = k / block;
+  a.q.resize(static_cast<size_t>(m * k));
+  a.scale.resize(static_cast<size_t>(m * nblocks));
+  a.sums.assign(static_cast<size_t>(m * (k / 16)), 0);
+  for (int64_t t = 0; t < m; ++t) {
+    for (int64_t b = 0; b < nblocks; ++b) {
+      const float* xb = x + t * k + b * block;
+      float amax = 0.0f;
+      for (int64_t i = 0; i < block; ++i) amax = std::max(amax, std::fabs(xb[i]));
+      const float scale = amax / 127.0f;
+      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      a.scale[t * nblocks + b] = scale;
+      int8_t* qb = a.q.data() + t * k + b * block;
+      for (int64_t i = 0; i < block; ++i) {
+        qb[i] = static_cast<int8_t>(std::clamp(std::nearbyint(xb[i] * inv), -127.0f, 127.0f));
+      }
+    }
+    for (int64_t i = 0; i < k; ++i) a.sums[t * (k / 16) + i / 16] += a.q[t * k + i];
+  }
+}
+
+void PreparedActivations::values(int64_t t, float* out) const {
+  switch (form) {
+    case ActivationForm::F32:
+      std::copy(f32 + t * k, f32 + (t + 1) * k, out);
+      return;
+    case ActivationForm::Bf16:
+      for (int64_t i = 0; i < k; ++i) out[i] = decode_bf16(bf16[t * k + i]);
+      return;
+    case ActivationForm::Int8PerToken:
+    case ActivationForm::Int8Blocks:
+      for (int64_t i = 0; i < k; ++i) out[i] = q[t * k + i] * scale[t * (k / block) + i / block];
+      return;
+  }
+}
+
+}  // namespace k3::cpu

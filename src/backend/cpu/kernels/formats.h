@@ -1,0 +1,33 @@
+// Factories of the CPU weight formats (weight_matrix.h), one source file each. Each takes the
+// bytes of one 2-D weight [rows, cols] as the checkpoint stores it; `keep_alive` owns the mapping
+// when the format reads the bytes in place (zero-copy), otherwise the bytes are repacked at load.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/cpu/kernels/weight_matrix.h"
+#include "quant/ggml/ggml_types.h"
+
+namespace k3::cpu {
+
+using KeepAlive = std::shared_ptr<const void>;
+
+// float32 weights (owned): dequantised fallbacks and tests.
+std::unique_ptr<WeightMatrix> make_f32_matrix(std::vector<float> w, int64_t rows, int64_t cols, CpuIsa isa);
+// BF16 or F16 weights read in place ("BF16" / "F16"); F32 activations.
+std::unique_ptr<WeightMatrix> make_half_matrix(std::span<const uint8_t> w, bool is_bf16, int64_t rows, int64_t cols,
+                                               KeepAlive keep_alive, CpuIsa isa);
+// FP8 E4M3 codes [rows, cols] read in place × float multipliers per block_n×block_k tile, scale
+// row-major [cdiv(rows, block_n), cdiv(cols, block_k)] (per tensor: block_n = rows, block_k = cols).
+std::unique_ptr<WeightMatrix> make_fp8_matrix(std::span<const uint8_t> codes, std::vector<float> scale, int64_t block_n,
+                                              int64_t block_k, int64_t rows, int64_t cols, KeepAlive keep_alive,
+                                              CpuIsa isa);
+// GGML blocks of `type`, rows of the native layout read in place (GGUF / ExpertPack experts are
+// never copied); activations quantised as ggml's vec_dot_type of that type.
+std::unique_ptr<WeightMatrix> make_ggml_matrix(GgmlType type, std::span<const uint8_t> blocks, int64_t rows,
+                                               int64_t cols, KeepAlive keep_alive, CpuIsa isa);
+
+}  // namespace k3::cpu

@@ -1,0 +1,8 @@
+#define K3_TIER avx2
+#include "backend/cpu/kernels/tile_gemm_impl.h"
+
+namespace k3::cpu {
+void gemm_rows_f32_avx2(const float* w, int64_t rows, const float* x, int64_t m, int64_t k, float* y, int64_t ldy) {
+  avx2::gemm_rows_f32(w, rows, x, m, k, y, ldy);
+}
+}  // namespace k3::cpu

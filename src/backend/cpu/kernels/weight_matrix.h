@@ -1,0 +1,72 @@
+// A weight matrix W [N, K] in the layout its CPU kernel reads, and the activation form that kernel
+// consumes. One WeightMatrix per scheme family (one file each: dense_matrix, fp8_matrix,
+// fp4_matrix, int8_matrix, ggml_matrix); cpu_linear.cpp drives any of them the same way:
+//   prepare(x)            once per forward(): x rounded / quantized into the kernel's form;
+//   dot_rows(a, r0, r1)   fused decode + dot of rows [r0, r1) with every prepared token (few tokens);
+//   decode_rows(r0, r1)   exact float32 of those rows (the scheme's dequant reference, row by row):
+//                         used with prepared.values() by the many-token path and by the tests.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/kernels/cpu_isa.h"
+
+namespace k3::cpu {
+
+// What a kernel multiplies the weights with.
+enum class ActivationForm {
+  F32,           // x as given (dense and FP8 weights)
+  Bf16,          // x rounded to bf16 (4-bit weight-only "W4A16", the numerics of Hopper's W4A16 kernels)
+  Int8PerToken,  // symmetric int8, one scale per token (ModelSlim W4A8 / W8A8 dynamic)
+  Int8Blocks,    // symmetric int8 per block of `block` values (ggml's Q8_0 / Q8_K activations)
+};
+
+// Activations of one forward() in the kernel's form. Only the members of that form are filled.
+struct PreparedActivations {
+  ActivationForm form = ActivationForm::F32;
+  int64_t m = 0, k = 0;
+  const float* f32 = nullptr;     // F32: the caller's x [m, k]
+  std::vector<uint16_t> bf16;     // Bf16: [m, k]
+  std::vector<int8_t> q;          // Int8*: codes [m, k]
+  std::vector<float> scale;       // Int8*: [m, k / block] (per token: block = k)
+  std::vector<int32_t> sums;      // Int8*: Σ codes per 16 values [m, k / 16] (zero-point / min corrections)
+  int64_t block = 0;              // Int8*: values per scale
+
+  // Token t as float32, exactly the values the fused kernel multiplies with (bf16 widened, q·scale).
+  void values(int64_t t, float* out) const;
+};
+
+void prepare_f32(const float* x, int64_t m, int64_t k, PreparedActivations& a);
+void prepare_bf16(const float* x, int64_t m, int64_t k, PreparedActivations& a);
+// Symmetric int8 per block: scale = amax / 127, code = round-half-even(x / scale) (all-zero block:
+// scale 0, codes 0). block = k gives one scale per token. k % 16 == 0, k % block == 0.
+void prepare_int8(const float* x, int64_t m, int64_t k, int64_t block, ActivationForm form, PreparedActivations& a);
+
+class WeightMatrix {
+ public:
+  virtual ~WeightMatrix() = default;
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+
+  virtual void prepare(const float* x, int64_t m, PreparedActivations& a) const = 0;
+  // y[t * ldy + r] = Σ_k W[r][k] · a(t)[k] for t < a.m, r0 ≤ r < r1, scales applied.
+  virtual void dot_rows(const PreparedActivations& a, int64_t r0, int64_t r1, float* y, int64_t ldy) const = 0;
+  // out[(r - r0) * K + k] = W[r][k] exactly (float32).
+  virtual void decode_rows(int64_t r0, int64_t r1, float* out) const = 0;
+  // Bytes of weight (and scales) one pass over the matrix reads.
+  virtual uint64_t weight_bytes() const = 0;
+  virtual std::string kernel_name() const = 0;
+
+ protected:
+  WeightMatrix(int64_t rows, int64_t cols, CpuIsa isa) : rows_(rows), cols_(cols), isa_(isa) {}
+  CpuIsa isa() const { return isa_; }
+
+ private:
+  int64_t rows_, cols_;
+  CpuIsa isa_;
+};
+
+}  // namespace k3::cpu

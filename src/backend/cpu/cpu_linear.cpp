@@ -2,46 +2,145 @@
 
 #include <omp.h>
 
+#include <algorithm>
+
+#include "backend/cpu/kernels/formats.h"
+#include "core/error.h"
+#include "backend/cpu/kernels/tile_gemm.h"
+#include "backend/cpu/kernels/weight_matrix.h"
+
 namespace k3::cpu {
 namespace {
 
-// Dense float32 weights: the reference-speed path and the fallback for schemes without a
-// dedicated kernel yet (their weights are dequantised once at load through materialize()).
-class F32Linear final : public CpuLinear {
+// Rows per work item: small enough that every thread gets several, a multiple of 16 so SIMD row
+// groups stay whole.
+int64_t row_chunk(int64_t rows) {
+  const int64_t threads = omp_get_max_threads();
+  const int64_t per = (rows + threads * 4 - 1) / (threads * 4);
+  return std::max<int64_t>(16, (per + 15) / 16 * 16);
+}
+
+class KernelLinear final : public CpuLinear {
  public:
-  F32Linear(std::vector<float> w, int64_t rows, int64_t cols) : CpuLinear(rows, cols), w_(std::move(w)) {}
+  explicit KernelLinear(std::unique_ptr<WeightMatrix> w) : CpuLinear(w->rows(), w->cols()), w_(std::move(w)) {}
 
   void forward(const float* x, int64_t m, float* y) const override {
-    const int64_t n = rows(), k = cols();
+    forward_accumulators(x, m, y);
+    const float alpha = w_->output_scale();
+    if (alpha == 1.0f) return;
+    for (int64_t i = 0; i < m * rows(); ++i) y[i] *= alpha;
+  }
+  float output_scale() const override { return w_->output_scale(); }
+
+  void forward_accumulators(const float* x, int64_t m, float* y) const override {
+    if (m <= 0) return;
+    PreparedActivations a;
+    w_->prepare(x, m, a);
+    const int64_t n = rows(), k = cols(), chunk = row_chunk(n), chunks = (n + chunk - 1) / chunk;
+    if (m <= kFusedMaxTokens) {
 #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < n; ++r) {
-      const float* wr = w_.data() + r * k;
-      for (int64_t i = 0; i < m; ++i) {
-        const float* xi = x + i * k;
-        float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-        for (int64_t c = 0; c < k; ++c) acc += wr[c] * xi[c];
-        y[i * n + r] = acc;
+      for (int64_t c = 0; c < chunks; ++c) w_->dot_rows(a, c * chunk, std::min(n, (c + 1) * chunk), y, n);
+      return;
+    }
+    std::vector<float> values(static_cast<size_t>(m * k));
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < m; ++t) a.values(t, values.data() + t * k);
+    constexpr int64_t kTileRows = 16;
+    const int64_t tiles = (n + kTileRows - 1) / kTileRows;
+#pragma omp parallel
+    {
+      std::vector<float> tile(static_cast<size_t>(kTileRows * k));
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < tiles; ++i) {
+        const int64_t r0 = i * kTileRows, r1 = std::min(n, r0 + kTileRows);
+        w_->decode_rows(r0, r1, tile.data());
+        gemm_rows_f32(selected_isa(), tile.data(), r1 - r0, values.data(), m, k, y + r0, n);
       }
     }
   }
-  uint64_t weight_bytes() const override { return w_.size() * sizeof(float); }
-  std::string kernel_name() const override { return "f32"; }
+  uint64_t weight_bytes() const override { return w_->weight_bytes(); }
+  std::string kernel_name() const override { return w_->kernel_name(); }
 
  private:
-  std::vector<float> w_;
+  std::unique_ptr<WeightMatrix> w_;
 };
 
 }  // namespace
 
-std::unique_ptr<CpuLinear> make_f32_linear(std::vector<float> weight, int64_t rows, int64_t cols) {
-  return std::make_unique<F32Linear>(std::move(weight), rows, cols);
+std::unique_ptr<CpuLinear> make_kernel_linear(std::unique_ptr<WeightMatrix> matrix) {
+  return std::make_unique<KernelLinear>(std::move(matrix));
 }
+
+std::unique_ptr<CpuLinear> make_f32_linear(std::vector<float> weight, int64_t rows, int64_t cols) {
+  return make_kernel_linear(make_f32_matrix(std::move(weight), rows, cols, selected_isa()));
+}
+
+namespace {
+
+bool layout_only(const Binding& b) {
+  return std::all_of(b.transforms.begin(), b.transforms.end(), [](Transform t) {
+    return t == Transform::SqueezeFp8Scale4D || t == Transform::SliceGgufExpert;
+  });
+}
+
+// The source of `role` for this expert (or the only one).
+const SourceTensor& source(const Binding& b, const char* role, int64_t expert) {
+  const SourcePart* p = b.part(role);
+  if (p == nullptr || p->tensors.empty()) throw Error(Where{"", b.param, role}, "binding has no '" + std::string(role) + "' source");
+  if (p->tensors.size() == 1) return p->tensors.front();
+  return p->tensors.at(static_cast<size_t>(expert < 0 ? 0 : expert));
+}
+
+float scalar_source(const Binding& b, const char* role, int64_t expert, PlanFiles& files) {
+  const std::vector<float> v = decode_source(source(b, role, expert), files);
+  if (v.size() != 1) throw Error(Where{"", b.param, role}, "expected one value, found " + std::to_string(v.size()));
+  return v[0];
+}
+
+// The scheme's fast CPU form, or nullptr where only the dequantised float32 fallback exists.
+std::unique_ptr<WeightMatrix> fast_matrix(const Binding& b, int64_t rows, int64_t cols, PlanFiles& files, int64_t expert,
+                                          const LinearOptions& options, CpuIsa isa) {
+  if (!layout_only(b)) return nullptr;
+  switch (b.scheme.kind) {
+    case SchemeKind::Dense: {
+      const SourceTensor& w = source(b, "weight", expert);
+      if (w.dtype != "BF16" && w.dtype != "F16") return nullptr;
+      return make_half_matrix(files.bytes(w), w.dtype == "BF16", rows, cols, files.file(w), isa);
+    }
+    case SchemeKind::Fp8Tensor:
+    case SchemeKind::Fp8Block: {
+      const SourceTensor& w = source(b, "weight", expert);
+      const bool block = b.scheme.kind == SchemeKind::Fp8Block;
+      return make_fp8_matrix(files.bytes(w), decode_source(source(b, "weight_scale", expert), files),
+                             block ? b.scheme.block_n : rows, block ? b.scheme.block_k : cols, rows, cols, files.file(w),
+                             isa);
+    }
+    case SchemeKind::Nvfp4:
+    case SchemeKind::Mxfp4: {
+      const bool nvfp4 = b.scheme.kind == SchemeKind::Nvfp4;
+      Fp4Options fp4;
+      if (nvfp4 && options.activation == ActivationNumerics::CheckpointContract) {
+        fp4.w4a4 = true;
+        fp4.input_scale = scalar_source(b, "input_scale", expert, files);
+      }
+      const float global = nvfp4 ? scalar_source(b, "weight_scale_2", expert, files) : 1.0f;
+      return make_fp4_matrix(files.bytes(source(b, "weight", expert)), files.bytes(source(b, "weight_scale", expert)),
+                             nvfp4, global, rows, cols, isa, fp4);
+    }
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
 
 std::unique_ptr<CpuLinear> make_cpu_linear(const Binding& binding, const ParamSpec& spec, PlanFiles& files, int64_t expert,
                                            const LinearOptions& options) {
   const int64_t rows = static_cast<int64_t>(spec.shape[spec.shape.size() - 2]);
   const int64_t cols = static_cast<int64_t>(spec.shape.back());
+  if (auto fast = fast_matrix(binding, rows, cols, files, expert, options, selected_isa())) {
+    return make_kernel_linear(std::move(fast));
+  }
   if (expert < 0) return make_f32_linear(materialize(binding, spec, files), rows, cols);
   // One expert of a bank: keep that expert's source of every per-expert part, so only its bytes
   // are dequantised.

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "model/parameters.h"
 #include "quant/plan/load_plan.h"
@@ -31,6 +32,10 @@ class CpuLinear {
   // y[m][n] = Σ_k x[m][k] · W[n][k]; x is [M, K], y is [M, N], both float row-major. Multi-threaded
   // inside (OpenMP); reads each weight byte once per call.
   virtual void forward(const float* x, int64_t m, float* y) const = 0;
+  // forward() without the per-tensor factor α = output_scale() (NVFP4 weight_scale_2 [× input_scale
+  // under W4A4]; 1 elsewhere): the MoE applies GEMM1's α itself, before its activation.
+  virtual void forward_accumulators(const float* x, int64_t m, float* y) const = 0;
+  virtual float output_scale() const = 0;
   // Bytes of weight read by one forward() (for bandwidth rooflines).
   virtual uint64_t weight_bytes() const = 0;
   virtual std::string kernel_name() const = 0;
@@ -48,5 +53,13 @@ std::unique_ptr<CpuLinear> make_cpu_linear(const Binding& binding, const ParamSp
 
 // A float32 weight already in memory (tests, dequantised fallbacks).
 std::unique_ptr<CpuLinear> make_f32_linear(std::vector<float> weight, int64_t rows, int64_t cols);
+
+// The driver around any WeightMatrix (backend/cpu/kernels/weight_matrix.h): prepares the
+// activations once, then splits rows over OpenMP threads; up to kFusedMaxTokens tokens run the
+// fused dot_rows kernels (each weight byte read once for all of them), more tokens decode tiles of
+// rows to float32 once and multiply them with every token.
+class WeightMatrix;
+inline constexpr int64_t kFusedMaxTokens = 4;
+std::unique_ptr<CpuLinear> make_kernel_linear(std::unique_ptr<WeightMatrix> matrix);
 
 }  // namespace k3::cpu

@@ -25,6 +25,19 @@ std::unique_ptr<WeightMatrix> make_half_matrix(std::span<const uint8_t> w, bool 
 std::unique_ptr<WeightMatrix> make_fp8_matrix(std::span<const uint8_t> codes, std::vector<float> scale, int64_t block_n,
                                               int64_t block_k, int64_t rows, int64_t cols, KeepAlive keep_alive,
                                               CpuIsa isa);
+// E2M1 codes two per byte along K (element 2i in the low nibble) [rows, cols/2] with one scale
+// byte per `block` columns [rows, cols/block]: NVFP4 (E4M3 per 16, global weight_scale_2 as
+// output_scale) or MXFP4 (E8M0 per 32, output_scale 1). Repacked at load into fp4_dot.h's layout.
+// Activations: bf16 (weight-only, default) or, with w4a4, the checkpoint's NVFP4 activation
+// contract: x quantised per 16 with the static input_scale as global factor (spec §2.3), the
+// input_scale then joining output_scale.
+struct Fp4Options {
+  bool w4a4 = false;
+  float input_scale = 1.0f;
+};
+std::unique_ptr<WeightMatrix> make_fp4_matrix(std::span<const uint8_t> packed, std::span<const uint8_t> scales,
+                                              bool nvfp4, float output_scale, int64_t rows, int64_t cols, CpuIsa isa,
+                                              const Fp4Options& options = {});
 // GGML blocks of `type`, rows of the native layout read in place (GGUF / ExpertPack experts are
 // never copied); activations quantised as ggml's vec_dot_type of that type.
 std::unique_ptr<WeightMatrix> make_ggml_matrix(GgmlType type, std::span<const uint8_t> blocks, int64_t rows,

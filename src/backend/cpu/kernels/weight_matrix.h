@@ -52,10 +52,16 @@ class WeightMatrix {
   int64_t cols() const { return cols_; }
 
   virtual void prepare(const float* x, int64_t m, PreparedActivations& a) const = 0;
-  // y[t * ldy + r] = Σ_k W[r][k] · a(t)[k] for t < a.m, r0 ≤ r < r1, scales applied.
+  // y[t * ldy + r] = Σ_k W[r][k] · a(t)[k] for t < a.m, r0 ≤ r < r1: every scale applied except
+  // output_scale().
   virtual void dot_rows(const PreparedActivations& a, int64_t r0, int64_t r1, float* y, int64_t ldy) const = 0;
-  // out[(r - r0) * K + k] = W[r][k] exactly (float32).
+  // out[(r - r0) * K + k] = W[r][k] / output_scale(), exactly the scheme's reference up to that
+  // last multiplication (float32).
   virtual void decode_rows(int64_t r0, int64_t r1, float* out) const = 0;
+  // The per-tensor factor α applied to the accumulators after the dot (NVFP4 weight_scale_2, times
+  // input_scale under the W4A4 contract; 1 for other schemes). Kept separate so the MoE can apply
+  // GEMM1's α before its activation exactly once (quant-formats §3.4).
+  virtual float output_scale() const { return 1.0f; }
   // Bytes of weight (and scales) one pass over the matrix reads.
   virtual uint64_t weight_bytes() const = 0;
   virtual std::string kernel_name() const = 0;

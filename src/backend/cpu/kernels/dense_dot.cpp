@@ -1,0 +1,49 @@
+// Portable tier of dense_dot.h and the tier dispatch.
+#include "backend/cpu/kernels/dense_dot.h"
+
+#include "core/numeric.h"
+
+namespace k3::cpu {
+
+const DenseDots& dense_dots_avx2();
+const DenseDots& dense_dots_avx512();
+
+namespace {
+
+float dot_f32(const float* w, const float* x, int64_t k) {
+  float acc = 0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = 0; i < k; ++i) acc += w[i] * x[i];
+  return acc;
+}
+float dot_bf16(const uint16_t* w, const float* x, int64_t k) {
+  float acc = 0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = 0; i < k; ++i) acc += decode_bf16(w[i]) * x[i];
+  return acc;
+}
+float dot_f16(const uint16_t* w, const float* x, int64_t k) {
+  float acc = 0;
+  for (int64_t i = 0; i < k; ++i) acc += decode_f16(w[i]) * x[i];
+  return acc;
+}
+float dot_e4m3_div256(const uint8_t* w, const float* x, int64_t k) {
+  float acc = 0;
+  for (int64_t i = 0; i < k; ++i) acc += decode_f16(e4m3_to_f16_div256(w[i])) * x[i];
+  return acc;
+}
+
+constexpr DenseDots kScalar{dot_f32, dot_bf16, dot_f16, dot_e4m3_div256};
+
+}  // namespace
+
+const DenseDots& dense_dots(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::Avx512: return dense_dots_avx512();
+    case CpuIsa::Avx2: return dense_dots_avx2();
+    case CpuIsa::Scalar: break;
+  }
+  return kScalar;
+}
+
+}  // namespace k3::cpu

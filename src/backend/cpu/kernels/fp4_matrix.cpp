@@ -1,0 +1,104 @@
+// NVFP4 / MXFP4 weights repacked into the 16-row interleaved layout of fp4_dot.h.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/kernels/formats.h"
+#include "backend/cpu/kernels/fp4_dot.h"
+#include "core/error.h"
+#include "core/numeric.h"
+
+namespace k3::cpu {
+namespace {
+
+// The checkpoint's NVFP4 activation quantisation (quant-formats §2.3) of one token, returned as
+// code · block_scale — exact in bf16 (E2M1 × E4M3 has at most 5 significant bits); the static
+// input_scale is left out here and applied with the output scale.
+void nvfp4_activation_codes(const float* x, int64_t k, float input_scale, uint16_t* out) {
+  const float gs = 1.0f / input_scale;
+  for (int64_t b = 0; b < k; b += 16) {
+    float amax = 0.0f;
+    for (int64_t i = b; i < b + 16; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float sf = decode_e4m3fn(encode_e4m3fn_sat(amax / 6.0f * gs));
+    for (int64_t i = b; i < b + 16; ++i) {
+      const float v = sf > 0.0f ? decode_e2m1(encode_e2m1(x[i] * gs / sf)) * sf : 0.0f;
+      out[i] = encode_bf16(v);
+    }
+  }
+}
+
+class Fp4Matrix final : public WeightMatrix {
+ public:
+  Fp4Matrix(std::span<const uint8_t> packed, std::span<const uint8_t> scales, bool nvfp4, float output_scale,
+            int64_t rows, int64_t cols, CpuIsa isa, const Fp4Options& options)
+      : WeightMatrix(rows, cols, isa), options_(options), dot_(fp4_dot_rows(isa)) {
+    const char* what = nvfp4 ? "nvfp4 weight" : "mxfp4 weight";
+    layout_.block = nvfp4 ? 16 : 32;
+    layout_.scale_code = nvfp4 ? Fp4ScaleCode::E4m3 : Fp4ScaleCode::E8m0;
+    layout_.k = cols;
+    if (cols % layout_.block != 0) throw Error(Where{"", what, "shape"}, "columns must be a multiple of the block");
+    if (packed.size() != static_cast<size_t>(rows * cols / 2)) throw Error(Where{"", what, "weight"}, "packed size is not rows·cols/2");
+    const int64_t blocks = cols / layout_.block;
+    if (scales.size() != static_cast<size_t>(rows * blocks)) throw Error(Where{"", what, "weight_scale"}, "scale size is not rows·cols/block");
+    if (options.w4a4 && !nvfp4) throw Error(Where{"", what, "activation"}, "the W4A4 activation contract is NVFP4's");
+    output_scale_ = output_scale * (options.w4a4 ? options.input_scale : 1.0f);
+    const int64_t groups = (rows + kFp4GroupRows - 1) / kFp4GroupRows, lines = cols / kFp4LineK;
+    codes_.assign(static_cast<size_t>(groups * lines * kFp4LineBytes), 0);
+    scales_.assign(static_cast<size_t>(groups * blocks * kFp4GroupRows), 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t g = r / kFp4GroupRows, i = r % kFp4GroupRows;
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint8_t code = (packed[r * cols / 2 + c / 2] >> (4 * (c % 2))) & 0xF;
+        const int64_t o = c / kFp4LineK, j = (c % kFp4LineK) / 2, p = c % 2;
+        codes_[(g * lines + o) * kFp4LineBytes + 2 * (2 * i + p) + j / 2] |= static_cast<uint8_t>(code << (4 * (j % 2)));
+      }
+      for (int64_t b = 0; b < blocks; ++b) scales_[(g * blocks + b) * kFp4GroupRows + i] = scales[r * blocks + b];
+    }
+    layout_.codes = codes_.data();
+    layout_.scales = scales_.data();
+  }
+
+  void prepare(const float* x, int64_t m, PreparedActivations& a) const override {
+    if (!options_.w4a4) return prepare_bf16(x, m, cols(), a);
+    prepare_bf16(x, 0, cols(), a);
+    a.m = m;
+    a.bf16.resize(static_cast<size_t>(m * cols()));
+    for (int64_t t = 0; t < m; ++t) nvfp4_activation_codes(x + t * cols(), cols(), options_.input_scale, a.bf16.data() + t * cols());
+  }
+  void dot_rows(const PreparedActivations& a, int64_t r0, int64_t r1, float* y, int64_t ldy) const override {
+    dot_(layout_, a.bf16.data(), a.m, r0, r1, y, ldy);
+  }
+  void decode_rows(int64_t r0, int64_t r1, float* out) const override {
+    const int64_t k = cols(), lines = k / kFp4LineK, blocks = k / layout_.block;
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t g = r / kFp4GroupRows, i = r % kFp4GroupRows;
+      for (int64_t c = 0; c < k; ++c) {
+        const int64_t o = c / kFp4LineK, j = (c % kFp4LineK) / 2, p = c % 2;
+        const uint8_t code = (codes_[(g * lines + o) * kFp4LineBytes + 2 * (2 * i + p) + j / 2] >> (4 * (j % 2))) & 0xF;
+        const uint8_t scale = scales_[(g * blocks + c / layout_.block) * kFp4GroupRows + i];
+        out[(r - r0) * k + c] = decode_e2m1(code) * fp4_scale_value(layout_.scale_code, scale);
+      }
+    }
+  }
+  float output_scale() const override { return output_scale_; }
+  uint64_t weight_bytes() const override { return codes_.size() + scales_.size(); }
+  std::string kernel_name() const override {
+    return std::string(layout_.block == 16 ? "nvfp4" : "mxfp4") + (options_.w4a4 ? "-w4a4/" : "-w4a16/") + isa_name(isa());
+  }
+
+ private:
+  Fp4Options options_;
+  Fp4DotRows dot_;
+  Fp4Layout layout_;
+  float output_scale_ = 1.0f;
+  std::vector<uint8_t> codes_, scales_;
+};
+
+}  // namespace
+
+std::unique_ptr<WeightMatrix> make_fp4_matrix(std::span<const uint8_t> packed, std::span<const uint8_t> scales,
+                                              bool nvfp4, float output_scale, int64_t rows, int64_t cols, CpuIsa isa,
+                                              const Fp4Options& options) {
+  return std::make_unique<Fp4Matrix>(packed, scales, nvfp4, output_scale, rows, cols, isa, options);
+}
+
+}  // namespace k3::cpu

@@ -1,0 +1,321 @@
+// CUDA backend benchmark: one binary, one table (DESIGN.md). Not Google Benchmark: GPU work is
+// timed with CUDA events around each call, warm-up first, the median of --reps timed calls.
+//
+// GEMMs on the Kimi-K3 shapes (N×K: q/k/v/g 12288×7168, o 7168×12288, q_b 18432×1536) at
+// M = 1 … 8192, y = x·Wᵀ with bf16 output:
+//   bf16      cuBLASLt bf16 GEMM (bf16 x and W)
+//   fp8 raw   cuBLASLt block-scaled FP8 GEMM alone (x already quantised)
+//   pb_wo     the FP8_PB_WO path: our 1×128 activation quantisation + the same GEMM
+// Weights rotate over enough copies to exceed the 60 MB L2 (each call reads a cold copy), so the
+// weight-streaming rate at small M is a DRAM figure. Memory-bound kernels at 8192 tokens report
+// GB/s of the bytes they must move (each input read once, each output written once).
+//
+// Run: k3_bench_cuda [--reps N] [--arena 40G] [--quick]
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/arena.h"
+#include "backend/cuda/check.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/ops.h"
+#include "backend/cuda/stream.h"
+#include "backend/cuda/upload.h"
+#include "core/numeric.h"
+
+namespace k3::cuda {
+namespace {
+
+constexpr double kReadCeilingTBs = 3.83;   // H200, read-only, measured (issue 5)
+constexpr double kBf16CeilingTF = 797.0;   // H200, cuBLASLt bf16 8192³, measured (issue 5)
+constexpr double kFp8CeilingTF = 1332.0;   // H200, cuBLASLt block-scaled FP8 8192³, measured (issue 5)
+constexpr size_t kRotateBytes = size_t{256} << 20;  // > 4× the L2
+
+int g_reps = 30;
+
+// Median milliseconds of `reps` timed calls of fn(i) after 3 warm-up calls.
+double time_ms(cudaStream_t stream, const std::function<void(int)>& fn) {
+  for (int i = 0; i < 3; ++i) fn(i);
+  std::vector<Event> ev(static_cast<size_t>(2 * g_reps));
+  for (int r = 0; r < g_reps; ++r) {
+    ev[2 * r].record(stream);
+    fn(r + 3);
+    ev[2 * r + 1].record(stream);
+  }
+  ev.back().sync();
+  std::vector<double> ms;
+  for (int r = 0; r < g_reps; ++r) ms.push_back(ev[2 * r + 1].elapsed_ms_since(ev[2 * r]));
+  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+  return ms[ms.size() / 2];
+}
+
+// A device pool of random data (e4m3 codes of N(0,1) values, or bf16 of N(0,1)), copied into
+// buffers at varying offsets: realistic bit patterns (never zeros) without host generation per
+// buffer.
+class RandomPool {
+ public:
+  RandomPool(Arena& arena, DType t, size_t bytes) : bytes_(bytes) {
+    std::mt19937_64 gen(12345 + static_cast<int>(t));
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<uint8_t> host(bytes);
+    if (t == DType::kE4M3) {
+      for (auto& b : host) b = encode_e4m3fn_sat(nd(gen));
+    } else {
+      for (size_t i = 0; i + 1 < bytes; i += 2) {
+        const uint16_t v = encode_bf16(nd(gen));
+        std::memcpy(&host[i], &v, 2);
+      }
+    }
+    data_ = static_cast<char*>(arena.alloc(bytes, "random pool"));
+    copy_bytes_to_device(data_, host.data(), bytes);
+  }
+  void fill(void* dst, size_t bytes, size_t salt) const {
+    size_t off = 0;
+    size_t src = (salt * 4099 * 16) % (bytes_ / 2);
+    while (off < bytes) {
+      const size_t n = std::min(bytes - off, bytes_ - src);
+      K3_CUDA_CHECK(cudaMemcpy(static_cast<char*>(dst) + off, data_ + src, n, cudaMemcpyDeviceToDevice));
+      off += n;
+      src = 0;
+    }
+  }
+
+ private:
+  size_t bytes_;
+  char* data_ = nullptr;
+};
+
+struct Shape {
+  const char* name;
+  int64_t n, k;
+};
+
+struct GemmRow {
+  std::string shape;
+  int64_t m = 0;
+  double bf16_ms = 0, raw_ms = 0, pbwo_ms = 0, quant_ms = 0;
+};
+
+void print_gemm_header() {
+  std::printf("%-14s %5s | %9s %8s | %9s %8s | %9s %8s %6s | %8s | %8s %6s\n", "shape NxK", "M", "bf16 us", "TF/s",
+              "fp8raw us", "TF/s", "pb_wo us", "TF/s", "/raw", "quant us", "W GB/s", "%3.83");
+}
+
+void print_gemm_row(const GemmRow& r, int64_t n, int64_t k) {
+  const double flop = 2.0 * static_cast<double>(r.m) * n * k;
+  const double tf = 1e-9;  // flop / ms -> TFLOP/s: flop / (ms·1e-3) / 1e12
+  const double wbytes = static_cast<double>(n) * k;  // fp8 weight bytes
+  const double wgbs = wbytes / (r.pbwo_ms * 1e-3) / 1e9;
+  std::printf("%-14s %5lld | %9.1f %8.1f | %9.1f %8.1f | %9.1f %8.1f %5.0f%% | %8.1f | %8.0f %5.0f%%\n",
+              r.shape.c_str(), static_cast<long long>(r.m), r.bf16_ms * 1e3, flop * tf / r.bf16_ms, r.raw_ms * 1e3,
+              flop * tf / r.raw_ms, r.pbwo_ms * 1e3, flop * tf / r.pbwo_ms, 100.0 * r.raw_ms / r.pbwo_ms,
+              r.quant_ms * 1e3, wgbs, 100.0 * wgbs / (kReadCeilingTBs * 1e3));
+}
+
+void bench_gemms(Arena& arena, Blas& blas, Stream& stream, const RandomPool& fp8_pool, const RandomPool& bf16_pool,
+                 const std::vector<Shape>& shapes, const std::vector<int64_t>& ms) {
+  std::printf("\n== GEMM y[M,N] = x[M,K]·W[N,K]^T, bf16 out; median of %d; weights rotate over >= 256 MiB ==\n", g_reps);
+  print_gemm_header();
+  const int64_t m_max = *std::max_element(ms.begin(), ms.end());
+  for (const Shape& s : shapes) {
+    const size_t mark = arena.mark();
+    const int64_t N = s.n, K = s.k;
+    const int copies8 = static_cast<int>(std::max<size_t>(2, (kRotateBytes + N * K - 1) / (N * K)));
+    const int copies16 = static_cast<int>(std::max<size_t>(2, (kRotateBytes + 2 * N * K - 1) / (2 * N * K)));
+    std::vector<Fp8BlockWeight> w8(static_cast<size_t>(copies8));
+    std::vector<float> scales(static_cast<size_t>((N + 127) / 128 * ((K + 127) / 128)));
+    std::mt19937 gen(7);
+    for (float& v : scales) v = std::uniform_real_distribution<float>(0.5f, 2.0f)(gen) * 1e-2f;
+    for (int c = 0; c < copies8; ++c) {
+      w8[c].codes = arena.alloc_tensor(DType::kE4M3, N, K, "w fp8");
+      fp8_pool.fill(w8[c].codes.data, w8[c].codes.bytes(), c);
+      // Scales in cuBLASLt's padded BLK128x128 layout (as upload_fp8_block_weight repacks them).
+      w8[c].scale_ld = fp8_block_scale_ld(K);
+      std::vector<float> packed(static_cast<size_t>((N + 127) / 128 * w8[c].scale_ld), 0.0f);
+      for (int64_t i = 0; i < (N + 127) / 128; ++i) {
+        for (int64_t j = 0; j < (K + 127) / 128; ++j) packed[i * w8[c].scale_ld + j] = scales[i * ((K + 127) / 128) + j];
+      }
+      w8[c].scales = arena.alloc_n<float>(packed.size(), "w scales");
+      copy_bytes_to_device(w8[c].scales, packed.data(), packed.size() * sizeof(float));
+    }
+    std::vector<DeviceTensor> w16(static_cast<size_t>(copies16));
+    for (int c = 0; c < copies16; ++c) {
+      w16[c] = arena.alloc_tensor(DType::kBF16, N, K, "w bf16");
+      bf16_pool.fill(w16[c].data, w16[c].bytes(), c);
+    }
+    const DeviceTensor x_all = arena.alloc_tensor(DType::kBF16, m_max, K, "x");
+    bf16_pool.fill(x_all.data, x_all.bytes(), 99);
+    const DeviceTensor xq_all = arena.alloc_tensor(DType::kE4M3, m_max, K, "xq");
+    float* xs_all = arena.alloc_n<float>(static_cast<size_t>(fp8_1x128_scale_count(m_max, K)), "xs");
+    const DeviceTensor y_all = arena.alloc_tensor(DType::kBF16, m_max, N, "y");
+
+    for (int64_t M : ms) {
+      const DeviceTensor x = x_all.row_slice(0, M), xq = xq_all.row_slice(0, M), y = y_all.row_slice(0, M);
+      GemmRow row;
+      row.shape = std::to_string(N) + "x" + std::to_string(K);
+      row.m = M;
+      quantize_fp8_1x128(x, xq, xs_all, stream);
+      row.bf16_ms = time_ms(stream, [&](int i) { blas.bf16(x, w16[i % copies16], y, stream); });
+      row.raw_ms = time_ms(stream, [&](int i) { blas.fp8_block(xq, xs_all, w8[i % copies8], y, stream); });
+      row.pbwo_ms = time_ms(stream, [&](int i) { linear_fp8_pb_wo(blas, arena, x, w8[i % copies8], y, stream); });
+      row.quant_ms = time_ms(stream, [&](int) { quantize_fp8_1x128(x, xq, xs_all, stream); });
+      print_gemm_row(row, N, K);
+      std::fflush(stdout);
+    }
+    K3_CUDA_CHECK(cudaDeviceSynchronize());
+    arena.reset(mark);
+  }
+}
+
+void bench_ceilings(Arena& arena, Blas& blas, Stream& stream, const RandomPool& fp8_pool, const RandomPool& bf16_pool) {
+  std::printf("\n== ceilings on this device (same binary) ==\n");
+  const size_t mark = arena.mark();
+  {
+    const size_t bytes = size_t{2} << 30;
+    void* a = arena.alloc(bytes, "copy src");
+    void* b = arena.alloc(bytes, "copy dst");
+    fp8_pool.fill(a, bytes, 1);
+    const double ms = time_ms(stream, [&](int) {
+      K3_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream));
+    });
+    std::printf("device-to-device copy 2 GiB: %.2f TB/s (read + write)\n", 2.0 * bytes / (ms * 1e-3) / 1e12);
+  }
+  arena.reset(mark);
+  const int64_t S = 8192;
+  const DeviceTensor x = arena.alloc_tensor(DType::kBF16, S, S, "x");
+  const DeviceTensor w = arena.alloc_tensor(DType::kBF16, S, S, "w");
+  const DeviceTensor y = arena.alloc_tensor(DType::kBF16, S, S, "y");
+  bf16_pool.fill(x.data, x.bytes(), 3);
+  bf16_pool.fill(w.data, w.bytes(), 4);
+  const double flop = 2.0 * S * S * S;
+  double ms = time_ms(stream, [&](int) { blas.bf16(x, w, y, stream); });
+  std::printf("bf16 GEMM 8192^3: %.0f TFLOP/s (issue figure %.0f)\n", flop / (ms * 1e-3) / 1e12, kBf16CeilingTF);
+  Fp8BlockWeight w8;
+  w8.codes = arena.alloc_tensor(DType::kE4M3, S, S, "w8");
+  fp8_pool.fill(w8.codes.data, w8.codes.bytes(), 5);
+  w8.scale_ld = fp8_block_scale_ld(S);
+  std::vector<float> ones(static_cast<size_t>(S / 128 * w8.scale_ld), 0.01f);
+  w8.scales = arena.alloc_n<float>(ones.size(), "w8 scales");
+  copy_bytes_to_device(w8.scales, ones.data(), ones.size() * sizeof(float));
+  const DeviceTensor xq = arena.alloc_tensor(DType::kE4M3, S, S, "xq");
+  float* xs = arena.alloc_n<float>(static_cast<size_t>(fp8_1x128_scale_count(S, S)), "xs");
+  quantize_fp8_1x128(x, xq, xs, stream);
+  ms = time_ms(stream, [&](int) { blas.fp8_block(xq, xs, w8, y, stream); });
+  std::printf("block-scaled FP8 GEMM 8192^3: %.0f TFLOP/s (issue figure %.0f)\n", flop / (ms * 1e-3) / 1e12,
+              kFp8CeilingTF);
+  K3_CUDA_CHECK(cudaDeviceSynchronize());
+  arena.reset(mark);
+}
+
+void print_bw(const char* name, const std::string& shape, double bytes, double ms) {
+  const double gbs = bytes / (ms * 1e-3) / 1e9;
+  std::printf("%-26s %-22s %9.1f %9.1f %8.0f %5.0f%%\n", name, shape.c_str(), bytes / 1e6, ms * 1e3, gbs,
+              100.0 * gbs / (kReadCeilingTBs * 1e3));
+}
+
+void bench_memory_bound(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
+  std::printf("\n== memory-bound kernels (bytes = each input read once + each output written once) ==\n");
+  std::printf("%-26s %-22s %9s %9s %8s %6s\n", "kernel", "shape", "MB", "us", "GB/s", "%3.83");
+  const size_t mark = arena.mark();
+  const int64_t T = 8192, H = 7168, I = 3072, E = 896;
+  std::vector<float> w(static_cast<size_t>(H), 1.0f);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.5f + 0.001f * static_cast<float>(i % 1000);
+  const DeviceTensor dw = upload_f32(arena, w.data(), 1, H, DType::kF32, "norm w");
+  std::vector<DeviceTensor> cand;
+  for (int j = 0; j < 9; ++j) {
+    cand.push_back(arena.alloc_tensor(DType::kBF16, T, H, "candidate"));
+    bf16_pool.fill(cand.back().data, cand.back().bytes(), 10 + j);
+  }
+  const DeviceTensor y = arena.alloc_tensor(DType::kBF16, T, H, "y");
+  const std::string th = std::to_string(T) + "x" + std::to_string(H);
+  double ms = time_ms(stream, [&](int) { rms_norm(cand[0], dw.as<float>(), 1e-5f, y, stream); });
+  print_bw("rms_norm bf16->bf16", th, 2.0 * T * H * 2, ms);
+  ms = time_ms(stream, [&](int) { attn_res_mix_norm(cand, dw.as<float>(), dw.as<float>(), 1e-5f, y, stream); });
+  print_bw("attn_res_mix_norm 9 cand", th, 10.0 * T * H * 2, ms);
+  const DeviceTensor q = arena.alloc_tensor(DType::kE4M3, T, H, "q");
+  float* qs = arena.alloc_n<float>(static_cast<size_t>(fp8_1x128_scale_count(T, H)), "qs");
+  ms = time_ms(stream, [&](int) { quantize_fp8_1x128(cand[1], q, qs, stream); });
+  print_bw("quantize_fp8_1x128 bf16", th, T * H * 3.0 + T * H / 128.0 * 4, ms);
+  const DeviceTensor gu = arena.alloc_tensor(DType::kBF16, T, 2 * I, "gate|up");
+  bf16_pool.fill(gu.data, gu.bytes(), 30);
+  const DeviceTensor act = arena.alloc_tensor(DType::kBF16, T, I, "act");
+  GatedActivation situ{true, 2.5f, 6.0f};
+  ms = time_ms(stream, [&](int) { gated_activation(situ, gu.col_slice(0, I), gu.col_slice(I, I), act, stream); });
+  print_bw("gated_activation situ", std::to_string(T) + "x" + std::to_string(I), 3.0 * T * I * 2, ms);
+  std::vector<float> logits(static_cast<size_t>(T * E));
+  std::mt19937 gen(3);
+  for (float& v : logits) v = std::normal_distribution<float>(0.0f, 2.0f)(gen);
+  const DeviceTensor dl = upload_f32(arena, logits.data(), T, E, DType::kF32, "logits");
+  const DeviceTensor bias = upload_f32(arena, logits.data(), 1, E, DType::kF32, "bias");
+  const DeviceTensor ids = arena.alloc_tensor(DType::kI32, T, 16, "ids");
+  const DeviceTensor rw = arena.alloc_tensor(DType::kF32, T, 16, "route weights");
+  RouterParams rp;
+  rp.experts = E;
+  rp.top_k = 16;
+  ms = time_ms(stream, [&](int) { moe_route(rp, dl, bias.as<float>(), ids, rw, stream); });
+  print_bw("moe_route 896/16", std::to_string(T) + " tokens", T * E * 4.0 + T * 16 * 8.0, ms);
+  ms = time_ms(stream, [&](int) { moe_route(rp, dl.row_slice(0, 1), bias.as<float>(), ids.row_slice(0, 1), rw.row_slice(0, 1), stream); });
+  std::printf("%-26s %-22s %9s %9.1f   (latency)\n", "moe_route 896/16", "1 token", "", ms * 1e3);
+  ms = time_ms(stream, [&](int) { rms_norm(cand[0].row_slice(0, 1), dw.as<float>(), 1e-5f, y.row_slice(0, 1), stream); });
+  std::printf("%-26s %-22s %9s %9.1f   (latency)\n", "rms_norm", "1x7168", "", ms * 1e3);
+  K3_CUDA_CHECK(cudaDeviceSynchronize());
+  arena.reset(mark);
+}
+
+int run(int argc, char** argv) {
+  std::string arena_size = "40G";
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--reps" && i + 1 < argc) {
+      g_reps = std::max(3, std::atoi(argv[++i]));
+    } else if (a == "--arena" && i + 1 < argc) {
+      arena_size = argv[++i];
+    } else if (a == "--quick") {
+      quick = true;
+    } else {
+      std::fprintf(stderr, "usage: k3_bench_cuda [--reps N] [--arena SIZE] [--quick]\n");
+      return 2;
+    }
+  }
+  const auto devices = list_devices();
+  if (devices.empty()) {
+    std::printf("k3_bench_cuda: no CUDA device, nothing to measure\n");
+    return 0;
+  }
+  K3_CUDA_CHECK(cudaSetDevice(0));
+  size_t free_b = 0, total_b = 0;
+  K3_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  std::printf("device: %s, sm_%d%d, %d SMs, %.1f GiB; reps %d\n", devices[0].name.c_str(), devices[0].major,
+              devices[0].minor, devices[0].multiprocessors, static_cast<double>(total_b) / (1 << 30), g_reps);
+  Arena arena(0, parse_arena_size(arena_size, free_b, "--arena"));
+  Stream stream;
+  Blas blas(arena);
+  const RandomPool fp8_pool(arena, DType::kE4M3, size_t{64} << 20);
+  const RandomPool bf16_pool(arena, DType::kBF16, size_t{64} << 20);
+  bench_ceilings(arena, blas, stream, fp8_pool, bf16_pool);
+  const std::vector<Shape> shapes = {{"q/k/v/g", 12288, 7168}, {"o", 7168, 12288}, {"q_b", 18432, 1536}};
+  const std::vector<int64_t> ms = quick ? std::vector<int64_t>{1, 1024} : std::vector<int64_t>{1, 8, 64, 256, 1024, 4096, 8192};
+  bench_gemms(arena, blas, stream, fp8_pool, bf16_pool, shapes, ms);
+  bench_memory_bound(arena, stream, bf16_pool);
+  std::printf("\narena peak %.2f GiB; GEMM plans cached: %zu\n", static_cast<double>(arena.peak()) / (1 << 30),
+              blas.plan_count());
+  return 0;
+}
+
+}  // namespace
+}  // namespace k3::cuda
+
+int main(int argc, char** argv) {
+  try {
+    return k3::cuda::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "k3_bench_cuda: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The CUDA backend on a GPU machine in one go: build (cmake + ninja, K3_CUDA=ON, only the CUDA test
+# and bench targets), run the GPU tests (k3_test_cuda), run the GPU benchmark (k3_bench_cuda),
+# write the full logs to $OUT (when set) or build/gpu-logs, and print a short summary at the end.
+#
+#   scripts/gpu.sh                     build in build/gpu, test, bench
+#   scripts/gpu.sh --prebuilt DIR      skip the build: DIR holds k3_test_cuda and k3_bench_cuda
+#   scripts/gpu.sh --fallback DIR      build; if the build fails, use the binaries in DIR
+#   scripts/gpu.sh --build-only | --quick (bench: M = 1 and 1024 only) | --no-bench
+#
+# A machine without PCRE2's development files (the lent H200 image) builds with a static PCRE2
+# carried in .deps/pcre2 (scripts/gpu_deps.sh makes it; docs/gpu.md): it is put on
+# PKG_CONFIG_PATH when present. Exit status: 0 when the build (if any) and every test passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+prebuilt="" fallback="" build_only=0 bench_args=() run_bench=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prebuilt) prebuilt="$2"; shift 2 ;;
+    --fallback) fallback="$2"; shift 2 ;;
+    --build-only) build_only=1; shift ;;
+    --quick) bench_args+=(--quick); shift ;;
+    --no-bench) run_bench=0; shift ;;
+    *) echo "gpu.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+
+logs="${OUT:-build/gpu-logs}"
+mkdir -p "$logs"
+build="${K3_GPU_BUILD_DIR:-build/gpu}"
+summary="$logs/summary.txt"
+: >"$summary"
+say() { echo "$*" | tee -a "$summary"; }
+
+if [ -d .deps/pcre2/lib/pkgconfig ]; then
+  export PKG_CONFIG_PATH="$PWD/.deps/pcre2/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+fi
+
+bin_test="" bin_bench=""
+if [ -n "$prebuilt" ]; then
+  bin_test="$prebuilt/k3_test_cuda" bin_bench="$prebuilt/k3_bench_cuda"
+  say "binaries: prebuilt in $prebuilt"
+else
+  t0=$(date +%s)
+  if cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DK3_CUDA=ON >"$logs/configure.log" 2>&1 &&
+     cmake --build "$build" -j "$(nproc)" --target k3_test_cuda k3_bench_cuda >"$logs/build.log" 2>&1; then
+    bin_test="$build/tests/k3_test_cuda" bin_bench="$build/bench/k3_bench_cuda"
+    say "build: ok in $(( $(date +%s) - t0 )) s ($build)"
+  else
+    say "build: FAILED after $(( $(date +%s) - t0 )) s; last lines of configure.log / build.log:"
+    tail -n 15 "$logs/configure.log" "$logs/build.log" 2>/dev/null | tee -a "$summary"
+    if [ -z "$fallback" ]; then exit 1; fi
+    bin_test="$fallback/k3_test_cuda" bin_bench="$fallback/k3_bench_cuda"
+    say "binaries: falling back to $fallback"
+  fi
+fi
+[ "$build_only" = 1 ] && exit 0
+
+nvidia-smi >"$logs/nvidia-smi.txt" 2>&1 || true
+say "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)"
+
+t0=$(date +%s)
+"$bin_test" --gtest_color=no >"$logs/test.log" 2>&1
+test_rc=$?
+say "tests: exit $test_rc in $(( $(date +%s) - t0 )) s: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]+ test' "$logs/test.log" | tr '\n' ' ')"
+grep -E '^\[  FAILED  \] [^0-9]' "$logs/test.log" | sort -u | tee -a "$summary"
+
+bench_rc=0
+if [ "$run_bench" = 1 ]; then
+  t0=$(date +%s)
+  "$bin_bench" "${bench_args[@]}" >"$logs/bench.log" 2>&1
+  bench_rc=$?
+  say "bench: exit $bench_rc in $(( $(date +%s) - t0 )) s"
+  cat "$logs/bench.log" | tee -a "$summary" >/dev/null
+  echo; cat "$logs/bench.log"
+fi
+echo
+echo "logs: $logs (summary.txt, test.log, bench.log, configure.log, build.log, nvidia-smi.txt)"
+[ "$test_rc" = 0 ] && [ "$bench_rc" = 0 ]

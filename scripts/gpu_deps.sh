@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Stages what a GPU machine without PCRE2's development files needs to build k3 (the lent H200
+# image has the PCRE2 runtime but not its header, static library or pkg-config file): copies them
+# from this machine's libpcre2-dev into .deps/pcre2 with a relocatable .pc (prefix from the .pc's
+# own location), ignores .deps/ locally (.git/info/exclude) and prints its size. A device call then
+# carries .deps and runs scripts/gpu.sh, which puts .deps/pcre2 on PKG_CONFIG_PATH.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+lib=$(dpkg -L libpcre2-dev | grep -E '/libpcre2-8\.a$' | head -n 1)
+hdr=$(dpkg -L libpcre2-dev | grep -E '/pcre2\.h$' | head -n 1)
+ver=$(dpkg-query -W -f='${Version}' libpcre2-dev | sed 's/-.*//')
+rm -rf .deps/pcre2
+mkdir -p .deps/pcre2/include .deps/pcre2/lib/pkgconfig
+cp "$hdr" .deps/pcre2/include/
+cp "$lib" .deps/pcre2/lib/
+cat >.deps/pcre2/lib/pkgconfig/libpcre2-8.pc <<PC
+prefix=\${pcfiledir}/../..
+libdir=\${prefix}/lib
+includedir=\${prefix}/include
+
+Name: libpcre2-8
+Description: PCRE2 8-bit (static, staged by scripts/gpu_deps.sh)
+Version: ${ver}
+Libs: -L\${libdir} -lpcre2-8
+Cflags: -I\${includedir} -DPCRE2_STATIC
+PC
+grep -qx '/.deps/' .git/info/exclude 2>/dev/null || echo '/.deps/' >>.git/info/exclude
+du -sh .deps

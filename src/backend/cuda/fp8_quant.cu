@@ -1,0 +1,124 @@
+// FP8 E4M3 activation quantisation in front of the FP8 GEMMs.
+// 1×128: a warp quantises one row's two 128-blocks (16 lanes × 8 values each: 16-byte loads, a
+// 4-step shuffle max per block); a CTA's 8 warps take 8 consecutive rows of the same K-blocks, so
+// the scales, stored token-contiguous for cuBLASLt (scales[b·M + m]), leave as 32-byte runs.
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/ops.h"
+
+namespace k3::cuda {
+namespace {
+
+using detail::bf16;
+using detail::kVec;
+constexpr int kRowsPerCta = 8;
+
+__device__ __forceinline__ uint2 encode8(const float (&v)[kVec], float scale) {
+  uint32_t w[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    uint32_t word = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k += 2) {
+      // x / scale with IEEE division (bit-exact with the CPU producer rule), then RNE, satfinite.
+      const float2 pair = make_float2(v[4 * h + k] / scale, v[4 * h + k + 1] / scale);
+      const __nv_fp8x2_storage_t two = __nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3);
+      word |= static_cast<uint32_t>(two) << (8 * k);
+    }
+    w[h] = word;
+  }
+  return make_uint2(w[0], w[1]);
+}
+
+template <typename Tin>
+__global__ void __launch_bounds__(32 * kRowsPerCta) quant_1x128_kernel(const Tin* __restrict__ x, int64_t ldx,
+                                                                       uint8_t* __restrict__ q, int64_t ldq,
+                                                                       float* __restrict__ scales, int M, int K) {
+  const int lane = threadIdx.x, half = lane >> 4;
+  const int m = blockIdx.y * kRowsPerCta + threadIdx.y;
+  const int b = blockIdx.x * 2 + half;  // this half-warp's K-block
+  const int col = b * 128 + (lane & 15) * kVec;
+  if (m >= M) return;  // whole warp leaves together
+  float v[kVec];
+  const bool active = col < K;
+  float amax = 0.0f;
+  if (active) {
+    detail::load8(x + static_cast<int64_t>(m) * ldx + col, v);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) amax = fmaxf(amax, fabsf(v[k]));
+  }
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+  const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+  if (active) {
+    *reinterpret_cast<uint2*>(q + static_cast<int64_t>(m) * ldq + col) = encode8(v, scale);
+    if ((lane & 15) == 0) scales[static_cast<int64_t>(b) * M + m] = scale;
+  }
+}
+
+template <typename Tin>
+__global__ void quant_tensor_kernel(const Tin* __restrict__ x, int64_t ldx, const float* __restrict__ scale,
+                                    uint8_t* __restrict__ q, int64_t ldq, int64_t rows, int64_t vec_per_row) {
+  const float s = *scale;
+  const int64_t total = rows * vec_per_row;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / vec_per_row, c = (idx - r * vec_per_row) * kVec;
+    float v[kVec];
+    detail::load8(x + r * ldx + c, v);
+    *reinterpret_cast<uint2*>(q + r * ldq + c) = encode8(v, s);
+  }
+}
+
+void check_io(const DeviceTensor& x, const DeviceTensor& q, const char* what) {
+  expect_dtype(q, DType::kE4M3, what);
+  expect_shape(q, x.rows, x.cols, what);
+  if (x.dtype != DType::kF32 && x.dtype != DType::kBF16) {
+    throw Error(std::string(what) + ": input must be f32 or bf16, got " + x.describe());
+  }
+  if (!vec8_ok(x) || q.cols % 8 != 0 || reinterpret_cast<uintptr_t>(q.data) % 8 != 0 || q.ld % 8 != 0) {
+    throw Error(std::string(what) + ": needs cols % 8 == 0 and aligned rows, got " + x.describe() + " -> " +
+                q.describe());
+  }
+}
+
+}  // namespace
+
+void quantize_fp8_1x128(const DeviceTensor& x, const DeviceTensor& q, float* scales, cudaStream_t stream) {
+  check_io(x, q, "quantize_fp8_1x128");
+  if (x.rows > INT32_MAX / 2 || x.cols > INT32_MAX / 2) throw Error("quantize_fp8_1x128: too large");
+  if (x.numel() == 0) return;
+  const int M = static_cast<int>(x.rows), K = static_cast<int>(x.cols);
+  const int kblocks = (K + 127) / 128;
+  const dim3 grid((kblocks + 1) / 2, (M + kRowsPerCta - 1) / kRowsPerCta);
+  const dim3 block(32, kRowsPerCta);
+  if (x.dtype == DType::kF32) {
+    quant_1x128_kernel<float><<<grid, block, 0, stream>>>(x.as<const float>(), x.ld, q.as<uint8_t>(), q.ld, scales, M, K);
+  } else {
+    quant_1x128_kernel<bf16><<<grid, block, 0, stream>>>(x.as<const bf16>(), x.ld, q.as<uint8_t>(), q.ld, scales, M, K);
+  }
+  K3_CUDA_CHECK_LAUNCH("quant_1x128_kernel");
+}
+
+void quantize_fp8_tensor(const DeviceTensor& x, const float* scale, const DeviceTensor& q, cudaStream_t stream) {
+  check_io(x, q, "quantize_fp8_tensor");
+  if (x.numel() == 0) return;
+  const int64_t vec_per_row = x.cols / kVec, total = x.rows * vec_per_row;
+  constexpr int threads = 256;
+  const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 132 * 16);
+  if (x.dtype == DType::kF32) {
+    quant_tensor_kernel<float><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+        x.as<const float>(), x.ld, scale, q.as<uint8_t>(), q.ld, x.rows, vec_per_row);
+  } else {
+    quant_tensor_kernel<bf16><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+        x.as<const bf16>(), x.ld, scale, q.as<uint8_t>(), q.ld, x.rows, vec_per_row);
+  }
+  K3_CUDA_CHECK_LAUNCH("quant_tensor_kernel");
+}
+
+}  // namespace k3::cuda

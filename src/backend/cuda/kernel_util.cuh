@@ -1,0 +1,81 @@
+// Device helpers shared by the kernels (only included from .cu files): 16-byte vector loads and
+// stores of 8 values as float, warp and block reductions.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/tensor.h"
+
+namespace k3::cuda::detail {
+
+using bf16 = __nv_bfloat16;
+
+inline constexpr int kVec = 8;  // values per thread per vector access (16 bytes of bf16)
+
+// Loads 8 consecutive values starting at p (16-byte aligned for bf16, 32-byte for f32).
+__device__ __forceinline__ void load8(const float* p, float (&v)[kVec]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0];
+  const float4 b = reinterpret_cast<const float4*>(p)[1];
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+__device__ __forceinline__ void load8(const bf16* p, float (&v)[kVec]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    // bf16 -> f32 is exact: the bits move to the top half.
+    v[2 * i] = __uint_as_float(w[i] << 16);
+    v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+  }
+}
+
+__device__ __forceinline__ void store8(float* p, const float (&v)[kVec]) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+__device__ __forceinline__ void store8(bf16* p, const float (&v)[kVec]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);  // RNE, .x in the low half
+    w[i] = *reinterpret_cast<const uint32_t*>(&pair);
+  }
+  *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `scratch` holds 32 floats of shared memory; the call synchronises the block twice.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = lane < warps ? scratch[lane] : 0.0f;
+  total = warp_sum(total);
+  __syncthreads();  // scratch may be reused right after
+  return total;
+}
+
+}  // namespace k3::cuda::detail
+
+namespace k3::cuda {
+
+// Host side: true when every row of t starts on a 16-byte boundary and cols is a multiple of 8,
+// as the 8-wide vector kernels need.
+inline bool vec8_ok(const DeviceTensor& t) {
+  const size_t es = dtype_size(t.dtype);
+  return t.cols % 8 == 0 && (reinterpret_cast<uintptr_t>(t.data) % 16) == 0 && (t.ld * es) % 16 == 0;
+}
+
+}  // namespace k3::cuda

@@ -1,0 +1,180 @@
+// MoE router, one CTA per token (CPU reference: route() in backend/cpu/moe.cpp). Scores and biased
+// choices live in shared memory; the top-k is k rounds of a block arg-max under the order
+// (choice descending, expert index ascending), which is exactly the CPU's stable sort's order, so
+// ties go to the lower index. The renormalising sum runs in pick order on one thread, as the CPU's.
+#include <cfloat>
+#include <climits>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/ops.h"
+
+namespace k3::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kMaxGroups = 256;
+constexpr int kMaxTopK = 64;
+constexpr int kNone = INT_MAX;
+
+// a before b in the selection order; kNone (an exhausted slot) comes after everything.
+__device__ __forceinline__ bool before(float av, int ai, float bv, int bi) {
+  return ai != kNone && (bi == kNone || av > bv || (av == bv && ai < bi));
+}
+
+__global__ void __launch_bounds__(kThreads) route_kernel(RouterParams p, const float* __restrict__ logits,
+                                                         int64_t ldl, const float* __restrict__ bias,
+                                                         int32_t* __restrict__ ids, int64_t ldi,
+                                                         float* __restrict__ weights, int64_t ldw) {
+  extern __shared__ float smem[];
+  const int E = static_cast<int>(p.experts);
+  float* s = smem;                // unbiased scores
+  float* choice = smem + E;       // selection values (biased, group-masked)
+  unsigned char* taken = reinterpret_cast<unsigned char*>(smem + 2 * E);
+  __shared__ float red_v[kThreads / 32];
+  __shared__ int red_i[kThreads / 32];
+  __shared__ float gscore[kMaxGroups];
+  __shared__ unsigned char gkeep[kMaxGroups];
+  __shared__ int picked[kMaxTopK];
+  __shared__ float scratch[32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const float* l = logits + static_cast<int64_t>(blockIdx.x) * ldl;
+
+  if (p.sigmoid) {
+    for (int e = tid; e < E; e += kThreads) s[e] = 1.0f / (1.0f + expf(-l[e]));
+  } else {
+    float mx = -INFINITY;
+    for (int e = tid; e < E; e += kThreads) mx = fmaxf(mx, l[e]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
+    if (lane == 0) red_v[warp] = mx;
+    __syncthreads();
+    mx = red_v[0];
+    for (int w = 1; w < kThreads / 32; ++w) mx = fmaxf(mx, red_v[w]);
+    float sum = 0.0f;
+    for (int e = tid; e < E; e += kThreads) sum += (s[e] = expf(l[e] - mx));
+    sum = detail::block_sum(sum, scratch);
+    for (int e = tid; e < E; e += kThreads) s[e] /= sum;
+  }
+  for (int e = tid; e < E; e += kThreads) {
+    choice[e] = s[e] + (bias != nullptr ? bias[e] : 0.0f);
+    taken[e] = 0;
+  }
+  __syncthreads();
+
+  const int groups = static_cast<int>(p.groups);
+  if (groups > 1 && p.topk_group < groups) {
+    const int per = E / groups;
+    for (int g = tid; g < groups; g += kThreads) {
+      float b1 = -INFINITY, b2 = -INFINITY;  // the two largest members (duplicates count twice)
+      for (int e = g * per; e < (g + 1) * per; ++e) {
+        const float v = choice[e];
+        if (v > b1) {
+          b2 = b1;
+          b1 = v;
+        } else if (v > b2) {
+          b2 = v;
+        }
+      }
+      gscore[g] = b1 + (per > 1 ? b2 : 0.0f);
+      gkeep[g] = 0;
+    }
+    __syncthreads();
+    if (tid == 0) {
+      for (int i = 0; i < p.topk_group; ++i) {
+        int best = kNone;
+        float bv = 0.0f;
+        for (int g = 0; g < groups; ++g) {
+          if (!gkeep[g] && before(gscore[g], g, bv, best)) {
+            best = g;
+            bv = gscore[g];
+          }
+        }
+        gkeep[best] = 1;
+      }
+    }
+    __syncthreads();
+    for (int e = tid; e < E; e += kThreads) {
+      if (!gkeep[e / per]) choice[e] = -INFINITY;
+    }
+    __syncthreads();
+  }
+
+  for (int i = 0; i < p.top_k; ++i) {
+    float bv = 0.0f;
+    int bi = kNone;
+    for (int e = tid; e < E; e += kThreads) {
+      if (!taken[e] && before(choice[e], e, bv, bi)) {
+        bv = choice[e];
+        bi = e;
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xFFFFFFFFu, bv, o);
+      const int oi = __shfl_xor_sync(0xFFFFFFFFu, bi, o);
+      if (before(ov, oi, bv, bi)) {
+        bv = ov;
+        bi = oi;
+      }
+    }
+    if (lane == 0) {
+      red_v[warp] = bv;
+      red_i[warp] = bi;
+    }
+    __syncthreads();
+    if (tid == 0) {
+      for (int w = 1; w < kThreads / 32; ++w) {
+        if (before(red_v[w], red_i[w], bv, bi)) {
+          bv = red_v[w];
+          bi = red_i[w];
+        }
+      }
+      picked[i] = bi;
+      taken[bi] = 1;
+    }
+    __syncthreads();
+  }
+
+  if (tid == 0) {
+    float total = 0.0f;
+    for (int i = 0; i < p.top_k; ++i) total += s[picked[i]];
+    int32_t* out_i = ids + static_cast<int64_t>(blockIdx.x) * ldi;
+    float* out_w = weights + static_cast<int64_t>(blockIdx.x) * ldw;
+    for (int i = 0; i < p.top_k; ++i) {
+      float w = s[picked[i]];
+      if (p.renormalize) w /= total + 1e-20f;
+      out_w[i] = w * p.scaling;
+      out_i[i] = picked[i];
+    }
+  }
+}
+
+}  // namespace
+
+void moe_route(const RouterParams& p, const DeviceTensor& logits, const float* bias, const DeviceTensor& ids,
+               const DeviceTensor& weights, cudaStream_t stream) {
+  expect_dtype(logits, DType::kF32, "moe_route logits");
+  expect_dtype(ids, DType::kI32, "moe_route ids");
+  expect_dtype(weights, DType::kF32, "moe_route weights");
+  expect_shape(logits, logits.rows, p.experts, "moe_route logits");
+  expect_shape(ids, logits.rows, p.top_k, "moe_route ids");
+  expect_shape(weights, logits.rows, p.top_k, "moe_route weights");
+  if (p.experts < 1 || p.experts > 16384) throw Error("moe_route: 1..16384 experts supported");
+  if (p.top_k < 1 || p.top_k > kMaxTopK || p.top_k > p.experts) throw Error("moe_route: bad top_k");
+  if (p.groups < 1 || p.groups > kMaxGroups || p.experts % p.groups != 0 || p.topk_group < 1 ||
+      p.topk_group > p.groups) {
+    throw Error("moe_route: groups must divide the experts (at most 256) and 1 <= topk_group <= groups");
+  }
+  if (logits.rows == 0) return;
+  const size_t smem = static_cast<size_t>(p.experts) * (2 * sizeof(float) + 1);
+  if (smem > 48 * 1024) {
+    K3_CUDA_CHECK(cudaFuncSetAttribute(route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+  }
+  route_kernel<<<static_cast<unsigned>(logits.rows), kThreads, smem, stream>>>(
+      p, logits.as<const float>(), logits.ld, bias, ids.as<int32_t>(), ids.ld, weights.as<float>(), weights.ld);
+  K3_CUDA_CHECK_LAUNCH("route_kernel");
+}
+
+}  // namespace k3::cuda

@@ -12,6 +12,7 @@
 //
 // Run: k3_bench_cuda [--reps N] [--arena 40G] [--quick]
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -52,6 +53,17 @@ double time_ms(cudaStream_t stream, const std::function<void(int)>& fn) {
   for (int r = 0; r < g_reps; ++r) ms.push_back(ev[2 * r + 1].elapsed_ms_since(ev[2 * r]));
   std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
   return ms[ms.size() / 2];
+}
+
+// time_ms, but a failure (say a GEMM cuBLASLt has no algorithm for) prints once and gives NaN, so
+// the rest of the table still comes out.
+double try_time_ms(cudaStream_t stream, const char* what, const std::function<void(int)>& fn) {
+  try {
+    return time_ms(stream, fn);
+  } catch (const std::exception& e) {
+    std::printf("[%s failed: %s]\n", what, e.what());
+    return std::nan("");
+  }
 }
 
 // A device pool of random data (e4m3 codes of N(0,1) values, or bf16 of N(0,1)), copied into
@@ -160,10 +172,11 @@ void bench_gemms(Arena& arena, Blas& blas, Stream& stream, const RandomPool& fp8
       row.shape = std::to_string(N) + "x" + std::to_string(K);
       row.m = M;
       quantize_fp8_1x128(x, xq, xs_all, stream);
-      row.bf16_ms = time_ms(stream, [&](int i) { blas.bf16(x, w16[i % copies16], y, stream); });
-      row.raw_ms = time_ms(stream, [&](int i) { blas.fp8_block(xq, xs_all, w8[i % copies8], y, stream); });
-      row.pbwo_ms = time_ms(stream, [&](int i) { linear_fp8_pb_wo(blas, arena, x, w8[i % copies8], y, stream); });
-      row.quant_ms = time_ms(stream, [&](int) { quantize_fp8_1x128(x, xq, xs_all, stream); });
+      row.bf16_ms = try_time_ms(stream, "bf16", [&](int i) { blas.bf16(x, w16[i % copies16], y, stream); });
+      row.raw_ms = try_time_ms(stream, "fp8 raw", [&](int i) { blas.fp8_block(xq, xs_all, w8[i % copies8], y, stream); });
+      row.pbwo_ms = try_time_ms(stream, "pb_wo",
+                                [&](int i) { linear_fp8_pb_wo(blas, arena, x, w8[i % copies8], y, stream); });
+      row.quant_ms = try_time_ms(stream, "quant", [&](int) { quantize_fp8_1x128(x, xq, xs_all, stream); });
       print_gemm_row(row, N, K);
       std::fflush(stdout);
     }
@@ -193,7 +206,7 @@ void bench_ceilings(Arena& arena, Blas& blas, Stream& stream, const RandomPool& 
   bf16_pool.fill(x.data, x.bytes(), 3);
   bf16_pool.fill(w.data, w.bytes(), 4);
   const double flop = 2.0 * S * S * S;
-  double ms = time_ms(stream, [&](int) { blas.bf16(x, w, y, stream); });
+  double ms = try_time_ms(stream, "bf16 8192^3", [&](int) { blas.bf16(x, w, y, stream); });
   std::printf("bf16 GEMM 8192^3: %.0f TFLOP/s (issue figure %.0f)\n", flop / (ms * 1e-3) / 1e12, kBf16CeilingTF);
   Fp8BlockWeight w8;
   w8.codes = arena.alloc_tensor(DType::kE4M3, S, S, "w8");
@@ -205,7 +218,7 @@ void bench_ceilings(Arena& arena, Blas& blas, Stream& stream, const RandomPool& 
   const DeviceTensor xq = arena.alloc_tensor(DType::kE4M3, S, S, "xq");
   float* xs = arena.alloc_n<float>(static_cast<size_t>(fp8_1x128_scale_count(S, S)), "xs");
   quantize_fp8_1x128(x, xq, xs, stream);
-  ms = time_ms(stream, [&](int) { blas.fp8_block(xq, xs, w8, y, stream); });
+  ms = try_time_ms(stream, "fp8 8192^3", [&](int) { blas.fp8_block(xq, xs, w8, y, stream); });
   std::printf("block-scaled FP8 GEMM 8192^3: %.0f TFLOP/s (issue figure %.0f)\n", flop / (ms * 1e-3) / 1e12,
               kFp8CeilingTF);
   K3_CUDA_CHECK(cudaDeviceSynchronize());
@@ -235,8 +248,11 @@ void bench_memory_bound(Arena& arena, Stream& stream, const RandomPool& bf16_poo
   const std::string th = std::to_string(T) + "x" + std::to_string(H);
   double ms = time_ms(stream, [&](int) { rms_norm(cand[0], dw.as<float>(), 1e-5f, y, stream); });
   print_bw("rms_norm bf16->bf16", th, 2.0 * T * H * 2, ms);
-  ms = time_ms(stream, [&](int) { attn_res_mix_norm(cand, dw.as<float>(), dw.as<float>(), 1e-5f, y, stream); });
-  print_bw("attn_res_mix_norm 9 cand", th, 10.0 * T * H * 2, ms);
+  for (int ctas : {0, 1, 2, 3, 4, 6}) {
+    ms = time_ms(stream, [&](int) { attn_res_mix_norm(cand, dw.as<float>(), dw.as<float>(), 1e-5f, y, stream, ctas); });
+    const std::string name = "attn_res 9 cand, " + (ctas ? std::to_string(ctas) + " CTA/SM" : std::string("free"));
+    print_bw(name.c_str(), th, 10.0 * T * H * 2, ms);
+  }
   const DeviceTensor q = arena.alloc_tensor(DType::kE4M3, T, H, "q");
   float* qs = arena.alloc_n<float>(static_cast<size_t>(fp8_1x128_scale_count(T, H)), "qs");
   ms = time_ms(stream, [&](int) { quantize_fp8_1x128(cand[1], q, qs, stream); });
@@ -299,10 +315,10 @@ int run(int argc, char** argv) {
   const RandomPool fp8_pool(arena, DType::kE4M3, size_t{64} << 20);
   const RandomPool bf16_pool(arena, DType::kBF16, size_t{64} << 20);
   bench_ceilings(arena, blas, stream, fp8_pool, bf16_pool);
+  bench_memory_bound(arena, stream, bf16_pool);
   const std::vector<Shape> shapes = {{"q/k/v/g", 12288, 7168}, {"o", 7168, 12288}, {"q_b", 18432, 1536}};
   const std::vector<int64_t> ms = quick ? std::vector<int64_t>{1, 1024} : std::vector<int64_t>{1, 8, 64, 256, 1024, 4096, 8192};
   bench_gemms(arena, blas, stream, fp8_pool, bf16_pool, shapes, ms);
-  bench_memory_bound(arena, stream, bf16_pool);
   std::printf("\narena peak %.2f GiB; GEMM plans cached: %zu\n", static_cast<double>(arena.peak()) / (1 << 30),
               blas.plan_count());
   return 0;

@@ -16,7 +16,8 @@
 namespace k3::cuda {
 namespace {
 
-double reference(const GatedActivation& a, double g, double u) {
+double reference(const GatedActivation& a, double gate, double up) {
+  const double g = gate * static_cast<double>(a.gate_alpha), u = up * static_cast<double>(a.up_alpha);
   const double sig = 1.0 / (1.0 + std::exp(-g));
   if (!a.situ) return g * sig * u;
   const double capped = a.beta_lin > 0 ? a.beta_lin * std::tanh(u / a.beta_lin) : u;
@@ -74,7 +75,9 @@ TEST_P(GatedActivationTest, MatchesFloat64) {
 }
 
 GatedActivation silu() { return {}; }
-GatedActivation situ(float beta, float beta_lin) { return {true, beta, beta_lin}; }
+GatedActivation situ(float beta, float beta_lin, float ga = 1.0f, float ua = 1.0f) {
+  return {true, beta, beta_lin, ga, ua};
+}
 
 INSTANTIATE_TEST_SUITE_P(Kinds, GatedActivationTest,
                          ::testing::Values(ActCase{silu(), DType::kF32, DType::kF32, false},
@@ -82,7 +85,9 @@ INSTANTIATE_TEST_SUITE_P(Kinds, GatedActivationTest,
                                            ActCase{situ(2.5f, 0.0f), DType::kF32, DType::kF32, false},
                                            ActCase{situ(2.5f, 4.0f), DType::kF32, DType::kF32, true},
                                            ActCase{situ(1.0f, 3.0f), DType::kBF16, DType::kF32, false},
-                                           ActCase{situ(3.0f, 6.0f), DType::kF32, DType::kBF16, true}));
+                                           ActCase{situ(3.0f, 6.0f), DType::kF32, DType::kBF16, true},
+                                           // per-tensor alphas applied before the tanh
+                                           ActCase{situ(2.5f, 4.0f, 0.37f, 2.9f), DType::kBF16, DType::kF32, true}));
 
 TEST(CudaActivation, ParamsFromConfig) {
   ActivationConfig a;

@@ -9,6 +9,8 @@
 // up to 2^8 here and misses these bounds by orders of magnitude.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <functional>
 #include <thread>
 
 #include "backend/cuda/check.h"
@@ -66,6 +68,41 @@ std::vector<float> tiled(test::Rng& rng, int64_t rows, int64_t cols, int64_t til
 }
 
 using Shape = std::tuple<int64_t, int64_t, int64_t>;  // M, N, K
+
+// When the block-scaled GEMM misses its reference, report how close it comes to the products that
+// plausible misreadings of the two scale buffers would give: that names the layout cuBLASLt wants.
+void diagnose_scale_layouts(const std::vector<float>& y, const std::vector<uint8_t>& xq, const std::vector<float>& xs,
+                            const std::vector<uint8_t>& wq, const std::vector<float>& ws, int64_t M, int64_t N,
+                            int64_t K) {
+  const int64_t kb = (K + 127) / 128, nb = (N + 127) / 128, ld = fp8_block_scale_ld(K);
+  std::vector<float> xbuf(static_cast<size_t>(kb * M)), wbuf(static_cast<size_t>(nb * ld), 0.0f);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t b = 0; b < kb; ++b) xbuf[b * M + m] = xs[m * kb + b];  // as quantize_fp8_1x128 writes
+  for (int64_t n = 0; n < nb; ++n)
+    for (int64_t b = 0; b < kb; ++b) wbuf[n * ld + b] = ws[n * kb + b];  // as upload_fp8_block_weight packs
+  using Read = std::function<float(int64_t, int64_t)>;
+  const Read x_ours = [&](int64_t m, int64_t b) { return xbuf[b * M + m]; };
+  const Read x_kcontig = [&](int64_t m, int64_t b) { return xbuf[m * kb + b]; };
+  const Read w_ours = [&](int64_t n, int64_t b) { return wbuf[n * ld + b]; };
+  const Read w_unpadded = [&](int64_t n, int64_t b) { return wbuf[n * kb + b]; };
+  const Read w_ncontig = [&](int64_t n, int64_t b) { return wbuf[b * nb + n]; };
+  auto try_layout = [&](const char* name, const Read& rx, const Read& rw) {
+    std::vector<float> xd(static_cast<size_t>(M * K)), wd(static_cast<size_t>(N * K));
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) xd[m * K + k] = decode_e4m3fn(xq[m * K + k]) * rx(m, k / 128);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) wd[n * K + k] = decode_e4m3fn(wq[n * K + k]) * rw(n / 128, k / 128);
+    std::printf("  layout %-40s rel_l2 %.3g\n", name, test::compare(y, matmul_ref(xd, wd, M, N, K)).rel_l2);
+  };
+  std::printf("scale layout diagnosis (M=%lld N=%lld K=%lld):\n", static_cast<long long>(M), static_cast<long long>(N),
+              static_cast<long long>(K));
+  try_layout("x token-contiguous, w padded (ours)", x_ours, w_ours);
+  try_layout("x K-contiguous, w padded", x_kcontig, w_ours);
+  try_layout("x token-contiguous, w unpadded", x_ours, w_unpadded);
+  try_layout("x K-contiguous, w unpadded", x_kcontig, w_unpadded);
+  try_layout("x token-contiguous, w N-contiguous", x_ours, w_ncontig);
+  try_layout("x K-contiguous, w N-contiguous", x_kcontig, w_ncontig);
+}
 
 class GemmBf16Test : public ::testing::TestWithParam<Shape> {};
 
@@ -125,6 +162,7 @@ TEST_P(GemmFp8BlockTest, FusedQuantAndGemmMatchFloat64) {
   linear_fp8_pb_wo(blas, a, dx, dw, dy, nullptr);
   const std::vector<float> y = download_f32(dy);
   expect_close(y, matmul_ref(x_deq, w_deq, M, N, K));
+  if (HasFailure()) diagnose_scale_layouts(y, xq, xs, wq, ws, M, N, K);
 
   // The same product replayed from a CUDA graph gives the same numbers.
   Stream stream;

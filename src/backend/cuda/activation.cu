@@ -1,4 +1,4 @@
-// Gated activation act(gate)·up (SiLU or SiTU with the optional β_lin cap on up), elementwise,
+// Gated activation act(gate·α_g, up·α_u) (SiLU or SiTU with the optional β_lin cap on up), elementwise,
 // 8 values per thread, a grid-stride loop over the [rows, cols/8] vectors.
 #include <algorithm>
 
@@ -25,6 +25,8 @@ __global__ void gated_kernel(GatedActivation act, const Tin* __restrict__ gate, 
     detail::load8(up + r * ldu + c, u);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
+      g[k] *= act.gate_alpha;
+      u[k] *= act.up_alpha;
       const float sig = 1.0f / (1.0f + expf(-g[k]));
       if (!act.situ) {
         o[k] = g[k] * sig * u[k];

@@ -116,9 +116,26 @@ __global__ void __launch_bounds__(1024) attn_res_kernel(Candidates<Tin> cand, in
   }
 }
 
+// Dynamic shared memory (unused) that leaves room for only `ctas_per_sm` CTAs on a multiprocessor.
+template <typename Tin, typename Tout>
+size_t occupancy_limiter(int ctas_per_sm) {
+  if (ctas_per_sm <= 0) return 0;
+  int device = 0, per_sm = 0;
+  K3_CUDA_CHECK(cudaGetDevice(&device));
+  K3_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  cudaFuncAttributes attr{};
+  K3_CUDA_CHECK(cudaFuncGetAttributes(&attr, attn_res_kernel<Tin, Tout>));
+  // Each CTA also takes 1 KB of reserved shared memory.
+  const long bytes = per_sm / ctas_per_sm - static_cast<long>(attr.sharedSizeBytes) - 1024 - 64;
+  if (bytes <= 0) return 0;
+  K3_CUDA_CHECK(cudaFuncSetAttribute(attn_res_kernel<Tin, Tout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(bytes)));
+  return static_cast<size_t>(bytes);
+}
+
 template <typename Tin, typename Tout>
 void launch(std::span<const DeviceTensor> candidates, const float* c, const float* norm_w, float eps,
-            const DeviceTensor& y, cudaStream_t stream) {
+            const DeviceTensor& y, cudaStream_t stream, int ctas_per_sm) {
   Candidates<Tin> cand{};
   for (size_t j = 0; j < candidates.size(); ++j) {
     cand.p[j] = candidates[j].as<const Tin>();
@@ -127,7 +144,8 @@ void launch(std::span<const DeviceTensor> candidates, const float* c, const floa
   const int n = static_cast<int>(y.cols);
   const int vectors = (n + kVec - 1) / kVec;
   const int threads = ((vectors + kIters - 1) / kIters + 31) / 32 * 32;
-  attn_res_kernel<Tin, Tout><<<static_cast<unsigned>(y.rows), threads, 0, stream>>>(
+  const size_t smem = occupancy_limiter<Tin, Tout>(ctas_per_sm);
+  attn_res_kernel<Tin, Tout><<<static_cast<unsigned>(y.rows), threads, smem, stream>>>(
       cand, static_cast<int>(candidates.size()), c, norm_w, eps, y.as<Tout>(), y.ld, n);
   K3_CUDA_CHECK_LAUNCH("attn_res_kernel");
 }
@@ -135,7 +153,7 @@ void launch(std::span<const DeviceTensor> candidates, const float* c, const floa
 }  // namespace
 
 void attn_res_mix_norm(std::span<const DeviceTensor> candidates, const float* c, const float* norm_w, float eps,
-                       const DeviceTensor& y, cudaStream_t stream) {
+                       const DeviceTensor& y, cudaStream_t stream, int ctas_per_sm) {
   if (candidates.empty() || candidates.size() > static_cast<size_t>(kMaxAttnResCandidates)) {
     throw Error("attn_res_mix_norm: 1.." + std::to_string(kMaxAttnResCandidates) + " candidates, got " +
                 std::to_string(candidates.size()));
@@ -155,10 +173,10 @@ void attn_res_mix_norm(std::span<const DeviceTensor> candidates, const float* c,
   if ((!xf && tin != DType::kBF16) || (!yf && y.dtype != DType::kBF16)) {
     throw Error("attn_res_mix_norm: f32 or bf16 only, got " + candidates[0].describe() + " -> " + y.describe());
   }
-  if (xf && yf) launch<float, float>(candidates, c, norm_w, eps, y, stream);
-  if (xf && !yf) launch<float, bf16>(candidates, c, norm_w, eps, y, stream);
-  if (!xf && yf) launch<bf16, float>(candidates, c, norm_w, eps, y, stream);
-  if (!xf && !yf) launch<bf16, bf16>(candidates, c, norm_w, eps, y, stream);
+  if (xf && yf) launch<float, float>(candidates, c, norm_w, eps, y, stream, ctas_per_sm);
+  if (xf && !yf) launch<float, bf16>(candidates, c, norm_w, eps, y, stream, ctas_per_sm);
+  if (!xf && yf) launch<bf16, float>(candidates, c, norm_w, eps, y, stream, ctas_per_sm);
+  if (!xf && !yf) launch<bf16, bf16>(candidates, c, norm_w, eps, y, stream, ctas_per_sm);
 }
 
 }  // namespace k3::cuda

@@ -82,7 +82,7 @@ class Blas {
   using Key = std::tuple<Kind, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t>;
   void run(Kind kind, const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& y, const float* x_scale,
            const float* w_scale, cudaStream_t stream);
-  Plan& plan(const Key& key);
+  Plan& plan(const Key& key, const float* x_scale, const float* w_scale);
 
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;

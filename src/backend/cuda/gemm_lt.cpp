@@ -65,7 +65,7 @@ Blas::~Blas() {
   if (handle_) cublasLtDestroy(lt(handle_));
 }
 
-Blas::Plan& Blas::plan(const Key& key) {
+Blas::Plan& Blas::plan(const Key& key, const float* x_scale, const float* w_scale) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
   const auto [kind, M, N, K, ldx, ldw, ldy, ax, aw, ay] = key;
@@ -79,6 +79,12 @@ Blas::Plan& Blas::plan(const Key& key) {
     // A is the weight (128×128 blocks), B the activation (1×128 along K).
     set_desc(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, static_cast<int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F));
     set_desc(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, static_cast<int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F));
+  }
+  if (fp8) {
+    // The heuristic refuses block scale modes without scale pointers (CUBLAS_STATUS_INVALID_VALUE):
+    // set this call's; run() sets each later call's own.
+    set_desc(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(w_scale));
+    set_desc(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(x_scale));
   }
   K3_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, in_type, static_cast<uint64_t>(K), static_cast<uint64_t>(N), ldw));
   K3_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, in_type, static_cast<uint64_t>(K), static_cast<uint64_t>(M), ldx));
@@ -119,7 +125,7 @@ void Blas::run(Kind kind, const DeviceTensor& x, const DeviceTensor& w, const De
   expect_dtype(y, DType::kBF16, "GEMM output");
   if (M == 0 || N == 0) return;
   const Key key{kind, M, N, K, x.ld, w.ld, y.ld, alignment(x.data), alignment(w.data), alignment(y.data)};
-  Plan& p = plan(key);
+  Plan& p = plan(key, x_scale, w_scale);
   if (kind != Kind::kBf16) {
     set_desc(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(w_scale));
     set_desc(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(x_scale));

@@ -31,12 +31,18 @@ void rms_norm(const DeviceTensor& x, const float* w, float eps, const DeviceTens
 // with r(v) = 1/sqrt(mean(v²) + eps) (the same eps for scoring and the final norm, as the CPU path).
 // candidates: 1..kMaxAttnResCandidates tensors of one dtype (f32 or bf16), each [rows, n]; c and
 // norm_w: f32 [n] on the device; y: f32 or bf16 [rows, n].
+// Pass 2 re-reads each row's candidates from L2, so the rows in flight must fit there:
+// ctas_per_sm (> 0) caps the resident rows per multiprocessor (through shared memory); 0 leaves it
+// to the register limit. The default is the best setting measured on the H200 (docs/gpu.md).
 inline constexpr int kMaxAttnResCandidates = 16;
+inline constexpr int kAttnResDefaultCtasPerSm = 0;
 void attn_res_mix_norm(std::span<const DeviceTensor> candidates, const float* c, const float* norm_w, float eps,
-                       const DeviceTensor& y, cudaStream_t stream);
+                       const DeviceTensor& y, cudaStream_t stream, int ctas_per_sm = kAttnResDefaultCtasPerSm);
 
 // ---- activation.cu ------------------------------------------------------------------------------
-// out = act(gate) · up elementwise, as the CPU MoE/MLP (spec §2.1):
+// out = act(g, u) elementwise with g = gate·gate_alpha, u = up·up_alpha, as the CPU MoE/MLP
+// (spec §2.1; the alphas are the GEMM1 weights' per-tensor dequant multipliers, applied BEFORE
+// SiTU's tanh — the DESIGN.md trap — and 1 when the GEMMs return dequantised outputs):
 //   SiLU: g·sigmoid(g)·u
 //   SiTU: β·tanh(g/β)·sigmoid(g)·u',  u' = β_lin·tanh(u/β_lin) when a β_lin cap is set, else u.
 // gate and up: same dtype (f32 or bf16), same shape; they may be column slices of one fused
@@ -45,6 +51,8 @@ struct GatedActivation {
   bool situ = false;
   float beta = 1.0f;      // SiTU β
   float beta_lin = 0.0f;  // SiTU β_lin; 0 = no cap on up
+  float gate_alpha = 1.0f;
+  float up_alpha = 1.0f;
 };
 GatedActivation gated_activation_params(const ActivationConfig& a);
 void gated_activation(const GatedActivation& act, const DeviceTensor& gate, const DeviceTensor& up,

@@ -99,7 +99,8 @@ TEST_P(FormatTest, Nvfp4W4A4ContractQuantisesActivationsWithInputScale) {
   m->prepare(x.data(), 1, a);
   std::vector<float> xv(k);
   a.values(0, xv.data());
-  // Spec §2.3: per 16, sf = e4m3(amax/6 · 1/input_scale), code = e2m1(x/input_scale/sf).
+  // Spec §2.3: per 16, sf = e4m3(amax/6 · 1/input_scale), code = e2m1(x/input_scale/sf); the
+  // kernel holds code·sf exactly (input_scale joins the output scale).
   for (int64_t b = 0; b < k; b += 16) {
     float amax = 0;
     for (int64_t i = b; i < b + 16; ++i) amax = std::max(amax, std::fabs(x[i]));
@@ -132,6 +133,25 @@ TEST(FormatErrors, WrongSizesAreOneLineErrors) {
             std::string::npos);
   EXPECT_NE(message([&] { make_fp4_matrix(bytes, bytes, false, 1.0f, 10, 32, CpuIsa::Scalar); }).find("packed size"),
             std::string::npos);
+}
+
+TEST(Fixed16Activations, KeepSixteenBitsPerBlockAndZeroBlocks) {
+  std::vector<float> x = random_floats(64, 13);
+  for (int i = 32; i < 64; ++i) x[i] = 0.0f;
+  x[3] = 1e-9f;  // far below its block's largest value: rounds to 0
+  PreparedActivations a;
+  prepare_fixed16(x.data(), 1, 64, 32, a);
+  std::vector<float> v(64);
+  a.values(0, v.data());
+  float amax = 0;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+  for (int i = 0; i < 32; ++i) ASSERT_LE(std::fabs(v[i] - x[i]), amax * std::ldexp(1.0f, -15)) << i;  // half a step, step ≤ amax·2^-14
+  EXPECT_EQ(v[3], 0.0f);
+  int16_t largest = 0;
+  for (int i = 0; i < 32; ++i) largest = std::max<int16_t>(largest, static_cast<int16_t>(std::abs(a.q16[i])));
+  EXPECT_GE(largest, 16384);  // the block uses its 16 bits
+  EXPECT_EQ(a.scale[1], 0.0f);
+  for (int i = 32; i < 64; ++i) EXPECT_EQ(v[i], 0.0f);
 }
 
 TEST(CpuIsaSelection, EnvironmentCapsTheTierAndRejectsUnknownNames) {

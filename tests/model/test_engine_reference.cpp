@@ -1,11 +1,22 @@
-// The engine (fp32, CPU backend) against the independent float64 reference forward, for every
-// checkpoint family make-tiny writes, kimi-k3 and kimi-linear. Both read the SAME dequantised
-// weights (materialize() through the plan), so the comparison isolates the engine's math: the only
-// difference is fp32 vs fp64 arithmetic and summation order (see kAttnResProjScale on the K3
-// conditioning). Measured max|Δ|/max|logit| over all families: see the report in the test output;
-// the bound 1e-4 sits above them, while a formula or scale error (a scale applied twice or
-// forgotten, a wrong gate, a dropped term) moves logits by ≥ 1e-2 of their range.
+// The engine (CPU backend, fast kernels) against the independent float64 reference forward, for
+// every checkpoint family make-tiny writes, kimi-k3 and kimi-linear. Both read the SAME dequantised
+// weights (the engine through its kernels' exact decode, the reference through materialize()), so
+// the comparison isolates the engine's arithmetic; see kAttnResProjScale on the K3 conditioning.
+// The tolerance is per activation numerics of the family's kernels (measured values are recorded as
+// the relative_max_error property):
+//  - float32 activations (BF16, FP8 per-tensor and block weights): fp32 vs fp64 sums only, measured
+//    ≤ 3e-5 → 1e-4;
+//  - 4-bit weight-only (NVFP4, MXFP4): activations in 16-bit fixed point per block (error ≤ 2^-15 of
+//    the block's largest value per linear, on every linear of the all-NVFP4 family), measured
+//    ≤ 1.2e-3 → 3e-3;
+//  - int8 activations by the format's own contract (ModelSlim W4A8/W8A8 per token, GGUF Q8 blocks as
+//    ggml): error ≤ 2^-8 of the block's largest value per linear → 3e-2 (measured in the output).
+// A formula or scale error (a scale applied twice or forgotten, a wrong gate, a dropped term) moves
+// logits by ≥ 1e-1 of their range; scale handling is additionally pinned exactly by the families'
+// dequant tests and the kernels' tests (tests/cpu_kernels), and the MoE α by test_scale_contract.
 #include <gtest/gtest.h>
+
+#include <iostream>
 
 #include "engine_test_util.h"
 #include "reference_forward.h"
@@ -13,7 +24,23 @@
 namespace k3 {
 namespace {
 
-constexpr double kTolerance = 1e-4;
+double tolerance_for(FamilyId family) {
+  switch (family) {
+    case FamilyId::Bf16:
+    case FamilyId::ModelOptFp8:
+    case FamilyId::Fp8Block:
+      return 1e-4;
+    case FamilyId::ModelOptMixed:
+    case FamilyId::ModelOptNvfp4:
+    case FamilyId::CompressedTensorsMxfp4:
+      return 3e-3;
+    case FamilyId::ModelSlimW4A8:
+    case FamilyId::Gguf:
+    case FamilyId::GgufExpertPack:
+      return 3e-2;
+  }
+  return 0.0;
+}
 
 struct Case {
   FamilyId family;
@@ -66,7 +93,8 @@ TEST_P(EngineVsReference, PrefillLogitsMatchTheFloat64Reference) {
   const std::vector<double> want = reference::forward(engine.config(), weights, ids);
   const double err = test::relative_max_error(got, want);
   RecordProperty("relative_max_error", std::to_string(err));
-  EXPECT_LT(err, kTolerance) << plan.family;
+  EXPECT_LT(err, tolerance_for(GetParam().family)) << plan.family;
+  std::cout << "[ measured ] " << plan.family << " relative max error " << err << "\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFamilies, EngineVsReference, ::testing::ValuesIn(all_cases()), case_name);

@@ -2,9 +2,10 @@
 // softmax), correction bias for selection only, grouped top-k, renormalisation, routed scaling;
 // latent down / norm / up; SiLU or SiTU experts; shared experts on the full-width input.
 //
-// Scale contract (spec §3 of the quant formats, DESIGN.md traps): each expert's gate and up GEMMs
-// return fully dequantised outputs (every weight scale of w1 and w3 applied inside the linear), the
-// activation runs on them, and only w2's own scales apply after it.
+// Scale contract (quant-formats §3.4, DESIGN.md traps), explicit in gated_mlp: the gate and up GEMMs
+// return accumulators without their per-tensor α (NVFP4 weight_scale_2 [× input_scale under W4A4]),
+// gated_activation applies α_gate and α_up to them BEFORE SiTU's tanh — exactly once — and GEMM2
+// then requantises its input (W4A4) and applies its own α inside `linear`.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -16,14 +17,15 @@ namespace {
 
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
-// act(gate)·up in place of gate (spec §2.1): SiLU, or SiTU(β, β_lin).
-void gated_activation(const ActivationConfig& a, Tensor& gate, const Tensor& up) {
+}  // namespace
+
+void gated_activation(const ActivationConfig& a, Tensor& gate, const Tensor& up, float gate_alpha, float up_alpha) {
   const float beta = static_cast<float>(a.situ_beta);
   const bool situ = a.kind == Activation::kSitu, cap_up = situ && a.situ_linear_beta.has_value();
   const float beta_lin = cap_up ? static_cast<float>(*a.situ_linear_beta) : 0.0f;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < static_cast<int64_t>(gate.data.size()); ++i) {
-    const float g = gate.data[i], u = up.data[i];
+    const float g = gate.data[i] * gate_alpha, u = up.data[i] * up_alpha;
     if (!situ) {
       gate.data[i] = g * sigmoid(g) * u;
     } else {
@@ -32,6 +34,17 @@ void gated_activation(const ActivationConfig& a, Tensor& gate, const Tensor& up)
     }
   }
 }
+
+void gated_mlp(const ActivationConfig& act, const CpuLinear& gate_w, const CpuLinear& up_w, const CpuLinear& down_w,
+               const Tensor& x, Tensor& out) {
+  Tensor gate, up;
+  linear_accumulators(gate_w, x, gate);
+  linear_accumulators(up_w, x, up);
+  gated_activation(act, gate, up, gate_w.output_scale(), up_w.output_scale());
+  linear(down_w, gate, out);
+}
+
+namespace {
 
 struct Route {
   int64_t expert;
@@ -82,15 +95,6 @@ std::vector<Route> route(const MoeConfig& m, const float* logits, const Floats& 
     r.weight *= static_cast<float>(m.routed_scaling_factor);
   }
   return picked;
-}
-
-void gated_mlp(const ActivationConfig& act, const CpuLinear& gate_w, const CpuLinear& up_w, const CpuLinear& down_w,
-               const Tensor& x, Tensor& out) {
-  Tensor gate, up;
-  linear(gate_w, x, gate);
-  linear(up_w, x, up);
-  gated_activation(act, gate, up);
-  linear(down_w, gate, out);
 }
 
 }  // namespace

@@ -24,6 +24,11 @@ void linear(const CpuLinear& w, const Tensor& x, Tensor& y) {
   if (x.rows > 0) w.forward(x.data.data(), x.rows, y.data.data());
 }
 
+void linear_accumulators(const CpuLinear& w, const Tensor& x, Tensor& y) {
+  y = Tensor(x.rows, w.rows());
+  if (x.rows > 0) w.forward_accumulators(x.data.data(), x.rows, y.data.data());
+}
+
 void rms_norm(const Tensor& x, const Floats& w, double eps, Tensor& y) {
   y = Tensor(x.rows, x.cols);
 #pragma omp parallel for schedule(static)

@@ -7,6 +7,14 @@
 namespace k3::cpu {
 
 void linear(const CpuLinear& w, const Tensor& x, Tensor& y);  // y resized to [x.rows, w.rows()]
+// linear() without the weight's per-tensor α (CpuLinear::output_scale).
+void linear_accumulators(const CpuLinear& w, const Tensor& x, Tensor& y);
+
+// gate ← act(gate·gate_alpha, up·up_alpha) elementwise: SiLU(g)·u, or SiTU(β, β_lin) (spec §2.1).
+void gated_activation(const ActivationConfig& act, Tensor& gate, const Tensor& up, float gate_alpha, float up_alpha);
+// One gated FFN (dense MLP, shared or routed expert) under the MoE scale contract (moe.cpp).
+void gated_mlp(const ActivationConfig& act, const CpuLinear& gate_w, const CpuLinear& up_w, const CpuLinear& down_w,
+               const Tensor& x, Tensor& out);
 
 void rms_norm(const Tensor& x, const Floats& w, double eps, Tensor& y);
 void attn_res_mix_norm(std::span<const Tensor* const> candidates, const Floats& c, const Floats& norm_w, double eps,

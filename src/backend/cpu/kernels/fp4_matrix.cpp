@@ -10,19 +10,16 @@
 namespace k3::cpu {
 namespace {
 
-// The checkpoint's NVFP4 activation quantisation (quant-formats §2.3) of one token, returned as
-// code · block_scale — exact in bf16 (E2M1 × E4M3 has at most 5 significant bits); the static
-// input_scale is left out here and applied with the output scale.
-void nvfp4_activation_codes(const float* x, int64_t k, float input_scale, uint16_t* out) {
+// The checkpoint's NVFP4 activation quantisation (quant-formats §2.3) of one token: code ·
+// block_scale with the static input_scale left out (it joins the output scale). Per 16 values these
+// share one block scale, so Fixed16 holds them exactly (2·E2M1 fits 16 bits at any block scale).
+void nvfp4_activation_values(const float* x, int64_t k, float input_scale, float* out) {
   const float gs = 1.0f / input_scale;
   for (int64_t b = 0; b < k; b += 16) {
     float amax = 0.0f;
     for (int64_t i = b; i < b + 16; ++i) amax = std::max(amax, std::fabs(x[i]));
     const float sf = decode_e4m3fn(encode_e4m3fn_sat(amax / 6.0f * gs));
-    for (int64_t i = b; i < b + 16; ++i) {
-      const float v = sf > 0.0f ? decode_e2m1(encode_e2m1(x[i] * gs / sf)) * sf : 0.0f;
-      out[i] = encode_bf16(v);
-    }
+    for (int64_t i = b; i < b + 16; ++i) out[i] = sf > 0.0f ? decode_e2m1(encode_e2m1(x[i] * gs / sf)) * sf : 0.0f;
   }
 }
 
@@ -58,14 +55,13 @@ class Fp4Matrix final : public WeightMatrix {
   }
 
   void prepare(const float* x, int64_t m, PreparedActivations& a) const override {
-    if (!options_.w4a4) return prepare_bf16(x, m, cols(), a);
-    prepare_bf16(x, 0, cols(), a);
-    a.m = m;
-    a.bf16.resize(static_cast<size_t>(m * cols()));
-    for (int64_t t = 0; t < m; ++t) nvfp4_activation_codes(x + t * cols(), cols(), options_.input_scale, a.bf16.data() + t * cols());
+    if (!options_.w4a4) return prepare_fixed16(x, m, cols(), layout_.block, a);
+    std::vector<float> quantised(static_cast<size_t>(m * cols()));
+    for (int64_t t = 0; t < m; ++t) nvfp4_activation_values(x + t * cols(), cols(), options_.input_scale, quantised.data() + t * cols());
+    prepare_fixed16(quantised.data(), m, cols(), layout_.block, a);
   }
   void dot_rows(const PreparedActivations& a, int64_t r0, int64_t r1, float* y, int64_t ldy) const override {
-    dot_(layout_, a.bf16.data(), a.m, r0, r1, y, ldy);
+    dot_(layout_, a.q16.data(), a.scale.data(), a.m, r0, r1, y, ldy);
   }
   void decode_rows(int64_t r0, int64_t r1, float* out) const override {
     const int64_t k = cols(), lines = k / kFp4LineK, blocks = k / layout_.block;
@@ -82,7 +78,7 @@ class Fp4Matrix final : public WeightMatrix {
   float output_scale() const override { return output_scale_; }
   uint64_t weight_bytes() const override { return codes_.size() + scales_.size(); }
   std::string kernel_name() const override {
-    return std::string(layout_.block == 16 ? "nvfp4" : "mxfp4") + (options_.w4a4 ? "-w4a4/" : "-w4a16/") + isa_name(isa());
+    return std::string(layout_.block == 16 ? "nvfp4" : "mxfp4") + (options_.w4a4 ? "-w4a4/" : "/") + isa_name(isa());
   }
 
  private:

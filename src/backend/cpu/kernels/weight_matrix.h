@@ -19,7 +19,10 @@ namespace k3::cpu {
 // What a kernel multiplies the weights with.
 enum class ActivationForm {
   F32,           // x as given (dense and FP8 weights)
-  Bf16,          // x rounded to bf16 (4-bit weight-only "W4A16", the numerics of Hopper's W4A16 kernels)
+  Fixed16,       // 16-bit fixed point per block of `block` values: code = round(x · 2^s) with the
+                 // largest s keeping |x|·2^s < 2^15, scale = 2^-s; error ≤ amax_block·2^-15, i.e. at
+                 // least bf16's precision for every value within 2^-6 of its block's largest (the
+                 // 4-bit weight-only kernels: integer block dots, activations effectively 16-bit)
   Int8PerToken,  // symmetric int8, one scale per token (ModelSlim W4A8 / W8A8 dynamic)
   Int8Blocks,    // symmetric int8 per block of `block` values (ggml's Q8_0 / Q8_K activations)
 };
@@ -29,21 +32,27 @@ struct PreparedActivations {
   ActivationForm form = ActivationForm::F32;
   int64_t m = 0, k = 0;
   const float* f32 = nullptr;     // F32: the caller's x [m, k]
-  std::vector<uint16_t> bf16;     // Bf16: [m, k]
+  std::vector<int16_t> q16;       // Fixed16: codes [m, k]
   std::vector<int8_t> q;          // Int8*: codes [m, k]
-  std::vector<float> scale;       // Int8*: [m, k / block] (per token: block = k)
+  std::vector<float> scale;       // Fixed16, Int8*: [m, k / block] (per token: block = k)
   std::vector<int32_t> sums;      // Int8*: Σ codes per 16 values [m, k / 16] (zero-point / min corrections)
-  int64_t block = 0;              // Int8*: values per scale
+  int64_t block = 0;              // Fixed16, Int8*: values per scale
+  int32_t zero = 0;               // Int8*: the code of 0 (static W8A8 input_offset); values are (code − zero) · scale
 
-  // Token t as float32, exactly the values the fused kernel multiplies with (bf16 widened, q·scale).
+  // Token t as float32, exactly the values the fused kernel multiplies with (code · scale).
   void values(int64_t t, float* out) const;
 };
 
 void prepare_f32(const float* x, int64_t m, int64_t k, PreparedActivations& a);
-void prepare_bf16(const float* x, int64_t m, int64_t k, PreparedActivations& a);
+// k % block == 0. A value too small for its block's fixed point becomes 0; an all-zero block has
+// scale 0.
+void prepare_fixed16(const float* x, int64_t m, int64_t k, int64_t block, PreparedActivations& a);
 // Symmetric int8 per block: scale = amax / 127, code = round-half-even(x / scale) (all-zero block:
 // scale 0, codes 0). block = k gives one scale per token. k % 16 == 0, k % block == 0.
 void prepare_int8(const float* x, int64_t m, int64_t k, int64_t block, ActivationForm form, PreparedActivations& a);
+// ModelSlim W8A8 static (quant-formats §4.2), form Int8PerToken with every token's scale `scale`:
+// code = clamp(round-half-even(x / scale) + zero, -128, 127). k % 16 == 0.
+void prepare_int8_static(const float* x, int64_t m, int64_t k, float scale, int32_t zero, PreparedActivations& a);
 
 class WeightMatrix {
  public:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "core/numeric.h"
@@ -162,41 +163,80 @@ W8A8Weights quantize_w8a8(const float* w, int64_t n, int64_t k, bool bf16_scales
   return out;
 }
 
+ModelSlimWeight read_modelslim_weight(const Binding& b, int64_t n, int64_t k, size_t e, PlanFiles& files) {
+  ModelSlimWeight w;
+  const Scheme& scheme = b.scheme;
+  if (scheme.kind != SchemeKind::W4A8 && scheme.kind != SchemeKind::W8A8) {
+    throw Error(Where{"", b.param, "scheme"}, "scheme " + scheme.name() + " is not a ModelSlim W4A8 / W8A8 scheme");
+  }
+  w.int4 = scheme.kind == SchemeKind::W4A8;
+  w.packed_along_n = w.int4 && scheme.int4_packed_along_n;
+  w.group_size = w.int4 ? scheme.group_size : 0;
+  const uint64_t rows = static_cast<uint64_t>(n), cols = static_cast<uint64_t>(k);
+  const SourcePart& weight = need_part(b, "weight");
+  if (e >= weight.tensors.size()) {
+    throw Error(Where{"", b.param, "weight"}, "source " + std::to_string(e) + " of " + std::to_string(weight.tensors.size()) + " requested");
+  }
+  const SourceTensor& wt = weight.tensors[e];
+  w.where = Where{files.path(wt), wt.name, "weight"};
+  if (w.packed_along_n && n % 2 != 0) throw Error(w.where, "N = " + std::to_string(n) + " is odd; the packed int4 layout needs an even row count");
+  w.weight = files.bytes(wt);
+  const uint64_t want = (w.packed_along_n ? rows / 2 : rows) * cols;
+  if (w.weight.size() != want) {
+    throw Error(w.where, "holds " + std::to_string(w.weight.size()) + " bytes, expected " + std::to_string(want));
+  }
+  w.scale = decode_part(b, "weight_scale", e, rows, files);
+  w.offset = decode_part(b, "weight_offset", e, rows, files);
+  if (!w.int4) return w;
+  require_zero(w.offset, need_part(b, "weight_offset").tensors.at(e), files, "weight_offset");
+  if (w.group_size > 0) {
+    const int64_t gs = w.group_size;
+    if (k % gs != 0) throw Error(w.where, "K = " + std::to_string(k) + " is not a multiple of group_size " + std::to_string(gs));
+    w.scale_second = decode_part(b, "weight_scale_second", e, rows * (cols / gs), files);
+    require_zero(decode_part(b, "weight_offset_second", e, rows * (cols / gs), files),
+                 need_part(b, "weight_offset_second").tensors.at(e), files, "weight_offset_second");
+  }
+  return w;
+}
+
+W8A8StaticParts read_w8a8_static_parts(const Binding& b, int64_t n, size_t e, PlanFiles& files) {
+  W8A8StaticParts p;
+  const uint64_t rows = static_cast<uint64_t>(n);
+  p.input_scale = decode_part(b, "input_scale", e, 1, files)[0];
+  p.input_offset = decode_part(b, "input_offset", e, 1, files)[0];
+  const SourceTensor& qb = need_part(b, "quant_bias").tensors.at(e);
+  const auto qb_bytes = files.bytes(qb);
+  if (qb.dtype != "I32" || qb_bytes.size() != rows * 4) {
+    throw Error(Where{files.path(qb), qb.name, "quant_bias"}, "expected I32 [" + std::to_string(n) + "], found " + qb.dtype + " of " +
+                                                                  std::to_string(qb_bytes.size()) + " bytes");
+  }
+  p.quant_bias.resize(rows);
+  std::memcpy(p.quant_bias.data(), qb_bytes.data(), rows * 4);
+  const SourceTensor& ds = need_part(b, "deq_scale").tensors.at(e);
+  if (ds.dtype == "I64") {
+    const auto bytes = files.bytes(ds);
+    if (bytes.size() != rows * 8) throw Error(Where{files.path(ds), ds.name, "deq_scale"}, "expected I64 [" + std::to_string(n) + "]");
+    p.deq_scale.resize(rows);
+    for (uint64_t r = 0; r < rows; ++r) std::memcpy(&p.deq_scale[r], bytes.data() + 8 * r, 4);  // low 32 bits (little-endian)
+  } else {
+    p.deq_scale = decode_part(b, "deq_scale", e, rows, files);
+  }
+  return p;
+}
+
 void dequant_modelslim_binding(const Binding& b, const ParamSpec& spec, PlanFiles& files, float* out) {
   const auto& shape = spec.shape;
   if (shape.size() < 2) throw Error(Where{"", spec.name, "shape"}, "quantized parameter must be at least 2-D");
   const int64_t n = static_cast<int64_t>(shape[shape.size() - 2]), k = static_cast<int64_t>(shape[shape.size() - 1]);
-  const Scheme& scheme = b.scheme;
-  const bool w4 = scheme.kind == SchemeKind::W4A8;
-  const bool packed = w4 && scheme.int4_packed_along_n;
-  const int64_t gs = w4 ? scheme.group_size : 0;
-  const uint64_t rows = static_cast<uint64_t>(n), cols = static_cast<uint64_t>(k);
-  const SourcePart& weight = need_part(b, "weight");
-  for (size_t e = 0; e < weight.tensors.size(); ++e) {
-    const SourceTensor& wt = weight.tensors[e];
-    const Where where{files.path(wt), wt.name, "weight"};
-    const auto bytes = files.bytes(wt);
-    const uint64_t want = (packed ? rows / 2 : rows) * cols;
-    if (bytes.size() != want) {
-      throw Error(where, "holds " + std::to_string(bytes.size()) + " bytes, expected " + std::to_string(want));
-    }
-    const auto* q = reinterpret_cast<const int8_t*>(bytes.data());
-    const std::vector<float> scale = decode_part(b, "weight_scale", e, rows, files);
-    const std::vector<float> offset = decode_part(b, "weight_offset", e, rows, files);
-    float* dst = out + e * rows * cols;
-    if (!w4) {
-      dequant_w8a8(q, scale.data(), offset.data(), n, k, dst);
+  for (size_t e = 0; e < need_part(b, "weight").tensors.size(); ++e) {
+    const ModelSlimWeight w = read_modelslim_weight(b, n, k, e, files);
+    const auto* q = reinterpret_cast<const int8_t*>(w.weight.data());
+    float* dst = out + e * static_cast<uint64_t>(n * k);
+    if (!w.int4) {
+      dequant_w8a8(q, w.scale.data(), w.offset.data(), n, k, dst);
       continue;
     }
-    require_zero(offset, need_part(b, "weight_offset").tensors[e], files, "weight_offset");
-    std::vector<float> second;
-    if (gs > 0) {
-      if (k % gs != 0) throw Error(where, "K = " + std::to_string(k) + " is not a multiple of group_size " + std::to_string(gs));
-      second = decode_part(b, "weight_scale_second", e, rows * (cols / gs), files);
-      require_zero(decode_part(b, "weight_offset_second", e, rows * (cols / gs), files),
-                   need_part(b, "weight_offset_second").tensors[e], files, "weight_offset_second");
-    }
-    dequant_w4a8(q, packed, scale.data(), second.data(), gs, n, k, dst, where);
+    dequant_w4a8(q, w.packed_along_n, w.scale.data(), w.scale_second.data(), w.group_size, n, k, dst, w.where);
   }
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "quant/plan/materialize.h"
@@ -68,5 +69,29 @@ W8A8Weights quantize_w8a8(const float* w, int64_t n, int64_t k, bool bf16_scales
 // Dequantizes a W4A8 / W8A8 binding (every expert of a bank) into out, row-major in spec.shape.
 // Offsets of W4A8 must be zero (symmetric exports); a nonzero one is an error, never ignored.
 void dequant_modelslim_binding(const Binding& binding, const ParamSpec& spec, PlanFiles& files, float* out);
+
+// The parts of one W4A8 / W8A8 weight [n, k] (source `e` of each part: the expert of a bank, 0
+// otherwise), read and checked as dequant_modelslim_binding reads them; a wrong size or a nonzero
+// W4A8 offset is a k3::Error naming the tensor and field.
+struct ModelSlimWeight {
+  std::span<const uint8_t> weight;  // packed [n/2, k] or unpacked [n, k] int8 bytes
+  bool int4 = false, packed_along_n = false;
+  int64_t group_size = 0;           // W4A8 per-group K (0: per channel)
+  std::vector<float> scale;         // [n]
+  std::vector<float> offset;        // [n] (zero for W4A8)
+  std::vector<float> scale_second;  // [n, k / group_size] when group_size > 0
+  Where where;                      // the weight tensor
+};
+ModelSlimWeight read_modelslim_weight(const Binding& binding, int64_t n, int64_t k, size_t e, PlanFiles& files);
+
+// The activation parts of W8A8 static, source `e`: input_scale and input_offset (one value each),
+// quant_bias I32 [n] and deq_scale [n] (F32, or I64 holding the F32 bits in its low 32 bits, as
+// ModelSlim writes it for F16 models).
+struct W8A8StaticParts {
+  float input_scale = 0.0f, input_offset = 0.0f;
+  std::vector<int32_t> quant_bias;
+  std::vector<float> deq_scale;
+};
+W8A8StaticParts read_w8a8_static_parts(const Binding& binding, int64_t n, size_t e, PlanFiles& files);
 
 }  // namespace k3

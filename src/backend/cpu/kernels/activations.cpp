@@ -54,8 +54,10 @@ void prepare_int8(const float* x, int64_t m, int64_t k, int64_t block, Activatio
       const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
       a.scale[t * nblocks + b] = scale;
       int8_t* qb = a.q.data() + t * k + b * block;
+      // Int8PerToken divides, as ModelSlim's x_q = round(x / s_t) (x · (1 / s_t) differs in ~1e-6 of values).
+      const bool divide = form == ActivationForm::Int8PerToken && amax > 0.0f;
       for (int64_t i = 0; i < block; ++i) {
-        qb[i] = static_cast<int8_t>(std::clamp(std::nearbyint(xb[i] * inv), -127.0f, 127.0f));
+        qb[i] = static_cast<int8_t>(std::clamp(std::nearbyint(divide ? xb[i] / scale : xb[i] * inv), -127.0f, 127.0f));
       }
     }
     for (int64_t i = 0; i < k; ++i) a.sums[t * (k / 16) + i / 16] += a.q[t * k + i];

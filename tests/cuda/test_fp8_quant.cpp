@@ -78,6 +78,34 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Quant1x128Test,
                                            std::make_tuple(9, 200, DType::kF32),  // a partial last block
                                            std::make_tuple(3, 384, DType::kBF16)));  // an odd block count
 
+TEST(CudaFp8Quant, PaddingRowsAreZeroWithUnitScale) {
+  K3_REQUIRE_GPU();
+  test::ArenaScope scope;
+  test::Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  const int64_t M = 5, Mq = 8, K = 1024, kb = K / 128;
+  const std::vector<float> x = activations(rng, M, K, DType::kBF16);
+  std::vector<uint8_t> q_ref(static_cast<size_t>(M * K));
+  std::vector<float> s_ref(static_cast<size_t>(M * kb));
+  quantize_fp8_block(x.data(), M, K, 1, 128, q_ref.data(), s_ref.data());
+  Arena& a = test::arena();
+  const DeviceTensor dx = upload_f32(a, x.data(), M, K, DType::kBF16, "x");
+  const DeviceTensor dq = a.alloc_tensor(DType::kE4M3, Mq, K, "q");
+  const DeviceTensor ds = a.alloc_tensor(DType::kF32, kb, Mq, "scales");
+  poison(dq);
+  poison(ds);
+  quantize_fp8_1x128(dx, dq, ds.as<float>(), nullptr);
+  const std::vector<uint8_t> q = download_bytes(dq);
+  const std::vector<float> s = download_f32(ds);
+  for (int64_t r = 0; r < Mq; ++r) {
+    for (int64_t b = 0; b < kb; ++b) EXPECT_EQ(s[b * Mq + r], r < M ? s_ref[r * kb + b] : 1.0f) << r << " " << b;
+    int64_t bad = 0;
+    for (int64_t c = 0; c < K; ++c) bad += q[r * K + c] != (r < M ? q_ref[r * K + c] : 0);
+    EXPECT_EQ(bad, 0) << "row " << r;
+  }
+  EXPECT_THROW(quantize_fp8_1x128(dx, dq.row_slice(0, 4), ds.as<float>(), nullptr), Error);
+}
+
 TEST(CudaFp8Quant, PerTensorStaticScale) {
   K3_REQUIRE_GPU();
   test::ArenaScope scope;

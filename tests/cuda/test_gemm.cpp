@@ -175,6 +175,18 @@ TEST_P(GemmFp8BlockTest, FusedQuantAndGemmMatchFloat64) {
   int64_t differ = 0;
   for (size_t i = 0; i < y.size(); ++i) differ += !(std::fabs(y2[i] - y[i]) <= std::fabs(y[i]) / 128);
   EXPECT_EQ(differ, 0);
+
+  // An output with the padded row count takes the copy-free path; its first M rows are the same.
+  const int64_t Mp = fp8_block_padded_rows(M);
+  const DeviceTensor dyp = a.alloc_tensor(DType::kBF16, Mp, N, "y padded");
+  poison(dyp);
+  linear_fp8_pb_wo(blas, a, dx, dw, dyp, nullptr);
+  const std::vector<float> yp = download_f32(dyp);
+  differ = 0;
+  for (size_t i = 0; i < y.size(); ++i) differ += !(std::fabs(yp[i] - y[i]) <= std::fabs(y[i]) / 128);
+  EXPECT_EQ(differ, 0);
+  const DeviceTensor wrong = a.alloc_tensor(DType::kBF16, M + 1 == Mp ? M + 2 : M + 1, N, "y wrong");
+  EXPECT_THROW(linear_fp8_pb_wo(blas, a, dx, dw, wrong, nullptr), Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmFp8BlockTest,

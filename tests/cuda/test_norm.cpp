@@ -82,15 +82,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormTest,
                                            NormCase{3, 32768, DType::kF32, DType::kF32},
                                            NormCase{9, 8, DType::kF32, DType::kF32}));
 
-class AttnResTest : public ::testing::TestWithParam<std::tuple<int, int64_t, DType, DType>> {};
+class AttnResTest : public ::testing::TestWithParam<std::tuple<int, int64_t, DType, DType, int64_t>> {};
 
 TEST_P(AttnResTest, MatchesCpu) {
   K3_REQUIRE_GPU();
   test::ArenaScope scope;
   test::Rng rng;
-  const auto [count, rows, tin, tout] = GetParam();
+  const auto [count, rows, tin, tout, n] = GetParam();
   SCOPED_TRACE("seed " + std::to_string(rng.seed()));
-  const int64_t n = 7168;
   const double eps = 1e-5;
   std::vector<Tensor> cand(static_cast<size_t>(count), Tensor(rows, n));
   for (Tensor& t : cand) {
@@ -112,22 +111,28 @@ TEST_P(AttnResTest, MatchesCpu) {
   const DeviceTensor dcv = upload_f32(a, c.data(), 1, n, DType::kF32, "c");
   const DeviceTensor dnw = upload_f32(a, norm_w.data(), 1, n, DType::kF32, "norm_w");
   const DeviceTensor dy = a.alloc_tensor(tout, rows, n, "y");
-  poison(dy);
-  attn_res_mix_norm(dc, dcv.as<float>(), dnw.as<float>(), static_cast<float>(eps), dy, nullptr);
-  const std::vector<float> y = download_f32(dy);
   const std::vector<double> r = to_double(ref.data);
-  const test::ErrorStats st = test::compare(y, r);
-  EXPECT_EQ(st.non_finite, 0);
-  EXPECT_EQ(test::count_outside(y, r, rel_tol(tout, 2e-5), 2e-5 * st.ref_rms), 0)
-      << "rel_l2 " << st.rel_l2 << " max_abs " << st.max_abs;
+  for (AttnResAlgo algo : {AttnResAlgo::kOnePass, AttnResAlgo::kTwoPass}) {
+    SCOPED_TRACE(algo == AttnResAlgo::kOnePass ? "one pass" : "two pass");
+    poison(dy);
+    attn_res_mix_norm(dc, dcv.as<float>(), dnw.as<float>(), static_cast<float>(eps), dy, nullptr, algo);
+    const std::vector<float> y = download_f32(dy);
+    const test::ErrorStats st = test::compare(y, r);
+    EXPECT_EQ(st.non_finite, 0);
+    EXPECT_EQ(test::count_outside(y, r, rel_tol(tout, 2e-5), 2e-5 * st.ref_rms), 0)
+        << "rel_l2 " << st.rel_l2 << " max_abs " << st.max_abs;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Candidates, AttnResTest,
-                         ::testing::Values(std::make_tuple(1, 4, DType::kF32, DType::kF32),
-                                           std::make_tuple(2, 3, DType::kBF16, DType::kBF16),
-                                           std::make_tuple(9, 33, DType::kBF16, DType::kF32),
-                                           std::make_tuple(9, 2, DType::kF32, DType::kBF16),
-                                           std::make_tuple(16, 5, DType::kF32, DType::kF32)));
+                         ::testing::Values(std::make_tuple(1, 4, DType::kF32, DType::kF32, 7168),
+                                           std::make_tuple(2, 3, DType::kBF16, DType::kBF16, 7168),
+                                           std::make_tuple(9, 33, DType::kBF16, DType::kF32, 7168),
+                                           std::make_tuple(9, 2, DType::kF32, DType::kBF16, 7168),
+                                           std::make_tuple(16, 5, DType::kF32, DType::kF32, 7168),
+                                           std::make_tuple(5, 7, DType::kBF16, DType::kBF16, 1000),
+                                           // wider than the one-pass kernel takes: falls back
+                                           std::make_tuple(3, 2, DType::kBF16, DType::kF32, 12288)));
 
 TEST(CudaNorm, RejectsBadShapes) {
   K3_REQUIRE_GPU();

@@ -99,27 +99,35 @@ TEST_P(RouterTest, MatchesCpuRoute) {
   const DeviceTensor db = upload_f32(a, bias.data(), 1, E, DType::kF32, "bias");
   const DeviceTensor di = a.alloc_tensor(DType::kI32, T, p.top_k, "ids");
   const DeviceTensor dw = a.alloc_tensor(DType::kF32, T, p.top_k, "weights");
-  poison(di);
-  poison(dw);
-  moe_route(p, dl, db.as<float>(), di, dw, nullptr);
-  const std::vector<int32_t> ids = download_i32(di);
-  const std::vector<float> w = download_f32(dw);
-  const double tol = p.sigmoid ? 1e-6 : 1e-5;
-  int64_t bad_ids = 0, bad_w = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    const std::vector<Route> ref = cpu_route(p, logits.data() + t * E, bias);
-    for (int64_t i = 0; i < p.top_k; ++i) {
-      const int64_t j = t * p.top_k + i;
-      if (ids[j] != ref[i].expert) {
-        if (++bad_ids <= 5) ADD_FAILURE() << "token " << t << " slot " << i << ": " << ids[j] << " vs " << ref[i].expert;
-      }
-      if (!(std::fabs(w[j] - ref[i].weight) <= tol * std::fabs(ref[i].weight) + 1e-30)) {
-        if (++bad_w <= 5) ADD_FAILURE() << "token " << t << " slot " << i << ": weight " << w[j] << " vs " << ref[i].weight;
+  std::vector<std::vector<Route>> refs;
+  for (int64_t t = 0; t < T; ++t) refs.push_back(cpu_route(p, logits.data() + t * E, bias));
+  const bool grouped = p.groups > 1 && p.topk_group < p.groups;
+  std::vector<RouterKernel> kernels = {RouterKernel::kBlock};
+  if (!grouped && E <= 1024) kernels.push_back(RouterKernel::kWarp);
+  for (RouterKernel kernel : kernels) {
+    SCOPED_TRACE(kernel == RouterKernel::kBlock ? "block kernel" : "warp kernel");
+    poison(di);
+    poison(dw);
+    moe_route(p, dl, db.as<float>(), di, dw, nullptr, kernel);
+    const std::vector<int32_t> ids = download_i32(di);
+    const std::vector<float> w = download_f32(dw);
+    const double tol = p.sigmoid ? 1e-6 : 1e-5;
+    int64_t bad_ids = 0, bad_w = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const std::vector<Route>& ref = refs[t];
+      for (int64_t i = 0; i < p.top_k; ++i) {
+        const int64_t j = t * p.top_k + i;
+        if (ids[j] != ref[i].expert) {
+          if (++bad_ids <= 5) ADD_FAILURE() << "token " << t << " slot " << i << ": " << ids[j] << " vs " << ref[i].expert;
+        }
+        if (!(std::fabs(w[j] - ref[i].weight) <= tol * std::fabs(ref[i].weight) + 1e-30)) {
+          if (++bad_w <= 5) ADD_FAILURE() << "token " << t << " slot " << i << ": weight " << w[j] << " vs " << ref[i].weight;
+        }
       }
     }
+    EXPECT_EQ(bad_ids, 0);
+    EXPECT_EQ(bad_w, 0);
   }
-  EXPECT_EQ(bad_ids, 0);
-  EXPECT_EQ(bad_w, 0);
 }
 
 RouterParams params(int64_t E, int64_t k, int64_t groups, int64_t topk_group, bool sigmoid, bool renorm, float scaling) {
@@ -142,7 +150,10 @@ INSTANTIATE_TEST_SUITE_P(
                       RouterCase{"grouped ties", params(64, 6, 4, 2, true, true, 1.0f), true, 100},
                       RouterCase{"k beyond kept groups (-inf ties)", params(16, 6, 4, 1, true, true, 1.0f), false, 50},
                       RouterCase{"softmax no renorm", params(64, 6, 1, 1, false, false, 1.0f), false, 50},
-                      RouterCase{"kimi-linear 256/8 one group", params(256, 8, 1, 1, true, true, 2.446f), false, 33}));
+                      RouterCase{"kimi-linear 256/8 one group", params(256, 8, 1, 1, true, true, 2.446f), false, 33},
+                      RouterCase{"1024 experts, k 64", params(1024, 64, 1, 1, true, true, 1.0f), false, 9},
+                      RouterCase{"odd E, softmax ties", params(100, 7, 1, 1, false, true, 1.0f), true, 40},
+                      RouterCase{"groups all kept", params(64, 6, 4, 4, true, true, 1.0f), true, 20}));
 
 TEST(CudaRouter, ParamsFromConfig) {
   MoeConfig m;

@@ -1,6 +1,7 @@
 // Gated activation act(gate·α_g, up·α_u) (SiLU or SiTU with the optional β_lin cap on up), elementwise,
-// 8 values per thread, a grid-stride loop over the [rows, cols/8] vectors.
+// 8 values per thread; grid x over the columns, y over the rows (no index division).
 #include <algorithm>
+#include <cstdint>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernel_util.cuh"
@@ -11,28 +12,34 @@ namespace {
 
 using detail::bf16;
 using detail::kVec;
+constexpr int kThreads = 128;
+
+// The launch's constants: divisions by β and β_lin become multiplications (≤ 1 ulp from the CPU's
+// g/β; the kernel is bound by its transcendental functions, not by memory, at 8 values a thread).
+struct Act {
+  bool situ;
+  float beta, inv_beta, beta_lin, inv_beta_lin, gate_alpha, up_alpha;
+};
 
 template <typename Tin, typename Tout>
-__global__ void gated_kernel(GatedActivation act, const Tin* __restrict__ gate, int64_t ldg,
-                             const Tin* __restrict__ up, int64_t ldu, Tout* __restrict__ out, int64_t ldo,
-                             int64_t rows, int64_t vec_per_row) {
-  const int64_t total = rows * vec_per_row;
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = idx / vec_per_row, c = (idx - r * vec_per_row) * kVec;
+__global__ void __launch_bounds__(kThreads) gated_kernel(Act act, const Tin* __restrict__ gate, int64_t ldg,
+                                                         const Tin* __restrict__ up, int64_t ldu,
+                                                         Tout* __restrict__ out, int64_t ldo, int64_t rows, int cols) {
+  const int c = (blockIdx.x * kThreads + threadIdx.x) * kVec;
+  if (c >= cols) return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     float g[kVec], u[kVec], o[kVec];
     detail::load8(gate + r * ldg + c, g);
     detail::load8(up + r * ldu + c, u);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
-      g[k] *= act.gate_alpha;
-      u[k] *= act.up_alpha;
-      const float sig = 1.0f / (1.0f + expf(-g[k]));
+      const float gk = g[k] * act.gate_alpha, uk = u[k] * act.up_alpha;
+      const float sig = 1.0f / (1.0f + expf(-gk));
       if (!act.situ) {
-        o[k] = g[k] * sig * u[k];
+        o[k] = gk * sig * uk;
       } else {
-        const float capped = act.beta_lin > 0.0f ? act.beta_lin * tanhf(u[k] / act.beta_lin) : u[k];
-        o[k] = act.beta * tanhf(g[k] / act.beta) * sig * capped;
+        const float capped = act.beta_lin > 0.0f ? act.beta_lin * tanhf(uk * act.inv_beta_lin) : uk;
+        o[k] = act.beta * tanhf(gk * act.inv_beta) * sig * capped;
       }
     }
     detail::store8(out + r * ldo + c, o);
@@ -40,13 +47,16 @@ __global__ void gated_kernel(GatedActivation act, const Tin* __restrict__ gate, 
 }
 
 template <typename Tin, typename Tout>
-void launch(const GatedActivation& act, const DeviceTensor& gate, const DeviceTensor& up, const DeviceTensor& out,
+void launch(const GatedActivation& a, const DeviceTensor& gate, const DeviceTensor& up, const DeviceTensor& out,
             cudaStream_t stream) {
-  const int64_t vec_per_row = gate.cols / kVec, total = gate.rows * vec_per_row;
-  constexpr int threads = 256;
-  const int64_t blocks = std::min<int64_t>((total + threads - 1) / threads, 132 * 16);
-  gated_kernel<Tin, Tout><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
-      act, gate.as<const Tin>(), gate.ld, up.as<const Tin>(), up.ld, out.as<Tout>(), out.ld, gate.rows, vec_per_row);
+  const Act act{a.situ,     a.beta,         1.0f / a.beta, a.beta_lin, a.beta_lin > 0.0f ? 1.0f / a.beta_lin : 0.0f,
+                a.gate_alpha, a.up_alpha};
+  const int cols = static_cast<int>(gate.cols);
+  const int vec_per_row = cols / kVec;
+  const dim3 grid(static_cast<unsigned>((vec_per_row + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(std::min<int64_t>(gate.rows, 65535)));
+  gated_kernel<Tin, Tout><<<grid, kThreads, 0, stream>>>(act, gate.as<const Tin>(), gate.ld, up.as<const Tin>(), up.ld,
+                                                         out.as<Tout>(), out.ld, gate.rows, cols);
   K3_CUDA_CHECK_LAUNCH("gated_kernel");
 }
 
@@ -61,6 +71,7 @@ void gated_activation(const GatedActivation& act, const DeviceTensor& gate, cons
     throw Error("gated_activation: needs cols % 8 == 0 and 16-byte aligned rows, got " + gate.describe());
   }
   if (act.situ && !(act.beta > 0.0f)) throw Error("gated_activation: SiTU beta must be > 0");
+  if (gate.cols > INT32_MAX / 2) throw Error("gated_activation: rows too wide");
   if (gate.numel() == 0) return;
   const bool xf = gate.dtype == DType::kF32, yf = out.dtype == DType::kF32;
   if ((!xf && gate.dtype != DType::kBF16) || (!yf && out.dtype != DType::kBF16)) {

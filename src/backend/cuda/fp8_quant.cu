@@ -38,26 +38,30 @@ __device__ __forceinline__ uint2 encode8(const float (&v)[kVec], float scale) {
 template <typename Tin>
 __global__ void __launch_bounds__(32 * kRowsPerCta) quant_1x128_kernel(const Tin* __restrict__ x, int64_t ldx,
                                                                        uint8_t* __restrict__ q, int64_t ldq,
-                                                                       float* __restrict__ scales, int M, int K) {
+                                                                       float* __restrict__ scales, int Mx, int Mq,
+                                                                       int K) {
   const int lane = threadIdx.x, half = lane >> 4;
   const int m = blockIdx.y * kRowsPerCta + threadIdx.y;
   const int b = blockIdx.x * 2 + half;  // this half-warp's K-block
   const int col = b * 128 + (lane & 15) * kVec;
-  if (m >= M) return;  // whole warp leaves together
+  if (m >= Mq) return;  // whole warp leaves together
   float v[kVec];
   const bool active = col < K;
   float amax = 0.0f;
-  if (active) {
+  if (active && m < Mx) {
     detail::load8(x + static_cast<int64_t>(m) * ldx + col, v);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) amax = fmaxf(amax, fabsf(v[k]));
+  } else {
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) v[k] = 0.0f;  // padding rows: zero codes, scale 1
   }
 #pragma unroll
   for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
   const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
   if (active) {
     *reinterpret_cast<uint2*>(q + static_cast<int64_t>(m) * ldq + col) = encode8(v, scale);
-    if ((lane & 15) == 0) scales[static_cast<int64_t>(b) * M + m] = scale;
+    if ((lane & 15) == 0) scales[static_cast<int64_t>(b) * Mq + m] = scale;
   }
 }
 
@@ -77,7 +81,6 @@ __global__ void quant_tensor_kernel(const Tin* __restrict__ x, int64_t ldx, cons
 
 void check_io(const DeviceTensor& x, const DeviceTensor& q, const char* what) {
   expect_dtype(q, DType::kE4M3, what);
-  expect_shape(q, x.rows, x.cols, what);
   if (x.dtype != DType::kF32 && x.dtype != DType::kBF16) {
     throw Error(std::string(what) + ": input must be f32 or bf16, got " + x.describe());
   }
@@ -91,22 +94,27 @@ void check_io(const DeviceTensor& x, const DeviceTensor& q, const char* what) {
 
 void quantize_fp8_1x128(const DeviceTensor& x, const DeviceTensor& q, float* scales, cudaStream_t stream) {
   check_io(x, q, "quantize_fp8_1x128");
-  if (x.rows > INT32_MAX / 2 || x.cols > INT32_MAX / 2) throw Error("quantize_fp8_1x128: too large");
-  if (x.numel() == 0) return;
-  const int M = static_cast<int>(x.rows), K = static_cast<int>(x.cols);
+  if (q.cols != x.cols || q.rows < x.rows) {
+    throw Error("quantize_fp8_1x128: codes must be [>= " + std::to_string(x.rows) + ", " + std::to_string(x.cols) +
+                "], got " + q.describe());
+  }
+  if (q.rows > INT32_MAX / 2 || x.cols > INT32_MAX / 2) throw Error("quantize_fp8_1x128: too large");
+  if (q.numel() == 0) return;
+  const int Mx = static_cast<int>(x.rows), M = static_cast<int>(q.rows), K = static_cast<int>(x.cols);
   const int kblocks = (K + 127) / 128;
   const dim3 grid((kblocks + 1) / 2, (M + kRowsPerCta - 1) / kRowsPerCta);
   const dim3 block(32, kRowsPerCta);
   if (x.dtype == DType::kF32) {
-    quant_1x128_kernel<float><<<grid, block, 0, stream>>>(x.as<const float>(), x.ld, q.as<uint8_t>(), q.ld, scales, M, K);
+    quant_1x128_kernel<float><<<grid, block, 0, stream>>>(x.as<const float>(), x.ld, q.as<uint8_t>(), q.ld, scales, Mx, M, K);
   } else {
-    quant_1x128_kernel<bf16><<<grid, block, 0, stream>>>(x.as<const bf16>(), x.ld, q.as<uint8_t>(), q.ld, scales, M, K);
+    quant_1x128_kernel<bf16><<<grid, block, 0, stream>>>(x.as<const bf16>(), x.ld, q.as<uint8_t>(), q.ld, scales, Mx, M, K);
   }
   K3_CUDA_CHECK_LAUNCH("quant_1x128_kernel");
 }
 
 void quantize_fp8_tensor(const DeviceTensor& x, const float* scale, const DeviceTensor& q, cudaStream_t stream) {
   check_io(x, q, "quantize_fp8_tensor");
+  expect_shape(q, x.rows, x.cols, "quantize_fp8_tensor codes");
   if (x.numel() == 0) return;
   const int64_t vec_per_row = x.cols / kVec, total = x.rows * vec_per_row;
   constexpr int threads = 256;

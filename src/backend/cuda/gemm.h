@@ -51,8 +51,14 @@ struct Fp8TensorWeight {
 Fp8TensorWeight upload_fp8_tensor_weight(Arena& arena, const uint8_t* codes, float scale, int64_t n, int64_t k,
                                          const char* what);
 
-// Activation scale tensor size of quantize_fp8_1x128 for an [M, K] input.
+// Activation scale tensor size of quantize_fp8_1x128 for [M, K] codes.
 inline int64_t fp8_1x128_scale_count(int64_t m, int64_t k) { return (k + 127) / 128 * m; }
+
+// cuBLASLt 13.0 on the H200 has block-scaled (VEC128 × BLK128x128) kernels only when M, its n, is a
+// multiple of 8: measured M = 1, 3, 5, 129 refused (CUBLAS_STATUS_NOT_SUPPORTED), 8, 64, 200, 1024
+// accepted. The FP8_PB_WO path pads the activation rows to this (zero codes, scale 1).
+inline constexpr int64_t kFp8BlockRowAlign = 8;
+inline int64_t fp8_block_padded_rows(int64_t m) { return (m + kFp8BlockRowAlign - 1) / kFp8BlockRowAlign * kFp8BlockRowAlign; }
 
 class Blas {
  public:
@@ -68,7 +74,8 @@ class Blas {
   // xq: e4m3 [M, K] with the device scalar x_scale; y = x_scale · w.scale · xq · codesᵀ.
   void fp8_tensor(const DeviceTensor& xq, const float* x_scale, const Fp8TensorWeight& w, const DeviceTensor& y,
                   cudaStream_t stream);
-  // xq: e4m3 [M, K] with x_scales in quantize_fp8_1x128's layout (scales[kb·M + m]).
+  // xq: e4m3 [M, K] with x_scales in quantize_fp8_1x128's layout (scales[kb·M + m]); M must be a
+  // multiple of kFp8BlockRowAlign.
   void fp8_block(const DeviceTensor& xq, const float* x_scales, const Fp8BlockWeight& w, const DeviceTensor& y,
                  cudaStream_t stream);
 
@@ -91,7 +98,9 @@ class Blas {
 };
 
 // FP8_PB_WO linear: x (bf16 or f32 [M, K]) is quantised per token 1×128 into arena scratch
-// (taken and given back inside: stream-ordered reuse, see arena.h), then fp8_block. y: bf16 [M, N].
+// (taken and given back inside: stream-ordered reuse, see arena.h), then fp8_block. y: bf16 [M, N],
+// or [fp8_block_padded_rows(M), N] (the rows past M are then scratch): the GEMM writes straight
+// into a padded y, while an unpadded y with M not a multiple of 8 costs a scratch output and a copy.
 void linear_fp8_pb_wo(Blas& blas, Arena& scratch, const DeviceTensor& x, const Fp8BlockWeight& w, const DeviceTensor& y,
                       cudaStream_t stream);
 // FP8 per-tensor linear with a static input scale (device scalar; ModelOpt input_scale).

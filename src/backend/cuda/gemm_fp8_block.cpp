@@ -3,6 +3,7 @@
 // into cuBLASLt's padded layout), TN, bf16 output.
 #include <cuda_runtime.h>
 
+#include <string>
 #include <vector>
 
 #include "backend/cuda/check.h"
@@ -35,16 +36,31 @@ void Blas::fp8_block(const DeviceTensor& xq, const float* x_scales, const Fp8Blo
   expect_dtype(w.codes, DType::kE4M3, "fp8 block GEMM weight");
   if (x_scales == nullptr || w.scales == nullptr) throw Error("fp8 block GEMM: missing scales");
   if (w.scale_ld != fp8_block_scale_ld(w.codes.cols)) throw Error("fp8 block GEMM: weight scales not repacked");
+  if (xq.rows % kFp8BlockRowAlign != 0) {
+    throw Error("fp8 block GEMM: M = " + std::to_string(xq.rows) + " is not a multiple of " +
+                std::to_string(kFp8BlockRowAlign) + " (cuBLASLt has no block-scaled kernel for it; pad the rows)");
+  }
   run(Kind::kFp8Block, xq, w.codes, y, x_scales, w.scales, stream);
 }
 
 void linear_fp8_pb_wo(Blas& blas, Arena& scratch, const DeviceTensor& x, const Fp8BlockWeight& w, const DeviceTensor& y,
                       cudaStream_t stream) {
+  const int64_t M = x.rows, Mp = fp8_block_padded_rows(M), N = w.codes.rows;
+  if (y.rows != M && y.rows != Mp) expect_shape(y, M, N, "FP8_PB_WO output");
+  expect_dtype(y, DType::kBF16, "FP8_PB_WO output");
+  if (M == 0) return;
   const size_t mark = scratch.mark();
-  const DeviceTensor xq = scratch.alloc_tensor(DType::kE4M3, x.rows, x.cols, "fp8 activation codes");
-  float* xs = scratch.alloc_n<float>(static_cast<size_t>(fp8_1x128_scale_count(x.rows, x.cols)), "fp8 activation scales");
+  const DeviceTensor xq = scratch.alloc_tensor(DType::kE4M3, Mp, x.cols, "fp8 activation codes");
+  float* xs = scratch.alloc_n<float>(static_cast<size_t>(fp8_1x128_scale_count(Mp, x.cols)), "fp8 activation scales");
   quantize_fp8_1x128(x, xq, xs, stream);
-  blas.fp8_block(xq, xs, w, y, stream);
+  if (y.rows == Mp) {
+    blas.fp8_block(xq, xs, w, y, stream);
+  } else {
+    const DeviceTensor yp = scratch.alloc_tensor(DType::kBF16, Mp, N, "FP8_PB_WO padded output");
+    blas.fp8_block(xq, xs, w, yp, stream);
+    K3_CUDA_CHECK(cudaMemcpy2DAsync(y.data, static_cast<size_t>(y.ld) * 2, yp.data, static_cast<size_t>(N) * 2,
+                                    static_cast<size_t>(N) * 2, static_cast<size_t>(M), cudaMemcpyDeviceToDevice, stream));
+  }
   scratch.reset(mark);
 }
 

@@ -1,7 +1,12 @@
-// MoE router, one CTA per token (CPU reference: route() in backend/cpu/moe.cpp). Scores and biased
-// choices live in shared memory; the top-k is k rounds of a block arg-max under the order
-// (choice descending, expert index ascending), which is exactly the CPU's stable sort's order, so
-// ties go to the lower index. The renormalising sum runs in pick order on one thread, as the CPU's.
+// MoE router (CPU reference: route() in backend/cpu/moe.cpp). Two kernels:
+//   warp (no group restriction, E <= 1024, the Kimi-K3 case): one warp per token, expert e in lane
+//     e % 32, slot e / 32 of registers; each lane keeps its best untaken expert and only the lane
+//     that lost its best rescans, so a pick is one 5-step shuffle arg-max.
+//   block (any config): one CTA per token, scores and biased choices in shared memory, DeepSeek
+//     group selection, then k rounds of a block arg-max.
+// Both pick under the order (choice descending, expert index ascending), exactly the CPU's stable
+// sort's order, so ties go to the lower index; the renormalising sum runs in pick order on one
+// thread, as the CPU's.
 #include <cfloat>
 #include <climits>
 
@@ -20,6 +25,109 @@ constexpr int kNone = INT_MAX;
 // a before b in the selection order; kNone (an exhausted slot) comes after everything.
 __device__ __forceinline__ bool before(float av, int ai, float bv, int bi) {
   return ai != kNone && (bi == kNone || av > bv || (av == bv && ai < bi));
+}
+
+constexpr int kWarpSlots = 32;  // experts per lane: E <= 1024
+constexpr int kWarpsPerCta = 4;
+
+__global__ void __launch_bounds__(32 * kWarpsPerCta) route_warp_kernel(RouterParams p, int64_t tokens,
+                                                                       const float* __restrict__ logits, int64_t ldl,
+                                                                       const float* __restrict__ bias,
+                                                                       int32_t* __restrict__ ids, int64_t ldi,
+                                                                       float* __restrict__ weights, int64_t ldw) {
+  __shared__ int picked_id[kWarpsPerCta][kMaxTopK];
+  __shared__ float picked_s[kWarpsPerCta][kMaxTopK];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpsPerCta + warp;
+  if (t >= tokens) return;  // whole warp
+  const int E = static_cast<int>(p.experts);
+  const float* l = logits + t * ldl;
+  float s[kWarpSlots], choice[kWarpSlots];
+  uint32_t taken = 0;  // bit i: slot i picked or absent
+#pragma unroll
+  for (int i = 0; i < kWarpSlots; ++i) {
+    const int e = lane + 32 * i;
+    s[i] = e < E ? l[e] : -INFINITY;
+    if (e >= E) taken |= 1u << i;
+  }
+  if (p.sigmoid) {
+#pragma unroll
+    for (int i = 0; i < kWarpSlots; ++i) s[i] = 1.0f / (1.0f + expf(-s[i]));
+  } else {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kWarpSlots; ++i) mx = fmaxf(mx, s[i]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kWarpSlots; ++i) sum += (s[i] = expf(s[i] - mx));  // absent slots: exp(-inf) = 0
+    sum = detail::warp_sum(sum);
+#pragma unroll
+    for (int i = 0; i < kWarpSlots; ++i) s[i] /= sum;
+  }
+#pragma unroll
+  for (int i = 0; i < kWarpSlots; ++i) {
+    const int e = lane + 32 * i;
+    choice[i] = s[i] + (bias != nullptr && e < E ? bias[e] : 0.0f);
+  }
+  // This lane's best untaken slot; slots scan in ascending expert order, so strict > keeps the
+  // lower index among equals.
+  auto local_best = [&](float& bv, int& bi, float& bs) {
+    bv = 0.0f;
+    bi = kNone;
+    bs = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kWarpSlots; ++i) {
+      if (!((taken >> i) & 1u) && before(choice[i], lane + 32 * i, bv, bi)) {
+        bv = choice[i];
+        bi = lane + 32 * i;
+        bs = s[i];
+      }
+    }
+  };
+  float mv, ms;
+  int mi;
+  local_best(mv, mi, ms);
+  for (int k = 0; k < p.top_k; ++k) {
+    float bv = mv, bs = ms;
+    int bi = mi;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xFFFFFFFFu, bv, o);
+      const int oi = __shfl_xor_sync(0xFFFFFFFFu, bi, o);
+      const float os = __shfl_xor_sync(0xFFFFFFFFu, bs, o);
+      if (before(ov, oi, bv, bi)) {
+        bv = ov;
+        bi = oi;
+        bs = os;
+      }
+    }
+    if (lane == 0) {
+      picked_id[warp][k] = bi;
+      picked_s[warp][k] = bs;
+    }
+    if (bi == mi) {  // this lane owned the winner: drop it and find its next best
+#pragma unroll
+      for (int i = 0; i < kWarpSlots; ++i) {
+        if (lane + 32 * i == bi) taken |= 1u << i;
+      }
+      local_best(mv, mi, ms);
+    }
+  }
+  __syncwarp();
+  if (lane == 0) {
+    float total = 0.0f;
+    for (int k = 0; k < p.top_k; ++k) total += picked_s[warp][k];
+    int32_t* out_i = ids + t * ldi;
+    float* out_w = weights + t * ldw;
+    for (int k = 0; k < p.top_k; ++k) {
+      float w = picked_s[warp][k];
+      if (p.renormalize) w /= total + 1e-20f;
+      out_w[k] = w * p.scaling;
+      out_i[k] = picked_id[warp][k];
+    }
+  }
 }
 
 __global__ void __launch_bounds__(kThreads) route_kernel(RouterParams p, const float* __restrict__ logits,
@@ -153,7 +261,7 @@ __global__ void __launch_bounds__(kThreads) route_kernel(RouterParams p, const f
 }  // namespace
 
 void moe_route(const RouterParams& p, const DeviceTensor& logits, const float* bias, const DeviceTensor& ids,
-               const DeviceTensor& weights, cudaStream_t stream) {
+               const DeviceTensor& weights, cudaStream_t stream, RouterKernel kernel) {
   expect_dtype(logits, DType::kF32, "moe_route logits");
   expect_dtype(ids, DType::kI32, "moe_route ids");
   expect_dtype(weights, DType::kF32, "moe_route weights");
@@ -167,6 +275,17 @@ void moe_route(const RouterParams& p, const DeviceTensor& logits, const float* b
     throw Error("moe_route: groups must divide the experts (at most 256) and 1 <= topk_group <= groups");
   }
   if (logits.rows == 0) return;
+  const bool grouped = p.groups > 1 && p.topk_group < p.groups;
+  const bool warp_ok = !grouped && p.experts <= 32 * kWarpSlots;
+  if (kernel == RouterKernel::kWarp && !warp_ok) throw Error("moe_route: the warp kernel takes E <= 1024, no groups");
+  if (kernel != RouterKernel::kBlock && warp_ok) {
+    const int64_t blocks = (logits.rows + kWarpsPerCta - 1) / kWarpsPerCta;
+    route_warp_kernel<<<static_cast<unsigned>(blocks), 32 * kWarpsPerCta, 0, stream>>>(
+        p, logits.rows, logits.as<const float>(), logits.ld, bias, ids.as<int32_t>(), ids.ld, weights.as<float>(),
+        weights.ld);
+    K3_CUDA_CHECK_LAUNCH("route_warp_kernel");
+    return;
+  }
   const size_t smem = static_cast<size_t>(p.experts) * (2 * sizeof(float) + 1);
   if (smem > 48 * 1024) {
     K3_CUDA_CHECK(cudaFuncSetAttribute(route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

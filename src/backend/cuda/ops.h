@@ -31,13 +31,13 @@ void rms_norm(const DeviceTensor& x, const float* w, float eps, const DeviceTens
 // with r(v) = 1/sqrt(mean(v²) + eps) (the same eps for scoring and the final norm, as the CPU path).
 // candidates: 1..kMaxAttnResCandidates tensors of one dtype (f32 or bf16), each [rows, n]; c and
 // norm_w: f32 [n] on the device; y: f32 or bf16 [rows, n].
-// Pass 2 re-reads each row's candidates from L2, so the rows in flight must fit there:
-// ctas_per_sm (> 0) caps the resident rows per multiprocessor (through shared memory); 0 leaves it
-// to the register limit. The default is the best setting measured on the H200 (docs/gpu.md).
+// algo: kOnePass reads each candidate once (online softmax; rows up to 8192, wider rows fall back to
+// kTwoPass), kTwoPass reads them twice (the second time mostly from L2). Both are tested; the
+// default is the faster on the H200 (docs/gpu.md).
 inline constexpr int kMaxAttnResCandidates = 16;
-inline constexpr int kAttnResDefaultCtasPerSm = 0;
+enum class AttnResAlgo { kOnePass, kTwoPass };
 void attn_res_mix_norm(std::span<const DeviceTensor> candidates, const float* c, const float* norm_w, float eps,
-                       const DeviceTensor& y, cudaStream_t stream, int ctas_per_sm = kAttnResDefaultCtasPerSm);
+                       const DeviceTensor& y, cudaStream_t stream, AttnResAlgo algo = AttnResAlgo::kOnePass);
 
 // ---- activation.cu ------------------------------------------------------------------------------
 // out = act(g, u) elementwise with g = gate·gate_alpha, u = up·up_alpha, as the CPU MoE/MLP
@@ -74,17 +74,21 @@ struct RouterParams {
   float scaling = 1.0f;
 };
 RouterParams router_params(const MoeConfig& m);
+// kAuto: one warp per token when there is no group restriction and E <= 1024 (Kimi-K3), else one CTA
+// per token; kBlock / kWarp force one (tests run both).
+enum class RouterKernel { kAuto, kBlock, kWarp };
 // logits: f32 [T, E]; bias: f32 [E] on the device (nullptr: no bias); ids: i32 [T, k] in pick
 // order; weights: f32 [T, k].
 void moe_route(const RouterParams& p, const DeviceTensor& logits, const float* bias, const DeviceTensor& ids,
-               const DeviceTensor& weights, cudaStream_t stream);
+               const DeviceTensor& weights, cudaStream_t stream, RouterKernel kernel = RouterKernel::kAuto);
 
 // ---- fp8_quant.cu -------------------------------------------------------------------------------
 // Per-token 1×128 FP8 E4M3 quantisation of activations (the FP8_PB_WO GEMM's A side):
 // for row m and K-block b: s = amax/448 (1 when the block is all zero), q = e4m3_satfinite_rne(x/s)
 // — the producer rule of quant/fp8 quantize_fp8_block with 1×128 tiles, bit for bit.
-// x: f32 or bf16 [M, K]; q: e4m3 [M, K]; scales: f32, cuBLASLt VEC128_32F layout: the token index
-// is contiguous, scales[b·M + m], cdiv(K,128)·M floats.
+// x: f32 or bf16 [M, K]; q: e4m3 [Mq, K] with Mq >= M: rows M..Mq-1 are padding (zero codes, scale
+// 1), since cuBLASLt's block-scaled GEMM wants Mq a multiple of 8 (gemm.h); scales: f32 in
+// cuBLASLt's VEC128_32F layout, the token index contiguous: scales[b·Mq + m], cdiv(K,128)·Mq floats.
 void quantize_fp8_1x128(const DeviceTensor& x, const DeviceTensor& q, float* scales, cudaStream_t stream);
 // Static per-tensor quantisation (ModelOpt FP8 input_scale): q = e4m3_satfinite_rne(x / *scale),
 // scale a device f32 scalar.

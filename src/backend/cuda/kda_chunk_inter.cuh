@@ -1,0 +1,325 @@
+// KDA chunked prefill, part 2 (included by kda_chunk_inter.cu and kda_chunk_inter_tf32.cu, each
+// instantiating one variant): the sequential pass over the chunks of a sequence for one head and
+// a block of VB = 32 state columns (the delta rule acts on the columns of S independently), from
+// the slot's state, which is written back at the end. Per chunk (spec §6.6):
+//   V' = U − W S            [C × VB]
+//   O  = Qg S + Aqk V'      [C × VB]   → the output rows of the chunk
+//   S  = diag(gC) S + Kdᵀ V'
+// The chunk's W / Qg+Aqk / Kd+gC arrive by cp.async in three groups, each issued as soon as the
+// previous chunk is done with its buffer, so the loads overlap the other two products.
+// kTf32 = false: fp32 FMA (register tiles 4×2 / 4×4, the state block also held in registers);
+// kTf32 = true: WMMA m16n16k8 tensor cores with tf32 operands and fp32 accumulation (the state stays
+// fp32 in shared memory; only the operands of each product are rounded to tf32).
+#pragma once
+
+#include <mma.h>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/kda_internal.h"
+#include "backend/cuda/kernel_util.cuh"
+
+namespace k3::cuda::kda_detail {
+namespace inter {
+
+using detail::bf16;
+constexpr int kThreads = 256;
+constexpr int VB = 32;
+constexpr int kBlocksV = D / VB;
+
+struct Smem {
+  float wt[D * C];
+  float qgt[D * C];
+  float kd[C * D];
+  float aqkt[C * C];
+  float gc[D];
+  float s[D * VB];    // the state block S[:, vb·VB …]
+  float vp[C * VB];   // V'
+  float ot[C * VB];   // O staging (tf32 variant)
+};
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned saddr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(gmem));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void copy_async(float* dst, const float* src, int floats) {
+  for (int i = threadIdx.x * 4; i < floats; i += kThreads * 4) cp_async16(dst + i, src + i);
+}
+
+__device__ __forceinline__ void store_out(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store_out(bf16* p, float v) { *p = __float2bfloat16_rn(v); }
+
+template <bool kTf32, typename Tout>
+__global__ void __launch_bounds__(kThreads, 1) chunk_inter_kernel(PrefillArgs a) {
+  using namespace nvcuda;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
+  const int vb = blockIdx.x, h = blockIdx.y, s = blockIdx.z;
+  const int seq0 = a.batch.cu_seqlens[s], len = a.batch.cu_seqlens[s + 1] - seq0;
+  if (len <= 0) return;
+  const int nch = (len + C - 1) / C;
+  const int tid = threadIdx.x, warp = tid >> 5;
+  float* state = a.state + static_cast<int64_t>(a.batch.slots[s]) * a.heads * D * D + static_cast<int64_t>(h) * D * D +
+                 vb * VB;
+  Tout* out = static_cast<Tout*>(a.o);
+  auto chunk_ws = [&](int c) -> const float* {
+    const int64_t slot = seq0 / C + s + c;
+    return a.ws + (slot * a.heads + h) * static_cast<int64_t>(kFloatsPerChunkHead);
+  };
+
+  // Thread tiles of the FMA variant: (a, b) 4 rows × 2 columns of [C × VB]; (c) 4 × 4 of [D × VB].
+  const int rg = tid >> 4, cp2 = (tid & 15) * 2;  // rows 4·rg…, columns cp2, cp2+1
+  const int dg = tid >> 3, c4 = (tid & 7) * 4;    // rows 4·dg…, columns c4…c4+3
+  float sreg[4][4];
+  for (int r = 0; r < 4; ++r) {
+    const float4 v4 = *reinterpret_cast<const float4*>(state + (4 * dg + r) * D + c4);
+    sreg[r][0] = v4.x, sreg[r][1] = v4.y, sreg[r][2] = v4.z, sreg[r][3] = v4.w;
+    *reinterpret_cast<float4*>(&sm.s[(4 * dg + r) * VB + c4]) = v4;
+  }
+
+  // Prologue: the three groups of chunk 0.
+  {
+    const float* w0 = chunk_ws(0);
+    copy_async(sm.wt, w0 + kOffWt, D * C);
+    cp_commit();
+    copy_async(sm.qgt, w0 + kOffQgt, D * C);
+    copy_async(sm.aqkt, w0 + kOffAqkt, C * C);
+    cp_commit();
+    copy_async(sm.kd, w0 + kOffKd, C * D);
+    copy_async(sm.gc, w0 + kOffGc, D);
+    cp_commit();
+  }
+
+  for (int c = 0; c < nch; ++c) {
+    const float* wsc = chunk_ws(c);
+    const float* wsn = c + 1 < nch ? chunk_ws(c + 1) : nullptr;
+    const int n = min(C, len - c * C);
+    const int64_t row0 = seq0 + static_cast<int64_t>(c) * C;
+    // U block of this thread's (a) tile, straight from global memory (L2).
+    float u[4][2];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const float2 u2 = *reinterpret_cast<const float2*>(wsc + kOffU + (4 * rg + r) * D + vb * VB + cp2);
+      u[r][0] = u2.x, u[r][1] = u2.y;
+    }
+    cp_wait<2>();
+    __syncthreads();  // W(c) landed; S(c) in shared memory
+
+    // (a) V' = U − W S
+    if constexpr (!kTf32) {
+      float acc[4][2] = {};
+#pragma unroll 4
+      for (int kk = 0; kk < D; ++kk) {
+        const float4 w4 = *reinterpret_cast<const float4*>(&sm.wt[kk * C + 4 * rg]);
+        const float2 s2 = *reinterpret_cast<const float2*>(&sm.s[kk * VB + cp2]);
+        const float w[4] = {w4.x, w4.y, w4.z, w4.w};
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[r][0] = fmaf(w[r], s2.x, acc[r][0]), acc[r][1] = fmaf(w[r], s2.y, acc[r][1]);
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        *reinterpret_cast<float2*>(&sm.vp[(4 * rg + r) * VB + cp2]) = make_float2(u[r][0] - acc[r][0], u[r][1] - acc[r][1]);
+      }
+    } else {
+      const int it = warp >> 1, jt = warp & 1;
+      wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;
+      wmma::fill_fragment(acc, 0.0f);
+      for (int kk = 0; kk < D; kk += 8) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fb;
+        wmma::load_matrix_sync(fa, sm.wt + kk * C + it * 16, C);
+        wmma::load_matrix_sync(fb, sm.s + kk * VB + jt * 16, VB);
+#pragma unroll
+        for (int e = 0; e < fa.num_elements; ++e) fa.x[e] = wmma::__float_to_tf32(fa.x[e]);
+#pragma unroll
+        for (int e = 0; e < fb.num_elements; ++e) fb.x[e] = wmma::__float_to_tf32(fb.x[e]);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(sm.vp + it * 16 * VB + jt * 16, acc, VB, wmma::mem_row_major);
+      __syncwarp();
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        float2* p = reinterpret_cast<float2*>(&sm.vp[(4 * rg + r) * VB + cp2]);
+        const float2 ws2 = *p;
+        *p = make_float2(u[r][0] - ws2.x, u[r][1] - ws2.y);
+      }
+    }
+    __syncthreads();  // V' complete; W free
+    if (wsn != nullptr) copy_async(sm.wt, wsn + kOffWt, D * C);
+    cp_commit();
+    cp_wait<2>();
+    __syncthreads();  // Qg, Aqk landed
+
+    // (b) O = Qg S + Aqk V'   (Aqk is zero above the diagonal: rows i use V'_j for j ≤ i only)
+    if constexpr (!kTf32) {
+      float acc[4][2] = {};
+#pragma unroll 4
+      for (int kk = 0; kk < D; ++kk) {
+        const float4 q4 = *reinterpret_cast<const float4*>(&sm.qgt[kk * C + 4 * rg]);
+        const float2 s2 = *reinterpret_cast<const float2*>(&sm.s[kk * VB + cp2]);
+        const float q[4] = {q4.x, q4.y, q4.z, q4.w};
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[r][0] = fmaf(q[r], s2.x, acc[r][0]), acc[r][1] = fmaf(q[r], s2.y, acc[r][1]);
+      }
+      const int jend = 4 * rg + 4;
+      for (int j = 0; j < jend; ++j) {
+        const float4 q4 = *reinterpret_cast<const float4*>(&sm.aqkt[j * C + 4 * rg]);
+        const float2 v2 = *reinterpret_cast<const float2*>(&sm.vp[j * VB + cp2]);
+        const float q[4] = {q4.x, q4.y, q4.z, q4.w};
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[r][0] = fmaf(q[r], v2.x, acc[r][0]), acc[r][1] = fmaf(q[r], v2.y, acc[r][1]);
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int i = 4 * rg + r;
+        if (i < n) {
+          Tout* o = out + (row0 + i) * a.ldo + h * D + vb * VB + cp2;
+          store_out(o, acc[r][0]);
+          store_out(o + 1, acc[r][1]);
+        }
+      }
+    } else {
+      const int it = warp >> 1, jt = warp & 1;
+      wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;
+      wmma::fill_fragment(acc, 0.0f);
+      for (int kk = 0; kk < D; kk += 8) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fb;
+        wmma::load_matrix_sync(fa, sm.qgt + kk * C + it * 16, C);
+        wmma::load_matrix_sync(fb, sm.s + kk * VB + jt * 16, VB);
+#pragma unroll
+        for (int e = 0; e < fa.num_elements; ++e) fa.x[e] = wmma::__float_to_tf32(fa.x[e]);
+#pragma unroll
+        for (int e = 0; e < fb.num_elements; ++e) fb.x[e] = wmma::__float_to_tf32(fb.x[e]);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      for (int j = 0; j < (it + 1) * 16; j += 8) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fb;
+        wmma::load_matrix_sync(fa, sm.aqkt + j * C + it * 16, C);
+        wmma::load_matrix_sync(fb, sm.vp + j * VB + jt * 16, VB);
+#pragma unroll
+        for (int e = 0; e < fa.num_elements; ++e) fa.x[e] = wmma::__float_to_tf32(fa.x[e]);
+#pragma unroll
+        for (int e = 0; e < fb.num_elements; ++e) fb.x[e] = wmma::__float_to_tf32(fb.x[e]);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(sm.ot + it * 16 * VB + jt * 16, acc, VB, wmma::mem_row_major);
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int i = 4 * rg + r;
+        if (i < n) {
+          Tout* o = out + (row0 + i) * a.ldo + h * D + vb * VB + cp2;
+          store_out(o, sm.ot[i * VB + cp2]);
+          store_out(o + 1, sm.ot[i * VB + cp2 + 1]);
+        }
+      }
+    }
+    __syncthreads();  // Qg, Aqk free; every read of S(c) done
+    if (wsn != nullptr) {
+      copy_async(sm.qgt, wsn + kOffQgt, D * C);
+      copy_async(sm.aqkt, wsn + kOffAqkt, C * C);
+    }
+    cp_commit();
+    cp_wait<2>();
+    __syncthreads();  // Kd, gC landed
+
+    // (c) S = diag(gC) S + Kdᵀ V'
+    if constexpr (!kTf32) {
+      float g[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) g[r] = sm.gc[4 * dg + r];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sreg[r][e] *= g[r];
+      }
+#pragma unroll 4
+      for (int j = 0; j < C; ++j) {
+        const float4 k4 = *reinterpret_cast<const float4*>(&sm.kd[j * D + 4 * dg]);
+        const float4 v4 = *reinterpret_cast<const float4*>(&sm.vp[j * VB + c4]);
+        const float kk[4] = {k4.x, k4.y, k4.z, k4.w}, vv[4] = {v4.x, v4.y, v4.z, v4.w};
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sreg[r][e] = fmaf(kk[r], vv[e], sreg[r][e]);
+        }
+      }
+      __syncthreads();  // Kd and V' reads done before S is overwritten (S reads ended above)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        *reinterpret_cast<float4*>(&sm.s[(4 * dg + r) * VB + c4]) =
+            make_float4(sreg[r][0], sreg[r][1], sreg[r][2], sreg[r][3]);
+      }
+    } else {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        float4* p = reinterpret_cast<float4*>(&sm.s[(4 * dg + r) * VB + c4]);
+        const float g = sm.gc[4 * dg + r];
+        float4 v4 = *p;
+        v4.x *= g, v4.y *= g, v4.z *= g, v4.w *= g;
+        *p = v4;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        float* sp = sm.s + warp * 16 * VB + t * 16;
+        wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;
+        wmma::load_matrix_sync(acc, sp, VB, wmma::mem_row_major);
+        for (int j = 0; j < C; j += 8) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> fa;
+          wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fb;
+          wmma::load_matrix_sync(fa, sm.kd + j * D + warp * 16, D);
+          wmma::load_matrix_sync(fb, sm.vp + j * VB + t * 16, VB);
+#pragma unroll
+          for (int e = 0; e < fa.num_elements; ++e) fa.x[e] = wmma::__float_to_tf32(fa.x[e]);
+#pragma unroll
+          for (int e = 0; e < fb.num_elements; ++e) fb.x[e] = wmma::__float_to_tf32(fb.x[e]);
+          wmma::mma_sync(acc, fa, fb, acc);
+        }
+        wmma::store_matrix_sync(sp, acc, VB, wmma::mem_row_major);
+      }
+      __syncthreads();  // Kd and V' reads done
+    }
+    if (wsn != nullptr) {
+      copy_async(sm.kd, wsn + kOffKd, C * D);
+      copy_async(sm.gc, wsn + kOffGc, D);
+    }
+    cp_commit();
+  }
+  cp_wait<0>();
+  __syncthreads();
+  // The advanced state block back to the slot.
+  for (int r = 0; r < 4; ++r) {
+    float4 v4;
+    if constexpr (!kTf32) {
+      v4 = make_float4(sreg[r][0], sreg[r][1], sreg[r][2], sreg[r][3]);
+    } else {
+      v4 = *reinterpret_cast<const float4*>(&sm.s[(4 * dg + r) * VB + c4]);
+    }
+    *reinterpret_cast<float4*>(state + (4 * dg + r) * D + c4) = v4;
+  }
+}
+
+template <bool kTf32>
+void launch(const PrefillArgs& a, bool out_bf16, cudaStream_t stream) {
+  const int smem = static_cast<int>(sizeof(Smem));
+  const dim3 grid(kBlocksV, static_cast<unsigned>(a.heads), static_cast<unsigned>(a.batch.n));
+  if (out_bf16) {
+    K3_CUDA_CHECK(cudaFuncSetAttribute(chunk_inter_kernel<kTf32, bf16>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    chunk_inter_kernel<kTf32, bf16><<<grid, kThreads, smem, stream>>>(a);
+  } else {
+    K3_CUDA_CHECK(cudaFuncSetAttribute(chunk_inter_kernel<kTf32, float>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    chunk_inter_kernel<kTf32, float><<<grid, kThreads, smem, stream>>>(a);
+  }
+  K3_CUDA_CHECK_LAUNCH("chunk_inter_kernel");
+}
+
+}  // namespace inter
+}  // namespace k3::cuda::kda_detail

@@ -1,0 +1,11 @@
+// KDA chunked prefill, inter-chunk pass on tensor cores: WMMA tf32 operands, fp32 accumulation and
+// fp32 state (kda_chunk_inter.cuh).
+#include "backend/cuda/kda_chunk_inter.cuh"
+
+namespace k3::cuda::kda_detail {
+
+void launch_chunk_inter_tf32(const PrefillArgs& a, bool out_bf16, cudaStream_t stream) {
+  inter::launch<true>(a, out_bf16, stream);
+}
+
+}  // namespace k3::cuda::kda_detail

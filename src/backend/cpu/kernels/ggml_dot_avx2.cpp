@@ -95,11 +95,14 @@ struct Q5_1Fmt {
   static constexpr ScaleKind kScale = ScaleKind::F16;
   static __m256i codes(const uint8_t* b) { return q5_codes<4, 8>(b); }
 };
-struct Q8_0Fmt {  // q + 128
+// Q8_0: signed codes; |q| · (x with q's sign) keeps vpmaddubsw's pair sums within int16 (q + 128
+// would saturate them).
+struct Q8_0Fmt {
   static constexpr size_t kBytes = kQ8_0Bytes;
-  static constexpr int kZero = 128, kMinOffset = -1;
+  static constexpr int kZero = 0, kMinOffset = -1;
   static constexpr ScaleKind kScale = ScaleKind::F16;
-  static __m256i codes(const uint8_t* b) { return _mm256_xor_si256(load256(b + 2), _mm256_set1_epi8(static_cast<char>(0x80))); }
+  static __m256i codes(const uint8_t* b) { return load256(b + 2); }
+  static __m256i dot(__m256i q, __m256i x) { return dot_u8s8(_mm256_abs_epi8(q), _mm256_sign_epi8(x, q)); }
 };
 struct Mxfp4Fmt {  // doubled E2M1 + 12
   static constexpr size_t kBytes = kMxfp4Bytes;
@@ -110,6 +113,22 @@ struct Mxfp4Fmt {  // doubled E2M1 + 12
     return _mm256_shuffle_epi8(table, split_nibbles(b + 1));
   }
 };
+
+// Σ codes·x per int32 lane: the format's own product where it defines one.
+template <class F>
+inline __m256i block_dot(__m256i q, __m256i x) {
+  if constexpr (requires { F::dot(q, x); }) {
+    return F::dot(q, x);
+  } else {
+    return dot_u8s8(q, x);
+  }
+}
+
+// acc + (Σ codes·x per lane) · scale.
+template <class F>
+inline __m256 block_fma(__m256 acc, __m256i q, __m256i x, const float* scale) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(block_dot<F>(q, x)), _mm256_broadcast_ss(scale), acc);
+}
 
 template <class F>
 inline __m256 block_scales(const uint8_t* blk, __m256i idx, __m256i lane_ok) {
@@ -133,8 +152,9 @@ void rows32(const RowsArgs& r) {
   const __m256i gather_idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(static_cast<int>(F::kBytes)));
   const TokenActs* a = r.acts;
   for_each_row<NT>(r, [&](const uint8_t* w, float* out) {
-    __m256 acc[NT][2], corr[NT];
-    for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = corr[t] = _mm256_setzero_ps();
+    __m256 acc0[NT], acc1[NT], corr[NT];  // two accumulator sets: alternate blocks
+    K3_UNROLL
+    for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = corr[t] = _mm256_setzero_ps();
     for (int64_t b0 = 0; b0 < r.nblocks; b0 += kSeg) {
       const int64_t nb = std::min(kSeg, r.nblocks - b0);
       const uint8_t* seg = w + b0 * F::kBytes;
@@ -144,20 +164,36 @@ void rows32(const RowsArgs& r) {
         const __m256 dw = block_scales<F>(blk, gather_idx, lane_ok);
         __m256 c = _mm256_mul_ps(dw, _mm256_set1_ps(-static_cast<float>(F::kZero)));
         if constexpr (F::kMinOffset >= 0) c = gather_f16(blk + F::kMinOffset, gather_idx, lane_ok);
+        K3_UNROLL
         for (int t = 0; t < NT; ++t) {
           _mm256_store_ps(scale[t] + j, _mm256_mul_ps(dw, _mm256_maskload_ps(a[t].d + b0 + j, lane_ok)));
-          corr[t] = _mm256_fmadd_ps(c, _mm256_maskload_ps(a[t].dsum + b0 + j, lane_ok), corr[t]);
+          if constexpr (F::kZero != 0 || F::kMinOffset >= 0) {
+            corr[t] = _mm256_fmadd_ps(c, _mm256_maskload_ps(a[t].dsum + b0 + j, lane_ok), corr[t]);
+          }
         }
       }
-      for (int64_t j = 0; j < nb; ++j) {
-        const __m256i q = F::codes(seg + j * F::kBytes);
+      const int8_t* x[NT];
+      K3_UNROLL
+      for (int t = 0; t < NT; ++t) x[t] = a[t].q + 32 * b0;
+      int64_t j = 0;
+      for (; j + 2 <= nb; j += 2) {
+        const uint8_t* blk = seg + j * F::kBytes;
+        prefetch_stream<2 * F::kBytes>(blk);
+        const __m256i q0 = F::codes(blk), q1 = F::codes(blk + F::kBytes);
+        K3_UNROLL
         for (int t = 0; t < NT; ++t) {
-          const __m256i dot = dot_u8s8(q, load256(a[t].q + 32 * (b0 + j)));
-          acc[t][j & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_broadcast_ss(scale[t] + j), acc[t][j & 1]);
+          acc0[t] = block_fma<F>(acc0[t], q0, load256(x[t] + 32 * j), scale[t] + j);
+          acc1[t] = block_fma<F>(acc1[t], q1, load256(x[t] + 32 * j + 32), scale[t] + j + 1);
         }
+      }
+      if (j < nb) {
+        const __m256i q = F::codes(seg + j * F::kBytes);
+        K3_UNROLL
+        for (int t = 0; t < NT; ++t) acc0[t] = block_fma<F>(acc0[t], q, load256(x[t] + 32 * j), scale[t] + j);
       }
     }
-    for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), corr[t]));
+    K3_UNROLL
+    for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(_mm256_add_ps(acc0[t], acc1[t]), corr[t]));
   });
 }
 
@@ -175,25 +211,32 @@ void rows_q2_K(const RowsArgs& r) {
   const TokenActs* a = r.acts;
   for_each_row<NT>(r, [&](const uint8_t* w, float* out) {
     __m256 acc[NT], acc_min[NT];
+    K3_UNROLL
     for (int t = 0; t < NT; ++t) acc[t] = acc_min[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < r.nblocks; ++b) {
       const uint8_t* blk = w + b * kQ2_KBytes;
+      prefetch_stream<kQ2_KBytes>(blk);
       const __m256i raw = _mm256_broadcastsi128_si256(load128(blk));
       const __m256i sc = _mm256_and_si256(raw, low4);
       const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(load128(blk), 4), _mm_set1_epi8(0x0F)));
       __m256i isum[NT];
+      K3_UNROLL
       for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+      K3_UNROLL
       for (int h = 0; h < 2; ++h) {
         const __m256i qs = load256(blk + 16 + 32 * h);
+        K3_UNROLL
         for (int s = 0; s < 4; ++s) {
           const __m256i q = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * s), three);
           const __m256i scales = _mm256_shuffle_epi8(sc, lane_words(8 * h + 2 * s, 8 * h + 2 * s + 1));
+          K3_UNROLL
           for (int t = 0; t < NT; ++t) {
             const __m256i prod = _mm256_maddubs_epi16(q, load256(a[t].q + 256 * b + 128 * h + 32 * s));
             isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(prod, scales));
           }
         }
       }
+      K3_UNROLL
       for (int t = 0; t < NT; ++t) {
         const __m128 s = super_scales(blk + 80, a[t].d[b]);
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_set1_ps(lane(s, 0)), acc[t]);
@@ -201,6 +244,7 @@ void rows_q2_K(const RowsArgs& r) {
         acc_min[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(lane(s, 1)), acc_min[t]);
       }
     }
+    K3_UNROLL
     for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_sub_ps(acc[t], acc_min[t]));
   });
 }
@@ -225,20 +269,26 @@ void rows_q3_K(const RowsArgs& r) {
   const TokenActs* a = r.acts;
   for_each_row<NT>(r, [&](const uint8_t* w, float* out) {
     __m256 acc[NT];
+    K3_UNROLL
     for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < r.nblocks; ++b) {
       const uint8_t* blk = w + b * kQ3_KBytes;
+      prefetch_stream<kQ3_KBytes>(blk);
       const __m256i sc16 = _mm256_cvtepi8_epi16(q3_scales(blk + 96));
       const __m256i hm = load256(blk);
       __m256i isum[NT];
+      K3_UNROLL
       for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+      K3_UNROLL
       for (int h = 0; h < 2; ++h) {
         const __m256i qs = load256(blk + 32 + 32 * h);
         const __m256i sc = scale_half(sc16, h);
+        K3_UNROLL
         for (int s = 0; s < 4; ++s) {
           const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * s), three);
           const __m256i q = _mm256_or_si256(lo, _mm256_and_si256(test_bytes(hm, static_cast<uint8_t>(1 << (4 * h + s))), four));
           const __m256i scales = _mm256_shuffle_epi8(sc, lane_word_index(2 * s, 2 * s + 1));
+          K3_UNROLL
           for (int t = 0; t < NT; ++t) {
             const __m256i prod = _mm256_maddubs_epi16(q, load256(a[t].q + 256 * b + 128 * h + 32 * s));
             isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(prod, scales));
@@ -246,11 +296,13 @@ void rows_q3_K(const RowsArgs& r) {
         }
       }
       const float d = load_f16(blk + 108);
+      K3_UNROLL
       for (int t = 0; t < NT; ++t) {
         const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, load256(a[t].s16 + 16 * b)), 2);
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum[t], offset)), _mm256_set1_ps(d * a[t].d[b]), acc[t]);
       }
     }
+    K3_UNROLL
     for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
   });
 }
@@ -276,29 +328,36 @@ void rows_qk4(const RowsArgs& r) {
   for_each_row<NT>(r, [&](const uint8_t* w, float* out) {
     __m256 acc[NT];
     __m128 acc_min[NT];
+    K3_UNROLL
     for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps(), acc_min[t] = _mm_setzero_ps();
     for (int64_t b = 0; b < r.nblocks; ++b) {
       const uint8_t* blk = w + b * kBytes;
+      prefetch_stream<kBytes>(blk);
       const __m128i scm = k4_scales(blk + 4);
       const __m256i sc = _mm256_broadcastsi128_si256(scm);
       const __m128i mins = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(scm, scm));
       __m256i qh;
       if constexpr (kFive) qh = load256(blk + 16);
       __m256i isum[NT];
+      K3_UNROLL
       for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+      K3_UNROLL
       for (int c = 0; c < 4; ++c) {
         const __m256i qs = load256(blk + kQs + 32 * c);
+        K3_UNROLL
         for (int half = 0; half < 2; ++half) {  // sub-block j = 2c + half
           const int j = 2 * c + half;
           __m256i q = _mm256_and_si256(half == 0 ? qs : _mm256_srli_epi16(qs, 4), low4);
           if constexpr (kFive) q = _mm256_or_si256(q, _mm256_and_si256(test_bytes(qh, static_cast<uint8_t>(1 << j)), sixteen));
           const __m256i scales = _mm256_shuffle_epi8(sc, lane_words(j, j));
+          K3_UNROLL
           for (int t = 0; t < NT; ++t) {
             const __m256i prod = _mm256_maddubs_epi16(q, load256(a[t].q + 256 * b + 32 * j));
             isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(prod, scales));
           }
         }
       }
+      K3_UNROLL
       for (int t = 0; t < NT; ++t) {
         const __m128 s = super_scales(blk, a[t].d[b]);
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_set1_ps(lane(s, 0)), acc[t]);
@@ -306,6 +365,7 @@ void rows_qk4(const RowsArgs& r) {
         acc_min[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(m), _mm_set1_ps(lane(s, 1)), acc_min[t]);
       }
     }
+    K3_UNROLL
     for (int t = 0; t < NT; ++t) {
       const __m128 s = _mm_add_ps(acc_min[t], _mm_movehl_ps(acc_min[t], acc_min[t]));
       out[t] = hsum(acc[t]) - _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
@@ -320,22 +380,28 @@ void rows_q6_K(const RowsArgs& r) {
   const TokenActs* a = r.acts;
   for_each_row<NT>(r, [&](const uint8_t* w, float* out) {
     __m256 acc[NT];
+    K3_UNROLL
     for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < r.nblocks; ++b) {
       const uint8_t* blk = w + b * kQ6_KBytes;
+      prefetch_stream<kQ6_KBytes>(blk);
       const __m256i sc16 = _mm256_cvtepi8_epi16(load128(blk + 192));
       __m256i isum[NT];
+      K3_UNROLL
       for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+      K3_UNROLL
       for (int h = 0; h < 2; ++h) {
         const __m256i ql0 = load256(blk + 64 * h), ql1 = load256(blk + 64 * h + 32);
         const __m256i qh = load256(blk + 128 + 32 * h);
         const __m256i sc = scale_half(sc16, h);
         const __m256i hi[4] = {_mm256_slli_epi16(qh, 4), _mm256_slli_epi16(qh, 2), qh, _mm256_srli_epi16(qh, 2)};
+        K3_UNROLL
         for (int quarter = 0; quarter < 4; ++quarter) {
           const __m256i ql = quarter % 2 == 0 ? ql0 : ql1;
           const __m256i lo = _mm256_and_si256(quarter < 2 ? ql : _mm256_srli_epi16(ql, 4), low4);
           const __m256i q = _mm256_or_si256(lo, _mm256_and_si256(hi[quarter], bits45));
           const __m256i scales = _mm256_shuffle_epi8(sc, lane_word_index(2 * quarter, 2 * quarter + 1));
+          K3_UNROLL
           for (int t = 0; t < NT; ++t) {
             const __m256i prod = _mm256_maddubs_epi16(q, load256(a[t].q + 256 * b + 128 * h + 32 * quarter));
             isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(prod, scales));
@@ -343,11 +409,13 @@ void rows_q6_K(const RowsArgs& r) {
         }
       }
       const float d = load_f16(blk + 208);
+      K3_UNROLL
       for (int t = 0; t < NT; ++t) {
         const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, load256(a[t].s16 + 16 * b)), 5);
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum[t], offset)), _mm256_set1_ps(d * a[t].d[b]), acc[t]);
       }
     }
+    K3_UNROLL
     for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
   });
 }

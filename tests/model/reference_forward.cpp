@@ -11,16 +11,6 @@ namespace {
 using Vec = std::vector<double>;
 using Mat = std::vector<Vec>;  // [T][features]
 
-struct Weights {
-  const WeightSource& source;
-  std::map<std::string, Vec> cache;
-  const Vec& operator()(const std::string& name) {
-    auto it = cache.find(name);
-    if (it == cache.end()) it = cache.emplace(name, source(name)).first;
-    return it->second;
-  }
-};
-
 // y = W x for W [n, k] row-major.
 Vec matvec(const Vec& w, const Vec& x, size_t n) {
   const size_t k = x.size();
@@ -33,11 +23,29 @@ Vec matvec(const Vec& w, const Vec& x, size_t n) {
   return y;
 }
 
-Mat linear(const Vec& w, const Mat& x, size_t n) {
-  Mat y;
-  for (const auto& row : x) y.push_back(matvec(w, row, n));
-  return y;
-}
+struct Weights {
+  const WeightSource& source;
+  const ActivationRule& rule;
+  std::map<std::string, Vec> cache;
+  const Vec& operator()(const std::string& name) {
+    auto it = cache.find(name);
+    if (it == cache.end()) it = cache.emplace(name, source(name)).first;
+    return it->second;
+  }
+  // x as the format of weight `name` multiplies it.
+  Vec input_of(const std::string& name, const Vec& x) const {
+    Vec xq = x;
+    if (rule) rule(name, xq);
+    return xq;
+  }
+  // y = W(name) · x, x under the format's activation rule.
+  Vec matvec(const std::string& name, const Vec& x, size_t n) { return reference::matvec((*this)(name), input_of(name, x), n); }
+  Mat linear(const std::string& name, const Mat& x, size_t n) {
+    Mat y;
+    for (const auto& row : x) y.push_back(matvec(name, row, n));
+    return y;
+  }
+};
 
 Vec rmsnorm(const Vec& x, const Vec& w, double eps) {
   double ss = 0;
@@ -68,17 +76,17 @@ double gated_act(const K3Config& c, double g, double u) {
 }
 
 Vec mlp(const K3Config& c, Weights& W, const std::string& p, const Vec& x, size_t inter) {
-  const Vec g = matvec(W(p + "gate_proj.weight"), x, inter);
-  const Vec u = matvec(W(p + "up_proj.weight"), x, inter);
+  const Vec g = W.matvec(p + "gate_proj.weight", x, inter);
+  const Vec u = W.matvec(p + "up_proj.weight", x, inter);
   Vec h(inter);
   for (size_t i = 0; i < inter; ++i) h[i] = gated_act(c, g[i], u[i]);
-  return matvec(W(p + "down_proj.weight"), h, x.size());
+  return W.matvec(p + "down_proj.weight", h, x.size());
 }
 
 Mat kda(const K3Config& c, Weights& W, int64_t layer, const Mat& x) {
   const std::string p = "model.layers." + std::to_string(layer) + ".self_attn.";
   const size_t T = x.size(), H = c.kda.num_heads, D = c.kda.head_dim, P = H * D, Wc = c.kda.short_conv_kernel_size;
-  Mat q = linear(W(p + "q_proj.weight"), x, P), k = linear(W(p + "k_proj.weight"), x, P), v = linear(W(p + "v_proj.weight"), x, P);
+  Mat q = W.linear(p + "q_proj.weight", x, P), k = W.linear(p + "k_proj.weight", x, P), v = W.linear(p + "v_proj.weight", x, P);
   // causal depthwise conv + SiLU on the pre-conv projections
   auto conv = [&](Mat& m, const std::string& name) {
     const Vec& w = W(p + name + ".weight");
@@ -98,10 +106,10 @@ Mat kda(const K3Config& c, Weights& W, int64_t layer, const Mat& x) {
   conv(q, "q_conv1d");
   conv(k, "k_conv1d");
   conv(v, "v_conv1d");
-  const Mat f = linear(W(p + "f_b_proj.weight"), linear(W(p + "f_a_proj.weight"), x, D), P);
-  const Mat b = linear(W(p + "b_proj.weight"), x, H);
-  const Mat g_out = c.kda.use_full_rank_gate ? linear(W(p + "g_proj.weight"), x, P)
-                                             : linear(W(p + "g_b_proj.weight"), linear(W(p + "g_a_proj.weight"), x, D), P);
+  const Mat f = W.linear(p + "f_b_proj.weight", W.linear(p + "f_a_proj.weight", x, D), P);
+  const Mat b = W.linear(p + "b_proj.weight", x, H);
+  const Mat g_out = c.kda.use_full_rank_gate ? W.linear(p + "g_proj.weight", x, P)
+                                             : W.linear(p + "g_b_proj.weight", W.linear(p + "g_a_proj.weight", x, D), P);
   const Vec& A_log = W(p + "A_log");
   const Vec& dt_bias = W(p + "dt_bias");
   const Vec& o_norm = W(p + "o_norm.weight");
@@ -149,7 +157,7 @@ Mat kda(const K3Config& c, Weights& W, int64_t layer, const Mat& x) {
       for (size_t d = 0; d < D; ++d) y[t][h * D + d] = on[d] * sigmoid(g_out[t][h * D + d]);
     }
   }
-  return linear(W(p + "o_proj.weight"), y, c.hidden_size);
+  return W.linear(p + "o_proj.weight", y, c.hidden_size);
 }
 
 Mat mla(const K3Config& c, Weights& W, int64_t layer, const Mat& x) {
@@ -159,17 +167,17 @@ Mat mla(const K3Config& c, Weights& W, int64_t layer, const Mat& x) {
                dqk = dn + dr, rkv = m.kv_lora_rank;
   Mat q;
   if (m.q_lora_rank) {
-    q = linear(W(p + "q_b_proj.weight"), rmsnorm(linear(W(p + "q_a_proj.weight"), x, *m.q_lora_rank), W(p + "q_a_layernorm.weight"), m.low_rank_norm_eps), nh * dqk);
+    q = W.linear(p + "q_b_proj.weight", rmsnorm(W.linear(p + "q_a_proj.weight", x, *m.q_lora_rank), W(p + "q_a_layernorm.weight"), m.low_rank_norm_eps), nh * dqk);
   } else {
-    q = linear(W(p + "q_proj.weight"), x, nh * dqk);
+    q = W.linear(p + "q_proj.weight", x, nh * dqk);
   }
-  const Mat kv = linear(W(p + "kv_a_proj_with_mqa.weight"), x, rkv + dr);
+  const Mat kv = W.linear(p + "kv_a_proj_with_mqa.weight", x, rkv + dr);
   Mat latent(T), kpe(T);
   for (size_t t = 0; t < T; ++t) {
     latent[t] = rmsnorm(Vec(kv[t].begin(), kv[t].begin() + rkv), W(p + "kv_a_layernorm.weight"), m.low_rank_norm_eps);
     kpe[t] = Vec(kv[t].begin() + rkv, kv[t].end());
   }
-  const Mat kvb = linear(W(p + "kv_b_proj.weight"), latent, nh * (dn + dv));
+  const Mat kvb = W.linear(p + "kv_b_proj.weight", latent, nh * (dn + dv));
   const double scale = 1.0 / std::sqrt(static_cast<double>(dqk));
   Mat o(T, Vec(nh * dv, 0.0));
   for (size_t h = 0; h < nh; ++h) {
@@ -190,19 +198,19 @@ Mat mla(const K3Config& c, Weights& W, int64_t layer, const Mat& x) {
     }
   }
   if (m.use_output_gate) {
-    const Mat g = linear(W(p + "g_proj.weight"), x, nh * dv);
+    const Mat g = W.linear(p + "g_proj.weight", x, nh * dv);
     for (size_t t = 0; t < T; ++t) {
       for (size_t i = 0; i < nh * dv; ++i) o[t][i] *= sigmoid(g[t][i]);
     }
   }
-  return linear(W(p + "o_proj.weight"), o, c.hidden_size);
+  return W.linear(p + "o_proj.weight", o, c.hidden_size);
 }
 
 // Router (spec §7.1): selected experts and their weights for one token.
 std::vector<std::pair<size_t, double>> route(const K3Config& c, Weights& W, const std::string& p, const Vec& x) {
   const MoeConfig& m = *c.moe;
   const size_t E = m.num_experts;
-  const Vec logits = matvec(W(p + "gate.weight"), x, E);
+  const Vec logits = W.matvec(p + "gate.weight", x, E);
   Vec s(E), choice(E);
   const Vec bias = m.has_score_correction_bias ? W(p + "gate.e_score_correction_bias") : Vec(E, 0.0);
   if (m.scoring == RouterScoring::kSigmoid) {
@@ -251,21 +259,23 @@ Vec moe(const K3Config& c, Weights& W, int64_t layer, const Vec& x) {
   const std::string p = "model.layers." + std::to_string(layer) + ".block_sparse_moe.";
   const size_t H = c.hidden_size, I = m.moe_intermediate_size;
   const size_t L = m.routed_expert_hidden_size ? *m.routed_expert_hidden_size : H;
-  const Vec z = m.routed_expert_hidden_size ? matvec(W(p + "routed_expert_down_proj.weight"), x, L) : x;
+  const Vec z = m.routed_expert_hidden_size ? W.matvec(p + "routed_expert_down_proj.weight", x, L) : x;
   const Vec& w1 = W(p + "experts.w1.weight");
   const Vec& w3 = W(p + "experts.w3.weight");
   const Vec& w2 = W(p + "experts.w2.weight");
   Vec r(L, 0.0);
+  const Vec z1 = W.input_of(p + "experts.w1.weight", z), z3 = W.input_of(p + "experts.w3.weight", z);
   for (auto [e, weight] : route(c, W, p, x)) {
     Vec h(I);
     for (size_t i = 0; i < I; ++i) {
       double g = 0, u = 0;
       for (size_t k = 0; k < L; ++k) {
-        g += w1[(e * I + i) * L + k] * z[k];
-        u += w3[(e * I + i) * L + k] * z[k];
+        g += w1[(e * I + i) * L + k] * z1[k];
+        u += w3[(e * I + i) * L + k] * z3[k];
       }
       h[i] = gated_act(c, g, u);
     }
+    h = W.input_of(p + "experts.w2.weight", h);
     for (size_t o = 0; o < L; ++o) {
       double acc = 0;
       for (size_t i = 0; i < I; ++i) acc += w2[(e * L + o) * I + i] * h[i];
@@ -275,7 +285,7 @@ Vec moe(const K3Config& c, Weights& W, int64_t layer, const Vec& x) {
   Vec out = r;
   if (m.routed_expert_hidden_size) {
     if (m.latent_moe_use_norm) r = rmsnorm(r, W(p + "routed_expert_norm.weight"), c.rms_norm_eps);
-    out = matvec(W(p + "routed_expert_up_proj.weight"), r, H);
+    out = W.matvec(p + "routed_expert_up_proj.weight", r, H);
   }
   if (m.num_shared_experts > 0) {
     const Vec s = mlp(c, W, p + "shared_experts.", x, m.shared_intermediate_size());
@@ -336,8 +346,9 @@ Mat add(const Mat& a, const Mat& b) {
 
 }  // namespace
 
-std::vector<double> forward(const K3Config& c, const WeightSource& source, const std::vector<int64_t>& ids) {
-  Weights W{source, {}};
+std::vector<double> forward(const K3Config& c, const WeightSource& source, const std::vector<int64_t>& ids,
+                            const ActivationRule& rule) {
+  Weights W{source, rule, {}};
   const size_t H = c.hidden_size, T = ids.size();
   const Vec& emb = W("model.embed_tokens.weight");
   Mat x(T);
@@ -374,10 +385,10 @@ std::vector<double> forward(const K3Config& c, const WeightSource& source, const
     final_in = mix(run, bank, W, "model.output_attn_res", eps);
   }
   const Mat n = rmsnorm(final_in, W("model.norm.weight"), eps);
-  const Vec& head = W(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
   std::vector<double> logits;
   for (const auto& row : n) {
-    const Vec l = matvec(head, row, c.vocab_size);
+    const Vec l = W.matvec(head, row, c.vocab_size);
     logits.insert(logits.end(), l.begin(), l.end());
   }
   return logits;

@@ -5,7 +5,9 @@
 #include <algorithm>
 
 #include "backend/cpu/kernels/formats.h"
+#include "backend/cpu/kernels/modelslim_matrix.h"
 #include "core/error.h"
+#include "quant/ggml/ggml_dequant.h"
 #include "backend/cpu/kernels/tile_gemm.h"
 #include "backend/cpu/kernels/weight_matrix.h"
 
@@ -127,9 +129,23 @@ std::unique_ptr<WeightMatrix> fast_matrix(const Binding& b, int64_t rows, int64_
       return make_fp4_matrix(files.bytes(source(b, "weight", expert)), files.bytes(source(b, "weight_scale", expert)),
                              nvfp4, global, rows, cols, isa, fp4);
     }
-    default:
+    case SchemeKind::W4A8:
+    case SchemeKind::W8A8:
+      return make_modelslim_matrix(b, rows, cols, files, expert, isa);
+    case SchemeKind::Ggml: {
+      const SourceTensor& w = source(b, "weight", expert);
+      const GgmlTypeInfo* info = find_ggml_type(b.scheme.storage);
+      if (info == nullptr || !ggml_has_dequant(info->type)) return nullptr;
+      if (info->type == GgmlType::F32) return nullptr;  // copied as float32 below
+      if (info->type == GgmlType::F16 || info->type == GgmlType::BF16) {
+        return make_half_matrix(files.bytes(w), info->type == GgmlType::BF16, rows, cols, files.file(w), isa);
+      }
+      return make_ggml_matrix(info->type, files.bytes(w), rows, cols, files.file(w), isa);
+    }
+    case SchemeKind::GgmlSplitKvB:
       return nullptr;
   }
+  return nullptr;
 }
 
 }  // namespace

@@ -19,15 +19,16 @@ inline constexpr int64_t kInt8GroupRows = 16, kInt8LineBytes = 64;
 
 struct Int8Layout {
   const uint8_t* codes = nullptr;       // [groups][K / line_k][64]
-  const float* scales = nullptr;        // [groups][scale_blocks][16]: weight scale of each row for
-                                        // each block (scale_blocks = K / block, or 1: per row)
+  const float* scales = nullptr;        // [groups][scale_blocks][16]: weight scale of each row per
+                                        // K / scale_blocks columns (integer block b uses scale
+                                        // b · scale_blocks / (K / block))
   const int32_t* offsets = nullptr;     // [groups][16]: the stored code of q = 0, plus the row's
                                         // weight zero point (int4: 8; int8: 128 + weight_offset)
   const int32_t* row_terms = nullptr;   // [groups][K / block][16] or null: z · Σ_{k∈b} (q − off),
                                         // the activation zero point's term (static W8A8)
   int64_t k = 0;             // columns (multiple of block)
   int64_t block = 0;         // k per integer block (multiple of 16; small enough for int32 sums)
-  int64_t scale_blocks = 0;  // K / block or 1
+  int64_t scale_blocks = 0;  // scale groups along K (a divisor of K / block)
   bool int4 = false;
   int64_t line_k() const { return int4 ? 8 : 4; }
 };

@@ -20,6 +20,10 @@ inline __m512i broadcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
+// acc += Σ4 u8 · s8 per lane, in place: GCC 12 copies the accumulator around the intrinsic (one
+// extra vector move per vpdpbusd, which made the int4 loop move-bound).
+inline void dpbusd(__m512i& acc, __m512i u8, __m512i s8) { asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u8), "v"(s8)); }
+
 // G row groups × NT tokens at once. Four independent sum chains per (group, token) hide
 // vpdpbusd's latency: int4 two lines × (low, high), int8 four lines.
 template <bool Int4, int NT, int G>
@@ -27,7 +31,7 @@ void dot_groups(const Int8Layout& w, const int8_t* xq, const int32_t* xsums16, c
                 int64_t r0, int64_t r1, float* y, int64_t ldy) {
   constexpr int64_t lk = Int4 ? 8 : 4, step = Int4 ? 2 : 4;
   const int64_t lines = w.k / lk, blocks = w.k / w.block, lines_per_block = w.block / lk;
-  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const __m512i low_mask = _mm512_set1_epi8(0x0F), high_mask = _mm512_set1_epi8(static_cast<char>(0xF0));
   const uint8_t* codes[G];
   __m512i offsets[G];
   __m512 acc[G][NT];
@@ -38,19 +42,8 @@ void dot_groups(const Int8Layout& w, const int8_t* xq, const int32_t* xsums16, c
   }
   for (int64_t b = 0; b < blocks; ++b) {
     __m512i part[G][NT][4];
-    for (int t = 0; t < NT; ++t) {
-      const int32_t* s16 = xsums16 + t * (w.k / 16) + b * (w.block / 16);
-      int32_t xsum = 0;
-      for (int64_t j = 0; j < w.block / 16; ++j) xsum += s16[j];
-      for (int gi = 0; gi < G; ++gi) {
-        __m512i init = Int4 ? _mm512_set1_epi32(-8 * xsum)
-                            : _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_mullo_epi32(offsets[gi], _mm512_set1_epi32(xsum)));
-        if (w.row_terms != nullptr) {
-          init = _mm512_sub_epi32(init, _mm512_loadu_si512(w.row_terms + ((g0 + gi) * blocks + b) * kInt8GroupRows));
-        }
-        part[gi][t][0] = init;
-        part[gi][t][1] = part[gi][t][2] = part[gi][t][3] = _mm512_setzero_si512();
-      }
+    for (int gi = 0; gi < G; ++gi) {
+      for (int t = 0; t < NT; ++t) part[gi][t][0] = part[gi][t][1] = part[gi][t][2] = part[gi][t][3] = _mm512_setzero_si512();
     }
     for (int64_t o = b * lines_per_block; o < (b + 1) * lines_per_block; o += step) {
       if constexpr (Int4) {
@@ -58,15 +51,15 @@ void dot_groups(const Int8Layout& w, const int8_t* xq, const int32_t* xsums16, c
           __m512i lo[G], hi[G];
           for (int gi = 0; gi < G; ++gi) {
             const __m512i line = _mm512_loadu_si512(codes[gi] + (o + u) * kInt8LineBytes);
-            lo[gi] = _mm512_and_si512(line, nibble);
-            hi[gi] = _mm512_and_si512(_mm512_srli_epi16(line, 4), nibble);
+            lo[gi] = _mm512_and_si512(line, low_mask);
+            hi[gi] = _mm512_and_si512(line, high_mask);  // 16 · high nibble: no shift per line
           }
           for (int t = 0; t < NT; ++t) {
             const int8_t* x = xq + t * w.k + (o + u) * 8;
             const __m512i xl = broadcast4(x), xh = broadcast4(x + 4);
             for (int gi = 0; gi < G; ++gi) {
-              part[gi][t][2 * u] = _mm512_dpbusd_epi32(part[gi][t][2 * u], lo[gi], xl);
-              part[gi][t][2 * u + 1] = _mm512_dpbusd_epi32(part[gi][t][2 * u + 1], hi[gi], xh);
+              dpbusd(part[gi][t][2 * u], lo[gi], xl);
+              dpbusd(part[gi][t][2 * u + 1], hi[gi], xh);
             }
           }
         }
@@ -76,17 +69,27 @@ void dot_groups(const Int8Layout& w, const int8_t* xq, const int32_t* xsums16, c
           for (int gi = 0; gi < G; ++gi) line[gi] = _mm512_loadu_si512(codes[gi] + (o + u) * kInt8LineBytes);
           for (int t = 0; t < NT; ++t) {
             const __m512i xb = broadcast4(xq + t * w.k + (o + u) * 4);
-            for (int gi = 0; gi < G; ++gi) part[gi][t][u] = _mm512_dpbusd_epi32(part[gi][t][u], line[gi], xb);
+            for (int gi = 0; gi < G; ++gi) dpbusd(part[gi][t][u], line[gi], xb);
           }
         }
       }
     }
-    const int64_t sb = w.scale_blocks == 1 ? 0 : b;
-    for (int gi = 0; gi < G; ++gi) {
-      const __m512 scale = _mm512_loadu_ps(w.scales + ((g0 + gi) * w.scale_blocks + sb) * kInt8GroupRows);
-      for (int t = 0; t < NT; ++t) {
-        const __m512i sum = _mm512_add_epi32(_mm512_add_epi32(part[gi][t][0], part[gi][t][1]),
-                                             _mm512_add_epi32(part[gi][t][2], part[gi][t][3]));
+    const int64_t sb = b * w.scale_blocks / blocks;
+    for (int t = 0; t < NT; ++t) {
+      const int32_t* s16 = xsums16 + t * (w.k / 16) + b * (w.block / 16);
+      int32_t xsum = 0;
+      for (int64_t j = 0; j < w.block / 16; ++j) xsum += s16[j];
+      for (int gi = 0; gi < G; ++gi) {
+        // Σ (c − z)(q − off) = Σ c·u − offset·Σc − row term. int4: chains 1 and 3 hold 16 · Σ high·c
+        // (exact; the block bound keeps it in int32).
+        const __m512i correction = Int4 ? _mm512_set1_epi32(8 * xsum) : _mm512_mullo_epi32(offsets[gi], _mm512_set1_epi32(xsum));
+        const __m512i odd = _mm512_add_epi32(part[gi][t][1], part[gi][t][3]);
+        __m512i sum = _mm512_add_epi32(_mm512_sub_epi32(part[gi][t][0], correction),
+                                       _mm512_add_epi32(part[gi][t][2], Int4 ? _mm512_srai_epi32(odd, 4) : odd));
+        if (w.row_terms != nullptr) {
+          sum = _mm512_sub_epi32(sum, _mm512_loadu_si512(w.row_terms + ((g0 + gi) * blocks + b) * kInt8GroupRows));
+        }
+        const __m512 scale = _mm512_loadu_ps(w.scales + ((g0 + gi) * w.scale_blocks + sb) * kInt8GroupRows);
         acc[gi][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, acc[gi][t]);
       }
     }
@@ -107,7 +110,7 @@ void dot_groups(const Int8Layout& w, const int8_t* xq, const int32_t* xsums16, c
 template <bool Int4, int NT>
 void dot_tokens(const Int8Layout& w, const int8_t* xq, const int32_t* xsums16, const float* xscale, int64_t r0,
                 int64_t r1, float* y, int64_t ldy) {
-  constexpr int G = NT <= 2 ? 2 : 1;
+  constexpr int G = NT == 1 ? 4 : NT <= 2 ? 2 : 1;
   const int64_t g_end = (r1 + kInt8GroupRows - 1) / kInt8GroupRows;
   int64_t g = r0 / kInt8GroupRows;
   for (; g + G <= g_end; g += G) dot_groups<Int4, NT, G>(w, xq, xsums16, xscale, g, r0, r1, y, ldy);

@@ -32,7 +32,7 @@ inline void int8_dot_rows(const Int8Layout& w, const int8_t* xq, const int32_t* 
             }
           }
         }
-        const float* scale = w.scales + (g * w.scale_blocks + (w.scale_blocks == 1 ? 0 : b)) * kInt8GroupRows;
+        const float* scale = w.scales + (g * w.scale_blocks + b * w.scale_blocks / blocks) * kInt8GroupRows;
         for (int64_t i = 0; i < kInt8GroupRows; ++i) acc[i] += static_cast<float>(part[i]) * scale[i];
       }
       for (int64_t i = 0; i < kInt8GroupRows; ++i) {

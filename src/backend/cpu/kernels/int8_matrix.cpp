@@ -12,8 +12,9 @@
 namespace k3::cpu {
 namespace {
 
-// k per integer block when the scale does not split K: the largest divisor of K that is a
-// multiple of 16 and at most `limit` (int32 sums stay exact: |Σ| ≤ 3·255·128·block for int8).
+// k per integer block: the largest divisor of k (K, or the scale group) that is a multiple of 16
+// and at most `limit`, so that int32 block sums stay exact (int8: |Σ| ≤ 3·255·128·block; int4:
+// the AVX-512 high-nibble chain sums 16·15·128·block).
 int64_t integer_block(int64_t k, int64_t limit) {
   for (int64_t d = 1; d <= k / 16; ++d) {
     if (k % d == 0 && (k / d) % 16 == 0 && k / d <= limit) return k / d;
@@ -33,14 +34,17 @@ class IntMatrix : public WeightMatrix {
   }
 
  protected:
-  IntMatrix(int64_t rows, int64_t cols, CpuIsa isa, bool int4, int64_t block, bool scale_per_block, const char* what)
+  // One scale per row and scale group of `group` columns (group = cols: per channel).
+  IntMatrix(int64_t rows, int64_t cols, CpuIsa isa, bool int4, int64_t group, const char* what)
       : WeightMatrix(rows, cols, isa), dot_(int8_dot_rows(isa)) {
     if (cols % 16 != 0 || cols == 0) throw Error(Where{"", what, "shape"}, "columns must be a positive multiple of 16");
-    if (block % 16 != 0 || cols % block != 0) throw Error(Where{"", what, "group_size"}, "group size must be a multiple of 16 dividing the columns");
+    if (group % 16 != 0 || group <= 0 || cols % group != 0) {
+      throw Error(Where{"", what, "group_size"}, "group size " + std::to_string(group) + " is not a multiple of 16 dividing the columns");
+    }
     layout_.int4 = int4;
     layout_.k = cols;
-    layout_.block = block;
-    layout_.scale_blocks = scale_per_block ? cols / block : 1;
+    layout_.block = integer_block(group, int4 ? 16384 : 4096);
+    layout_.scale_blocks = cols / group;
     codes_.assign(static_cast<size_t>(groups() * lines() * kInt8LineBytes), 0);
     scales_.assign(static_cast<size_t>(groups() * layout_.scale_blocks * kInt8GroupRows), 0.0f);
     offsets_.assign(static_cast<size_t>(groups() * kInt8GroupRows), 0);
@@ -54,18 +58,25 @@ class IntMatrix : public WeightMatrix {
     layout_.row_terms = row_terms_.empty() ? nullptr : row_terms_.data();
   }
 
-  // Signed codes q [valid ≤ 16 rows][K] of row group g into its lines (q + 128, or q + 8 as nibbles).
-  void pack_group(int64_t g, const int8_t* q, int64_t valid) {
-    const int64_t k = cols(), lk = layout_.line_k();
-    uint8_t* out = codes_.data() + g * lines() * kInt8LineBytes;
+  // Row i < valid of group g from src[i] (one byte per column): int8 codes → q ^ 0x80 = q + 128;
+  // int4 codes in the nibble at shift[i] (0 or 4) → (q ^ 8) & 0xF = q + 8 (q ∈ [-8, 7]), k 0..3 of
+  // each line in the low nibbles, 4..7 in the high ones.
+  void pack_group(int64_t g, const int8_t* const* src, const int* shift, int64_t valid) {
+    const int64_t n_lines = lines();
+    uint8_t* out = codes_.data() + g * n_lines * kInt8LineBytes;
     for (int64_t i = 0; i < valid; ++i) {
-      for (int64_t c = 0; c < k; ++c) {
-        uint8_t* byte = out + (c / lk) * kInt8LineBytes + 4 * i + c % 4;
+      for (int64_t o = 0; o < n_lines; ++o) {
+        uint32_t packed;
         if (layout_.int4) {
-          *byte |= static_cast<uint8_t>((q[i * k + c] + 8) << (c % 8 < 4 ? 0 : 4));
+          uint64_t v;
+          std::memcpy(&v, src[i] + 8 * o, 8);
+          v = ((v >> shift[i]) & 0x0F0F0F0F0F0F0F0Full) ^ 0x0808080808080808ull;
+          packed = static_cast<uint32_t>(v) | static_cast<uint32_t>(v >> 32) << 4;
         } else {
-          *byte = static_cast<uint8_t>(q[i * k + c] + 128);
+          std::memcpy(&packed, src[i] + 4 * o, 4);
+          packed ^= 0x80808080u;
         }
+        std::memcpy(out + o * kInt8LineBytes + 4 * i, &packed, 4);
       }
     }
   }
@@ -88,7 +99,7 @@ class W4a8Matrix final : public IntMatrix {
  public:
   W4a8Matrix(std::span<const int8_t> weight, bool packed, std::vector<float> scale, std::vector<float> second,
              int64_t group_size, int64_t rows, int64_t cols, CpuIsa isa)
-      : IntMatrix(rows, cols, isa, true, group_size > 0 ? group_size : integer_block(cols, 65536), group_size > 0, "w4a8 weight"),
+      : IntMatrix(rows, cols, isa, true, group_size > 0 ? group_size : cols, "w4a8 weight"),
         group_size_(group_size), scale_(std::move(scale)), second_(std::move(second)) {
     const char* what = "w4a8 weight";
     if (packed && rows % 2 != 0) throw Error(Where{"", what, "shape"}, "the packed int4 layout needs an even row count");
@@ -101,22 +112,26 @@ class W4a8Matrix final : public IntMatrix {
     if (second_.size() != static_cast<size_t>(rows * nblocks)) {
       throw Error(Where{"", what, "weight_scale_second"}, "expected rows·cols/group_size scales");
     }
-    std::vector<int8_t> q(static_cast<size_t>(kInt8GroupRows * cols));
-    for (int64_t g = 0; g < groups(); ++g) {
-      const int64_t r0 = g * kInt8GroupRows, valid = std::min(kInt8GroupRows, rows - r0);
-      if (packed) {
-        unpack_int4_along_n(weight.data() + r0 / 2 * cols, valid, cols, q.data());
-      } else {
-        for (int64_t i = 0; i < valid * cols; ++i) {
-          const int v = weight[r0 * cols + i] - kW4OldLayoutCodeOffset;
-          if (v < kInt4Min || v > kInt4Max) {
-            throw Error(Where{"", what, "weight"}, "int4 code " + std::to_string(v) + " at [" + std::to_string(r0 + i / cols) + ", " +
-                                                       std::to_string(i % cols) + "] is outside [-8, 7]");
-          }
-          q[i] = static_cast<int8_t>(v);
+    if (!packed) {
+      for (size_t i = 0; i < weight.size(); ++i) {
+        const int v = weight[i] - kW4OldLayoutCodeOffset;
+        if (v < kInt4Min || v > kInt4Max) {
+          throw Error(Where{"", what, "weight"}, "int4 code " + std::to_string(v) + " at [" + std::to_string(i / cols) + ", " +
+                                                     std::to_string(i % cols) + "] is outside [-8, 7]");
         }
       }
-      pack_group(g, q.data(), valid);
+    }
+    static_assert(kW4OldLayoutCodeOffset == 0, "old-layout bytes are packed as the codes themselves");
+    for (int64_t g = 0; g < groups(); ++g) {
+      const int64_t r0 = g * kInt8GroupRows, valid = std::min(kInt8GroupRows, rows - r0);
+      const int8_t* src[kInt8GroupRows];
+      int shift[kInt8GroupRows];
+      for (int64_t i = 0; i < valid; ++i) {
+        const int64_t r = r0 + i;
+        src[i] = weight.data() + (packed ? r / 2 : r) * cols;  // packed: rows 2j, 2j + 1 share byte row j
+        shift[i] = packed && (r % 2 == 0) != kW4LowNibbleIsEvenRow ? 4 : 0;
+      }
+      pack_group(g, src, shift, valid);
       for (int64_t i = 0; i < valid; ++i) {
         const int64_t r = r0 + i;
         offsets_[r] = 8;
@@ -154,7 +169,7 @@ class W8a8Matrix final : public IntMatrix {
  public:
   W8a8Matrix(std::span<const int8_t> weight, std::vector<float> scale, std::vector<float> offset,
              std::optional<W8A8StaticInput> input, int64_t rows, int64_t cols, CpuIsa isa)
-      : IntMatrix(rows, cols, isa, false, integer_block(cols, 4096), false, "w8a8 weight"),
+      : IntMatrix(rows, cols, isa, false, cols, "w8a8 weight"),
         scale_(std::move(scale)), offset_(std::move(offset)), input_(input) {
     const char* what = "w8a8 weight";
     if (weight.size() != static_cast<size_t>(rows * cols)) {
@@ -175,7 +190,9 @@ class W8a8Matrix final : public IntMatrix {
     if (zero != 0) row_terms_.assign(static_cast<size_t>(groups() * blocks * kInt8GroupRows), 0);
     for (int64_t g = 0; g < groups(); ++g) {
       const int64_t r0 = g * kInt8GroupRows, valid = std::min(kInt8GroupRows, rows - r0);
-      pack_group(g, weight.data() + r0 * cols, valid);
+      const int8_t* src[kInt8GroupRows];
+      for (int64_t i = 0; i < valid; ++i) src[i] = weight.data() + (r0 + i) * cols;
+      pack_group(g, src, nullptr, valid);
       for (int64_t i = 0; i < valid; ++i) {
         const int64_t r = r0 + i;
         const int32_t off = static_cast<int32_t>(offset_[r]);

@@ -7,7 +7,7 @@
 // median of the per-round ratio to that round's ceiling.
 //
 //   OMP_NUM_THREADS=2 OMP_PROC_BIND=close OMP_WAIT_POLICY=passive build/<dir>/bench/k3_bench_bench_cpu_gemv
-//     [--types q4_0,q2_K,q4_K|all] [--rounds 7] [--gib 1.5] [--m 1] [--k 8192] [--huge 1]
+//     [--types q4_0,q2_K,q4_K,w4a8,w8a8|all] [--rounds 7] [--gib 1.5] [--m 1] [--k 8192] [--huge 1]
 //
 // Add a format to the table by appending a Candidate (name, factory, packed bytes) in main().
 #include <immintrin.h>
@@ -204,13 +204,27 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> names = o.types;
   if (names.size() == 1 && names[0] == "all") {
-    names = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "mxfp4", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K"};
+    names = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "mxfp4", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "w4a8", "w8a8"};
   }
 
   // Packed GGML matrices of --gib each: a 64-row tile repeated.
   std::vector<std::unique_ptr<Buffer>> buffers;
   std::vector<Candidate> candidates;
   for (const std::string& name : names) {
+    if (name == "w4a8" || name == "w8a8") {  // ModelSlim per channel, repacked at load; bytes: codes + f32 scale and offset per row
+      const bool int4 = name == "w4a8";
+      const int64_t rows = static_cast<int64_t>(bytes / static_cast<size_t>(int4 ? o.k / 2 : o.k)) / 64 * 64, k = o.k;
+      auto codes = std::make_shared<std::vector<int8_t>>(static_cast<size_t>(int4 ? rows / 2 * k : rows * k));
+      std::mt19937 r(1234);
+      for (int8_t& c : *codes) c = static_cast<int8_t>(r());
+      candidates.push_back({name, [=] {
+                              const std::vector<float> scale(static_cast<size_t>(rows), 0.01f), zero(static_cast<size_t>(rows), 0.0f);
+                              return int4 ? k3::cpu::make_w4a8_matrix(*codes, true, scale, {}, 0, rows, k, isa)
+                                          : k3::cpu::make_w8a8_matrix(*codes, scale, zero, std::nullopt, rows, k, isa);
+                            },
+                            codes->size() + 8 * static_cast<uint64_t>(rows)});
+      continue;
+    }
     const k3::GgmlTypeInfo* info = k3::find_ggml_type(name);
     if (info == nullptr) usage(("unknown type " + name).c_str());
     const GgmlType type = info->type;

@@ -14,6 +14,8 @@
 namespace k3::cpu {
 namespace {
 
+constexpr int64_t kPrefetchLines = 32;
+
 inline __m512i broadcast4(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, sizeof v);
@@ -50,6 +52,7 @@ void dot_groups(const Int8Layout& w, const int8_t* xq, const int32_t* xsums16, c
         for (int u = 0; u < 2; ++u) {
           __m512i lo[G], hi[G];
           for (int gi = 0; gi < G; ++gi) {
+            _mm_prefetch(reinterpret_cast<const char*>(codes[gi] + (o + u + kPrefetchLines) * kInt8LineBytes), _MM_HINT_T0);
             const __m512i line = _mm512_loadu_si512(codes[gi] + (o + u) * kInt8LineBytes);
             lo[gi] = _mm512_and_si512(line, low_mask);
             hi[gi] = _mm512_and_si512(line, high_mask);  // 16 · high nibble: no shift per line

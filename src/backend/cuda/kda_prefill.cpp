@@ -1,0 +1,58 @@
+// KDA chunked prefill: argument checks and the two passes (kda_chunk_intra.cu, then
+// kda_chunk_inter.cu or kda_chunk_inter_tf32.cu) over the workspace of kda_internal.h.
+#include <cmath>
+#include <string>
+
+#include "backend/cuda/kda.h"
+#include "backend/cuda/kda_internal.h"
+#include "core/error.h"
+
+namespace k3::cuda {
+
+using namespace kda_detail;
+
+namespace {
+bool aligned_rows(const DeviceTensor& t) {  // as vec8_ok (kernel_util.cuh, device-side header)
+  const size_t es = dtype_size(t.dtype);
+  return t.cols % 8 == 0 && (reinterpret_cast<uintptr_t>(t.data) % 16) == 0 && (t.ld * es) % 16 == 0;
+}
+}  // namespace
+
+size_t kda_prefill_workspace_bytes(const KdaBatch& batch, int64_t heads) {
+  return static_cast<size_t>(chunk_slots(batch) * heads) * kFloatsPerChunkHead * sizeof(float);
+}
+
+void kda_prefill(const KdaBatch& batch, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
+                 const DeviceTensor& f, const DeviceTensor& b, const KdaGate& gate, const KdaStatePool& pool,
+                 void* workspace, const DeviceTensor& o, cudaStream_t stream, KdaInterMath math) {
+  if (pool.head_dim != D) throw Error("kda_prefill: head dim " + std::to_string(pool.head_dim) + " is not built (128)");
+  if (batch.cu_seqlens == nullptr) throw Error("kda_prefill: needs cu_seqlens");
+  const int64_t H = pool.heads, P = pool.proj_dim(), T = batch.total_rows;
+  expect_shape(q, T, P, "kda_prefill q");
+  expect_shape(k, T, P, "kda_prefill k");
+  expect_shape(v, T, P, "kda_prefill v");
+  expect_shape(f, T, P, "kda_prefill f");
+  expect_shape(o, T, P, "kda_prefill o");
+  if (b.rows != T || b.cols < H) throw Error("kda_prefill b: expected [" + std::to_string(T) + ", >= H], got " + b.describe());
+  const DType t = q.dtype;
+  for (const DeviceTensor* x : {&k, &v, &f, &b}) expect_dtype(*x, t, "kda_prefill inputs (one dtype)");
+  if (t != DType::kF32 && t != DType::kBF16) throw Error("kda_prefill: f32 or bf16 inputs, got " + q.describe());
+  if (o.dtype != DType::kF32 && o.dtype != DType::kBF16) throw Error("kda_prefill: f32 or bf16 o, got " + o.describe());
+  for (const DeviceTensor* x : {&q, &k, &f}) {
+    if (!aligned_rows(*x)) throw Error("kda_prefill: needs 16-byte aligned rows, got " + x->describe());
+  }
+  if (gate.a_log == nullptr || gate.dt_bias == nullptr) throw Error("kda_prefill: gate parameters missing");
+  if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) throw Error("kda_prefill: workspace must be 16-byte aligned");
+  if (batch.n == 0 || T == 0) return;
+  PrefillArgs a{batch, q.data, q.ld, k.data, k.ld, v.data, v.ld, f.data, f.ld, b.data, b.ld, gate,
+                1.0f / std::sqrt(static_cast<float>(D)), static_cast<int>(H), pool.recurrent,
+                static_cast<float*>(workspace), o.data, o.ld};
+  launch_chunk_intra(a, t == DType::kBF16, stream);
+  if (math == KdaInterMath::kTf32) {
+    launch_chunk_inter_tf32(a, o.dtype == DType::kBF16, stream);
+  } else {
+    launch_chunk_inter_simt(a, o.dtype == DType::kBF16, stream);
+  }
+}
+
+}  // namespace k3::cuda

@@ -1,0 +1,64 @@
+// Device helpers of the MLA kernels (mla_*.cu only): cp.async with zero fill, bf16 packing and the
+// mma.sync m16n8k16 bf16 → fp32 tensor-core instruction with the PTX ISA fragment layouts
+// (g = lane / 4, t = lane % 4):
+//   A 16×16 (row-major): a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..]
+//   B 16×8  (k × n):     b0 = B[2t..2t+1][g], b1 = B[2t+8..2t+9][g]
+//   C 16×8:              c0,c1 = C[g][2t..2t+1], c2,c3 = C[g+8][2t..2t+1]
+// A pair of values goes into one 32-bit register with the lower index in the low half.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace k3::cuda::mla_detail {
+
+using bf16 = __nv_bfloat16;
+
+// 16 bytes global → shared; src_bytes = 0 writes zeros (src must still be a valid address).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes = 16) {
+  const unsigned saddr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ uint32_t ld32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+// Two bf16 at p[0] (low) and p[stride] (high).
+__device__ __forceinline__ uint32_t ld_pair_strided(const bf16* p, int stride) {
+  const uint32_t lo = *reinterpret_cast<const uint16_t*>(p);
+  const uint32_t hi = *reinterpret_cast<const uint16_t*>(p + stride);
+  return lo | (hi << 16);
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A fragment of a row-major bf16 tile in shared memory: rows r0…r0+15, columns k0…k0+15, ld elements.
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* base, int ld, int r0, int k0, int g, int t) {
+  a[0] = ld32(base + (r0 + g) * ld + k0 + 2 * t);
+  a[1] = ld32(base + (r0 + g + 8) * ld + k0 + 2 * t);
+  a[2] = ld32(base + (r0 + g) * ld + k0 + 2 * t + 8);
+  a[3] = ld32(base + (r0 + g + 8) * ld + k0 + 2 * t + 8);
+}
+
+__device__ __forceinline__ void store_val(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store_val(bf16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ float load_val(const float* p) { return *p; }
+__device__ __forceinline__ float load_val(const bf16* p) { return __bfloat162float(*p); }
+
+}  // namespace k3::cuda::mla_detail

@@ -4,6 +4,7 @@
 // per 256 for the K-quants). F32/F16/BF16 tensors (no integer kernel) decode one row at a time to
 // float32 and take float activations.
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "backend/cpu/kernels/formats.h"
@@ -61,27 +62,31 @@ class GgmlMatrix final : public WeightMatrix {
                                                     ": activations not prepared by this matrix");
     }
     const int64_t k = cols();
-    // Σ codes per 16 and per 32 as int16 (|Σ| ≤ 32·127), and scale · Σ codes per 32-element
-    // activation block, once per call for all tokens.
-    thread_local std::vector<int16_t> sums;
-    thread_local std::vector<float> dsums;
-    sums.resize(static_cast<size_t>(a.m * (k / 16 + k / 32)));
-    dsums.resize(act_block_ == 32 ? static_cast<size_t>(a.m * (k / 32)) : 0);
+    // Once per call for all tokens, in one 64-byte aligned scratch: the codes (copied so that the
+    // kernels' 64-byte loads never split a cache line: measured 10-30% faster), Σ codes per 16 and
+    // per 32 as int16 (|Σ| ≤ 32·127), and scale · Σ codes per 32-element activation block.
+    const size_t codes = static_cast<size_t>(k), words = static_cast<size_t>(k / 16 + k / 32),
+                 floats = act_block_ == 32 ? static_cast<size_t>(k / 32) : 0;
+    const size_t per_token = (codes + 2 * words + 4 * floats + 63) / 64 * 64;
+    thread_local std::vector<uint8_t> scratch;
+    scratch.resize(per_token * static_cast<size_t>(a.m) + 64);
+    uint8_t* base = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
     thread_local std::vector<ggml::TokenActs> acts;
     acts.resize(static_cast<size_t>(a.m));
     for (int64_t t = 0; t < a.m; ++t) {
-      int16_t* s16 = sums.data() + t * (k / 16 + k / 32);
+      uint8_t* mine = base + t * per_token;
+      auto* q = reinterpret_cast<int8_t*>(mine);
+      auto* s16 = reinterpret_cast<int16_t*>(mine + codes);
       int16_t* s32 = s16 + k / 16;
+      auto* dsum = floats ? reinterpret_cast<float*>(mine + codes + 2 * words) : nullptr;
+      const int8_t* src_q = a.q.data() + t * k;
+      std::memcpy(q, src_q, codes);
       const int32_t* src = a.sums.data() + t * (k / 16);
       for (int64_t i = 0; i < k / 16; ++i) s16[i] = static_cast<int16_t>(src[i]);
       for (int64_t i = 0; i < k / 32; ++i) s32[i] = static_cast<int16_t>(src[2 * i] + src[2 * i + 1]);
       const float* d = a.scale.data() + t * (k / act_block_);
-      float* dsum = nullptr;
-      if (act_block_ == 32) {
-        dsum = dsums.data() + t * (k / 32);
-        for (int64_t i = 0; i < k / 32; ++i) dsum[i] = d[i] * static_cast<float>(s32[i]);
-      }
-      acts[t] = {a.q.data() + t * k, d, s16, s32, dsum};
+      for (size_t i = 0; i < floats; ++i) dsum[i] = d[i] * static_cast<float>(s32[i]);
+      acts[t] = {q, d, s16, s32, dsum};
     }
     for (int64_t t0 = 0; t0 < a.m; t0 += ggml::kMaxTokens) {
       const int nt = static_cast<int>(std::min<int64_t>(ggml::kMaxTokens, a.m - t0));

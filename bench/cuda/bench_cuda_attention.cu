@@ -8,7 +8,8 @@
 // Working sets smaller than 4× the 60 MB L2 rotate over disjoint copies, so each call reads cold
 // data.
 //
-// Run: k3_bench_cuda_attention [--reps N] [--quick]
+// Run: k3_bench_cuda_attention [--reps N] [--quick] [--profile]
+// --profile: one untimed call of every variant of one case per table, for a profiler (ncu).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -37,6 +38,7 @@ constexpr size_t kRotateBytes = size_t{256} << 20;
 
 int g_reps = 20;
 bool g_quick = false;
+bool g_profile = false;  // one call per kernel variant of one case per table (for ncu)
 
 __device__ __forceinline__ uint64_t splitmix(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -74,6 +76,11 @@ void fill_f32(float* p, size_t n, uint64_t seed, float mean, float sd) {
 }
 
 double time_ms(cudaStream_t stream, const std::function<void(int)>& fn) {
+  if (g_profile) {
+    fn(0);
+    K3_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return 1.0;
+  }
   for (int i = 0; i < 3; ++i) fn(i);
   std::vector<Event> ev(static_cast<size_t>(2 * g_reps));
   for (int r = 0; r < g_reps; ++r) {
@@ -112,14 +119,16 @@ void bench_copy(Arena& arena, Stream& stream) {
 // ---- KDA prefill -----------------------------------------------------------------------------
 void bench_kda_prefill(Arena& arena, Stream& stream) {
   std::printf("\n== KDA chunked prefill, one sequence, D = 128, bf16 q/k/v/f/b in, bf16 o out, fp32 state ==\n");
-  std::printf("   intra = gates + norms + in-chunk WY (SIMT fp32); inter = sequential chunk pass (FMA or tf32 mma)\n");
-  std::printf("%6s %4s | %9s %9s %9s | %9s %9s | %8s %8s | %9s %9s\n", "T", "H", "intra us", "inter us", "total us",
-              "inter tf32", "total", "TF/s fma", "TF/s tf32", "conv us", "norm us");
+  std::printf("   intra = gates + norms + in-chunk WY (SIMT fp32); inter = sequential chunk pass: fp32 FMA or tf32\n"
+              "   WMMA, tiles by 16-byte cp.async or by bulk copies (TMA); total = intra + the fastest inter\n");
+  std::printf("%6s %4s | %8s | %8s %8s %8s %8s | %9s %7s | %8s %8s\n", "T", "H", "intra us", "fma cp", "fma bulk",
+              "tf32 cp", "tf32 blk", "total us", "TF/s", "conv us", "norm us");
   struct Case {
     int T, H;
   };
   std::vector<Case> cases = {{2048, 12}, {2048, 32}, {2048, 96}, {8192, 32}, {8192, 96}};
   if (g_quick) cases = {{2048, 12}, {8192, 32}};
+  if (g_profile) cases = {{2048, 96}};
   for (const Case& c : cases) {
     const size_t mark = arena.mark();
     const int64_t T = c.T, H = c.H, P = H * kKdaHeadDim;
@@ -154,22 +163,24 @@ void bench_kda_prefill(Arena& arena, Stream& stream) {
                                1.0f / std::sqrt(128.0f), static_cast<int>(H), pool.recurrent,
                                static_cast<float*>(ws), o.data, o.ld};
     const double intra = time_ms(stream, [&](int) { kda_detail::launch_chunk_intra(pa, true, stream); });
-    const double total = time_ms(stream, [&](int) {
-      kda_prefill(batch, q, k, v, f, b, gate, pool, ws, o, stream, KdaInterMath::kSimt);
-    });
-    const double total32 = time_ms(stream, [&](int) {
-      kda_prefill(batch, q, k, v, f, b, gate, pool, ws, o, stream, KdaInterMath::kTf32);
-    });
+    double inter[4];
+    const KdaInterMath maths[4] = {KdaInterMath::kSimt, KdaInterMath::kSimt, KdaInterMath::kTf32, KdaInterMath::kTf32};
+    const KdaLoads loads[4] = {KdaLoads::kCpAsync, KdaLoads::kBulk, KdaLoads::kCpAsync, KdaLoads::kBulk};
+    for (int m = 0; m < 4; ++m) {
+      inter[m] = time_ms(stream, [&](int) { kda_prefill(batch, q, k, v, f, b, gate, pool, ws, o, stream, maths[m], loads[m]); }) -
+                 intra;
+    }
+    const double best = *std::min_element(inter, inter + 4);
+    const double total = intra + best;
     const double conv = time_ms(stream, [&](int) { kda_short_conv(batch, x, conv_w.as<float>(), pool, y, stream); });
     const double norm = time_ms(stream, [&](int) { kda_gated_rms_norm(o, g, onorm.as<float>(), 1e-5f, out, stream); });
     // FLOPs per (chunk, head): intra A/Aqk 2·2·(C(C+1)/2)·D + solve 2·(C(C−1)/2)·2D; inter 6·C·D² + C²·D.
     const double C = 64, D = 128, chunks = std::ceil(T / C);
     const double flop = chunks * H * (4 * (C * (C + 1) / 2) * D + 2 * (C * (C - 1) / 2) * 2 * D + 6 * C * D * D + C * C * D);
-    std::printf("%6d %4d | %9.1f %9.1f %9.1f | %9.1f %9.1f | %8.1f %8.1f | %9.1f %9.1f%s\n", c.T, c.H, intra * 1e3,
-                (total - intra) * 1e3, total * 1e3, (total32 - intra) * 1e3, total32 * 1e3, flop / (total * 1e-3) / 1e12,
-                flop / (total32 * 1e-3) / 1e12, conv * 1e3, norm * 1e3,
-                c.T == 2048 && c.H == 12 ? "   <- FlashKDA (H100) published" : "");
-    if (c.T == 2048 && c.H == 12) std::printf("   FlashKDA %.0f us vs ours %.1f us (fma) / %.1f us (tf32)\n", kFlashKdaUs, total * 1e3, total32 * 1e3);
+    std::printf("%6d %4d | %8.1f | %8.1f %8.1f %8.1f %8.1f | %9.1f %7.1f | %8.1f %8.1f\n", c.T, c.H, intra * 1e3,
+                inter[0] * 1e3, inter[1] * 1e3, inter[2] * 1e3, inter[3] * 1e3, total * 1e3, flop / (total * 1e-3) / 1e12,
+                conv * 1e3, norm * 1e3);
+    if (c.T == 2048 && c.H == 12) std::printf("   FlashKDA (H100, published): %.0f us; ours %.1f us\n", kFlashKdaUs, total * 1e3);
     std::fflush(stdout);
     K3_CUDA_CHECK(cudaDeviceSynchronize());
     arena.reset(mark);
@@ -183,6 +194,7 @@ void bench_kda_decode(Arena& arena, Stream& stream) {
   std::printf("%5s | %9s %9s %8s %7s %7s | %9s\n", "B", "MB", "us", "GB/s", "%3.83", "%copy", "conv us");
   std::vector<int> bs = {1, 8, 64, 256};
   if (g_quick) bs = {1, 64};
+  if (g_profile) bs = {64};
   const int64_t H = 96, P = H * kKdaHeadDim;
   for (int B : bs) {
     const size_t mark = arena.mark();
@@ -239,8 +251,9 @@ void bench_kda_decode(Arena& arena, Stream& stream) {
 void bench_mla_decode(Arena& arena, Stream& stream, int sms) {
   std::printf("\n== MLA absorbed decode attention over the paged bf16 latent cache (576/512, page 64), split-K + combine ==\n");
   std::printf("   bytes = cache rows read (B·ctx·1152); FLOP = B·ctx·H·(576+512)·2; H = 96 is K3 on one GPU\n");
-  std::printf("%4s %5s %6s | %6s | %9s %9s %8s %7s %7s | %8s | %9s %9s\n", "H", "B", "ctx", "splits", "MB", "us",
-              "GB/s", "%3.83", "%copy", "TF/s", "absorb us", "unabs us");
+  std::printf("   us: lane loads / ldmatrix / ldmatrix + bulk-copy (TMA) tiles; GB/s, %%, TF/s of the fastest\n");
+  std::printf("%4s %5s %6s | %6s | %8s | %8s %8s %8s | %7s %6s %6s %6s | %9s %9s\n", "H", "B", "ctx", "splits", "MB",
+              "lane", "ldsm", "tma", "GB/s", "%3.83", "%copy", "TF/s", "absorb us", "unabs us");
   struct Case {
     int H, B, ctx;
   };
@@ -251,6 +264,7 @@ void bench_mla_decode(Arena& arena, Stream& stream, int sms) {
     }
   }
   if (g_quick) cases = {{96, 1, 4096}, {96, 64, 32768}, {16, 64, 32768}};
+  if (g_profile) cases = {{96, 64, 32768}, {16, 64, 32768}};
   for (const Case& c : cases) {
     const size_t mark = arena.mark();
     const int page = 64;
@@ -280,20 +294,25 @@ void bench_mla_decode(Arena& arena, Stream& stream, int sms) {
     const int splits = mla_decode_splits(c.B, c.H, c.ctx, sms);
     void* ws = splits > 1 ? arena.alloc(mla_decode_workspace_bytes(c.B, c.H, splits), "ws") : nullptr;
     const float scale = 1.0f / std::sqrt(192.0f);
-    const double ms = time_ms(stream, [&](int i) {
+    auto run = [&](int i, MlaLoads ldm) {
       MlaPagedCache pc;
       pc.rows = cache.data, pc.page_size = page, pc.block_table = tables[static_cast<size_t>(i % copies)].as<int32_t>();
       pc.block_table_ld = pages_per_seq;
-      mla_decode_attention(q_abs, pc, lens.as<int32_t>(), c.B, c.ctx, scale, splits, ws, o_lat, stream);
-    });
+      mla_decode_attention(q_abs, pc, lens.as<int32_t>(), c.B, c.ctx, scale, splits, ws, o_lat, stream, ldm);
+    };
+    const double ms_lane = time_ms(stream, [&](int i) { run(i, MlaLoads::kLane); });
+    const double ms_ldsm = time_ms(stream, [&](int i) { run(i, MlaLoads::kLdmatrix); });
+    const double ms_tma = time_ms(stream, [&](int i) { run(i, MlaLoads::kBulk); });
+    const double ms = std::min(ms_lane, std::min(ms_ldsm, ms_tma));
     const double absorb = time_ms(stream, [&](int) { mla_absorb_q(q, w_uk, q_abs, stream); });
     const double unabs = time_ms(stream, [&](int) { mla_unabsorb_o(o_lat, w_uv, gate, out, stream); });
     const double bytes = static_cast<double>(cache_bytes);
     const double flop = 2.0 * c.B * static_cast<double>(c.ctx) * c.H * (kMlaRow + kMlaRank);
     const double gbs = bytes / (ms * 1e-3) / 1e9;
-    std::printf("%4d %5d %6d | %6d | %9.1f %9.1f %8.0f %6.0f%% %6.0f%% | %8.1f | %9.1f %9.1f\n", c.H, c.B, c.ctx, splits,
-                bytes / 1e6, ms * 1e3, gbs, 100.0 * gbs / (kReadCeilingTBs * 1e3), 100.0 * gbs / (g_copy_tbs * 1e3),
-                flop / (ms * 1e-3) / 1e12, absorb * 1e3, unabs * 1e3);
+    std::printf("%4d %5d %6d | %6d | %8.1f | %8.1f %8.1f %8.1f | %7.0f %5.0f%% %5.0f%% %6.1f | %9.1f %9.1f\n", c.H, c.B,
+                c.ctx, splits, bytes / 1e6, ms_lane * 1e3, ms_ldsm * 1e3, ms_tma * 1e3, gbs,
+                100.0 * gbs / (kReadCeilingTBs * 1e3), 100.0 * gbs / (g_copy_tbs * 1e3), flop / (ms * 1e-3) / 1e12,
+                absorb * 1e3, unabs * 1e3);
     std::fflush(stdout);
     K3_CUDA_CHECK(cudaDeviceSynchronize());
     arena.reset(mark);
@@ -303,12 +322,12 @@ void bench_mla_decode(Arena& arena, Stream& stream, int sms) {
 // ---- MLA prefill -----------------------------------------------------------------------------
 void bench_mla_prefill(Arena& arena, Stream& stream) {
   std::printf("\n== MLA prefill attention (causal, NoPE, d_qk 192 / d_v 128, output gate), one sequence ==\n");
-  std::printf("%6s %4s | %9s %8s\n", "T", "H", "us", "TF/s");
+  std::printf("%6s %4s | %9s %8s | %9s %8s\n", "T", "H", "us", "TF/s", "us ldsm", "TF/s");
   struct Case {
     int T, H;
   };
   std::vector<Case> cases = {{2048, 96}, {8192, 96}};
-  if (g_quick) cases = {{2048, 96}};
+  if (g_quick || g_profile) cases = {{2048, 96}};
   for (const Case& c : cases) {
     const size_t mark = arena.mark();
     const DeviceTensor q = arena.alloc_tensor(DType::kBF16, c.T, c.H * kMlaQk, "q");
@@ -318,12 +337,15 @@ void bench_mla_prefill(Arena& arena, Stream& stream) {
     const DeviceTensor out = arena.alloc_tensor(DType::kBF16, c.T, c.H * kMlaV, "out");
     fill(q, 31), fill(kv, 32), fill(rows, 33), fill(gate, 34);
     const DeviceTensor cu = upload_i32(arena, {0, c.T}, "cu");
-    const double ms = time_ms(stream, [&](int) {
+    auto run = [&](MlaLoads ldm) {
       mla_prefill_attention(cu.as<int32_t>(), cu.as<int32_t>(), 1, c.T, q, kv, rows.col_slice(kMlaRank, kMlaRope), gate,
-                            1.0f / std::sqrt(192.0f), out, stream);
-    });
+                            1.0f / std::sqrt(192.0f), out, stream, ldm);
+    };
+    const double ms = time_ms(stream, [&](int) { run(MlaLoads::kLane); });
+    const double ms2 = time_ms(stream, [&](int) { run(MlaLoads::kLdmatrix); });
     const double flop = 2.0 * c.H * (static_cast<double>(c.T) * (c.T + 1) / 2) * (kMlaQk + kMlaV);
-    std::printf("%6d %4d | %9.1f %8.1f\n", c.T, c.H, ms * 1e3, flop / (ms * 1e-3) / 1e12);
+    std::printf("%6d %4d | %9.1f %8.1f | %9.1f %8.1f\n", c.T, c.H, ms * 1e3, flop / (ms * 1e-3) / 1e12, ms2 * 1e3,
+                flop / (ms2 * 1e-3) / 1e12);
     std::fflush(stdout);
     K3_CUDA_CHECK(cudaDeviceSynchronize());
     arena.reset(mark);
@@ -340,8 +362,10 @@ int main(int argc, char** argv) {
       g_reps = std::max(1, std::atoi(argv[++i]));
     } else if (std::strcmp(argv[i], "--quick") == 0) {
       g_quick = true;
+    } else if (std::strcmp(argv[i], "--profile") == 0) {
+      g_profile = true;
     } else {
-      std::fprintf(stderr, "usage: k3_bench_cuda_attention [--reps N] [--quick]\n");
+      std::fprintf(stderr, "usage: k3_bench_cuda_attention [--reps N] [--quick] [--profile]\n");
       return 2;
     }
   }
@@ -355,7 +379,7 @@ int main(int argc, char** argv) {
                 devices[0].multiprocessors, g_reps);
     size_t free_b = 0, total_b = 0;
     K3_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    Arena arena(0, std::min<size_t>(free_b - (size_t{2} << 30), size_t{24} << 30));
+    Arena arena(0, std::min<size_t>(free_b - (size_t{2} << 30), size_t{g_profile ? 8 : 24} << 30));
     Stream stream;
     bench_copy(arena, stream);
     bench_kda_prefill(arena, stream);

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -175,7 +176,8 @@ struct GpuKda {
 
   // Conv → chunked prefill → gated norm over packed sequences; returns y [T, P].
   std::vector<float> prefill(const KdaLayer& L, const Proj& p, const std::vector<int>& lens,
-                             const std::vector<int32_t>& slots, DType io, KdaInterMath math) {
+                             const std::vector<int32_t>& slots, DType io, KdaInterMath math,
+                             KdaLoads loads = KdaLoads::kCpAsync) {
     Arena& a = test::arena();
     const int64_t T = p.q.rows, P = L.P;
     std::vector<int32_t> cu{0};
@@ -199,7 +201,7 @@ struct GpuKda {
     poison(o);
     void* ws = a.alloc(kda_prefill_workspace_bytes(batch, L.H), "kda workspace");
     kda_prefill(batch, y.col_slice(0, P), y.col_slice(P, P), y.col_slice(2 * P, P), f, b, gate, pool, ws, o, nullptr,
-                math);
+                math, loads);
     const DeviceTensor out = a.alloc_tensor(io, T, P, "y");
     poison(out);
     kda_gated_rms_norm(o, g, o_norm.as<float>(), eps, out, nullptr);
@@ -252,6 +254,7 @@ test::ErrorStats stats(const std::vector<float>& got, const std::vector<float>& 
 void expect_close(const std::vector<float>& got, const std::vector<float>& ref, double tol, const std::string& what) {
   ASSERT_EQ(got.size(), ref.size()) << what;
   const test::ErrorStats s = stats(got, ref);
+  std::printf("[ error  ] %-48s rel_l2 %.2e (tolerance %.1e) max_abs %.2e\n", what.c_str(), s.rel_l2, tol, s.max_abs);
   EXPECT_EQ(s.non_finite, 0) << what;
   EXPECT_LT(s.rel_l2, tol) << what << ": max_abs " << s.max_abs << " ref_rms " << s.ref_rms;
   EXPECT_GT(s.ref_rms, 1e-4) << what << ": the reference is (nearly) zero";
@@ -261,6 +264,7 @@ struct KdaCase {
   bool safe;
   DType io;
   KdaInterMath math;
+  KdaLoads loads;
 };
 
 double out_tol(const KdaCase& c) {
@@ -274,7 +278,8 @@ TEST_P(KdaPipeline, PrefillContinuedPrefillAndDecodeMatchCpu) {
   K3_REQUIRE_GPU();
   test::ArenaScope scope;
   const KdaCase c = GetParam();
-  const uint64_t seed = seed_or(1000 + (c.safe ? 1 : 0) + (c.io == DType::kBF16 ? 2 : 0) + (c.math == KdaInterMath::kTf32 ? 4 : 0));
+  const uint64_t seed = seed_or(1000 + (c.safe ? 1 : 0) + (c.io == DType::kBF16 ? 2 : 0) + (c.math == KdaInterMath::kTf32 ? 4 : 0) +
+                                (c.loads == KdaLoads::kBulk ? 8 : 0));
   SCOPED_TRACE("seed " + std::to_string(seed));
   Gen g(seed);
   const KdaLayer L = make_layer(4, c.safe, g);
@@ -305,14 +310,14 @@ TEST_P(KdaPipeline, PrefillContinuedPrefillAndDecodeMatchCpu) {
   Tensor x1(rows, L.hidden);
   x1.data = g.normal(x1.data.size(), 1.0f);
   const Tensor ref1 = cpu_mixer(L, x1, lens1, st, which);
-  expect_close(gpu.prefill(L, project(L, x1), lens1, slots, c.io, c.math), ref1.data, tol, "prefill");
+  expect_close(gpu.prefill(L, project(L, x1), lens1, slots, c.io, c.math, c.loads), ref1.data, tol, "prefill");
   check_states("after prefill");
 
   rows = std::accumulate(lens2.begin(), lens2.end(), int64_t{0});
   Tensor x2(rows, L.hidden);
   x2.data = g.normal(x2.data.size(), 1.0f);
   const Tensor ref2 = cpu_mixer(L, x2, lens2, st, which);
-  expect_close(gpu.prefill(L, project(L, x2), lens2, slots, c.io, c.math), ref2.data, tol, "continued prefill");
+  expect_close(gpu.prefill(L, project(L, x2), lens2, slots, c.io, c.math, c.loads), ref2.data, tol, "continued prefill");
   check_states("after the continued prefill");
 
   const std::vector<int> ones(lens1.size(), 1);
@@ -328,11 +333,11 @@ TEST_P(KdaPipeline, PrefillContinuedPrefillAndDecodeMatchCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, KdaPipeline,
-                         ::testing::Values(KdaCase{true, DType::kF32, KdaInterMath::kSimt},
-                                           KdaCase{false, DType::kF32, KdaInterMath::kSimt},
-                                           KdaCase{true, DType::kBF16, KdaInterMath::kSimt},
-                                           KdaCase{true, DType::kF32, KdaInterMath::kTf32},
-                                           KdaCase{false, DType::kBF16, KdaInterMath::kTf32}));
+                         ::testing::Values(KdaCase{true, DType::kF32, KdaInterMath::kSimt, KdaLoads::kCpAsync},
+                                           KdaCase{false, DType::kF32, KdaInterMath::kSimt, KdaLoads::kBulk},
+                                           KdaCase{true, DType::kBF16, KdaInterMath::kSimt, KdaLoads::kBulk},
+                                           KdaCase{true, DType::kF32, KdaInterMath::kTf32, KdaLoads::kBulk},
+                                           KdaCase{false, DType::kBF16, KdaInterMath::kTf32, KdaLoads::kCpAsync}));
 
 // Prefill of n tokens then one decode step gives the same last output and state as a prefill of the
 // n + 1 tokens (two different code paths on the GPU; fp32 both: 1e-4 as above).
@@ -370,7 +375,7 @@ TEST(KdaCuda, DecodeAfterPrefillEqualsLongerPrefill) {
   const std::vector<int32_t> slots_a = {0, 1, 2, 3}, slots_b = {7, 6, 5, 4};
   gpu.prefill(L, ps, lens, slots_a, DType::kF32, KdaInterMath::kSimt);
   const std::vector<float> dec = gpu.decode(L, pl, slots_a, DType::kF32);
-  const std::vector<float> full = gpu.prefill(L, p_long, longer, slots_b, DType::kF32, KdaInterMath::kSimt);
+  const std::vector<float> full = gpu.prefill(L, p_long, longer, slots_b, DType::kF32, KdaInterMath::kSimt, KdaLoads::kBulk);
   std::vector<float> last;
   int64_t end = 0;
   for (int i = 0; i < n; ++i) {

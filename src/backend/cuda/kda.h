@@ -74,11 +74,12 @@ void kda_short_conv(const KdaBatch& batch, const DeviceTensor& x, const float* w
 // bf16). o: the delta-rule output before the gated norm, [rows, P], f32 or bf16. q and k are
 // L2-normalised here (q also scaled by D^-½). Workspace: kda_prefill_workspace_bytes(batch, H).
 enum class KdaInterMath { kSimt, kTf32 };  // inter-chunk GEMMs: fp32 FMA, or tensor cores in tf32
+enum class KdaLoads { kCpAsync, kBulk };   // inter-chunk tiles: 16-byte cp.async, or Hopper bulk copies
 size_t kda_prefill_workspace_bytes(const KdaBatch& batch, int64_t heads);
 void kda_prefill(const KdaBatch& batch, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                  const DeviceTensor& f, const DeviceTensor& b, const KdaGate& gate, const KdaStatePool& pool,
                  void* workspace, const DeviceTensor& o, cudaStream_t stream,
-                 KdaInterMath math = KdaInterMath::kSimt);
+                 KdaInterMath math = KdaInterMath::kSimt, KdaLoads loads = KdaLoads::kCpAsync);
 
 // One token per sequence (rows = batch.n, cu_seqlens ignored): gates, L2 norm, the delta-rule
 // update S ← diag(α)S; u = β(v − Sᵀk); S += k uᵀ; o = Sᵀq (spec §6.5), the state read and written

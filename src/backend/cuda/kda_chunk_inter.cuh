@@ -10,10 +10,13 @@
 // kTf32 = false: fp32 FMA (register tiles 4×2 / 4×4, the state block also held in registers);
 // kTf32 = true: WMMA m16n16k8 tensor cores with tf32 operands and fp32 accumulation (the state stays
 // fp32 in shared memory; only the operands of each product are rounded to tf32).
+// kBulk = true: the three groups come by Hopper bulk copies (one cp.async.bulk per block, completing
+// on one mbarrier per group, phase = chunk parity) instead of 16-byte cp.async by every thread.
 #pragma once
 
 #include <mma.h>
 
+#include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/kda_internal.h"
 #include "backend/cuda/kernel_util.cuh"
@@ -35,6 +38,7 @@ struct Smem {
   float s[D * VB];    // the state block S[:, vb·VB …]
   float vp[C * VB];   // V'
   float ot[C * VB];   // O staging (tf32 variant)
+  uint64_t bar[3];    // bulk-copy barriers of the W, Qg+Aqk and Kd+gC groups
 };
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -53,7 +57,7 @@ __device__ __forceinline__ void copy_async(float* dst, const float* src, int flo
 __device__ __forceinline__ void store_out(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_out(bf16* p, float v) { *p = __float2bfloat16_rn(v); }
 
-template <bool kTf32, typename Tout>
+template <bool kTf32, bool kBulk, typename Tout>
 __global__ void __launch_bounds__(kThreads, 1) chunk_inter_kernel(PrefillArgs a) {
   using namespace nvcuda;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -81,16 +85,56 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_inter_kernel(PrefillArgs a)
     *reinterpret_cast<float4*>(&sm.s[(4 * dg + r) * VB + c4]) = v4;
   }
 
+  // The three load groups (issued for chunk c + 1 as soon as chunk c is done with the buffers).
+  auto issue_w = [&](const float* w) {
+    if constexpr (kBulk) {
+      if (tid == 0) {
+        bulk::arrive_expect(&sm.bar[0], D * C * 4);
+        bulk::copy(sm.wt, w + kOffWt, D * C * 4, &sm.bar[0]);
+      }
+    } else {
+      copy_async(sm.wt, w + kOffWt, D * C);
+    }
+  };
+  auto issue_qa = [&](const float* w) {
+    if constexpr (kBulk) {
+      if (tid == 0) {
+        bulk::arrive_expect(&sm.bar[1], (D * C + C * C) * 4);
+        bulk::copy(sm.qgt, w + kOffQgt, D * C * 4, &sm.bar[1]);
+        bulk::copy(sm.aqkt, w + kOffAqkt, C * C * 4, &sm.bar[1]);
+      }
+    } else {
+      copy_async(sm.qgt, w + kOffQgt, D * C);
+      copy_async(sm.aqkt, w + kOffAqkt, C * C);
+    }
+  };
+  auto issue_kd = [&](const float* w) {
+    if constexpr (kBulk) {
+      if (tid == 0) {
+        bulk::arrive_expect(&sm.bar[2], (C * D + D) * 4);
+        bulk::copy(sm.kd, w + kOffKd, C * D * 4, &sm.bar[2]);
+        bulk::copy(sm.gc, w + kOffGc, D * 4, &sm.bar[2]);
+      }
+    } else {
+      copy_async(sm.kd, w + kOffKd, C * D);
+      copy_async(sm.gc, w + kOffGc, D);
+    }
+  };
+  if constexpr (kBulk) {
+    if (tid == 0) {
+      for (int i = 0; i < 3; ++i) bulk::init(&sm.bar[i]);
+      bulk::fence_init();
+    }
+    __syncthreads();
+  }
   // Prologue: the three groups of chunk 0.
   {
     const float* w0 = chunk_ws(0);
-    copy_async(sm.wt, w0 + kOffWt, D * C);
+    issue_w(w0);
     cp_commit();
-    copy_async(sm.qgt, w0 + kOffQgt, D * C);
-    copy_async(sm.aqkt, w0 + kOffAqkt, C * C);
+    issue_qa(w0);
     cp_commit();
-    copy_async(sm.kd, w0 + kOffKd, C * D);
-    copy_async(sm.gc, w0 + kOffGc, D);
+    issue_kd(w0);
     cp_commit();
   }
 
@@ -106,7 +150,11 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_inter_kernel(PrefillArgs a)
       const float2 u2 = *reinterpret_cast<const float2*>(wsc + kOffU + (4 * rg + r) * D + vb * VB + cp2);
       u[r][0] = u2.x, u[r][1] = u2.y;
     }
-    cp_wait<2>();
+    if constexpr (kBulk) {
+      bulk::wait(&sm.bar[0], c & 1);
+    } else {
+      cp_wait<2>();
+    }
     __syncthreads();  // W(c) landed; S(c) in shared memory
 
     // (a) V' = U − W S
@@ -150,9 +198,13 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_inter_kernel(PrefillArgs a)
       }
     }
     __syncthreads();  // V' complete; W free
-    if (wsn != nullptr) copy_async(sm.wt, wsn + kOffWt, D * C);
+    if (wsn != nullptr) issue_w(wsn);
     cp_commit();
-    cp_wait<2>();
+    if constexpr (kBulk) {
+      bulk::wait(&sm.bar[1], c & 1);
+    } else {
+      cp_wait<2>();
+    }
     __syncthreads();  // Qg, Aqk landed
 
     // (b) O = Qg S + Aqk V'   (Aqk is zero above the diagonal: rows i use V'_j for j ≤ i only)
@@ -222,12 +274,13 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_inter_kernel(PrefillArgs a)
       }
     }
     __syncthreads();  // Qg, Aqk free; every read of S(c) done
-    if (wsn != nullptr) {
-      copy_async(sm.qgt, wsn + kOffQgt, D * C);
-      copy_async(sm.aqkt, wsn + kOffAqkt, C * C);
-    }
+    if (wsn != nullptr) issue_qa(wsn);
     cp_commit();
-    cp_wait<2>();
+    if constexpr (kBulk) {
+      bulk::wait(&sm.bar[2], c & 1);
+    } else {
+      cp_wait<2>();
+    }
     __syncthreads();  // Kd, gC landed
 
     // (c) S = diag(gC) S + Kdᵀ V'
@@ -287,10 +340,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_inter_kernel(PrefillArgs a)
       }
       __syncthreads();  // Kd and V' reads done
     }
-    if (wsn != nullptr) {
-      copy_async(sm.kd, wsn + kOffKd, C * D);
-      copy_async(sm.gc, wsn + kOffGc, D);
-    }
+    if (wsn != nullptr) issue_kd(wsn);
     cp_commit();
   }
   cp_wait<0>();
@@ -307,18 +357,22 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_inter_kernel(PrefillArgs a)
   }
 }
 
-template <bool kTf32>
-void launch(const PrefillArgs& a, bool out_bf16, cudaStream_t stream) {
+template <bool kTf32, bool kBulk, typename Tout>
+void launch_variant(const PrefillArgs& a, cudaStream_t stream) {
   const int smem = static_cast<int>(sizeof(Smem));
   const dim3 grid(kBlocksV, static_cast<unsigned>(a.heads), static_cast<unsigned>(a.batch.n));
-  if (out_bf16) {
-    K3_CUDA_CHECK(cudaFuncSetAttribute(chunk_inter_kernel<kTf32, bf16>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    chunk_inter_kernel<kTf32, bf16><<<grid, kThreads, smem, stream>>>(a);
-  } else {
-    K3_CUDA_CHECK(cudaFuncSetAttribute(chunk_inter_kernel<kTf32, float>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    chunk_inter_kernel<kTf32, float><<<grid, kThreads, smem, stream>>>(a);
-  }
+  K3_CUDA_CHECK(cudaFuncSetAttribute(chunk_inter_kernel<kTf32, kBulk, Tout>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  chunk_inter_kernel<kTf32, kBulk, Tout><<<grid, kThreads, smem, stream>>>(a);
   K3_CUDA_CHECK_LAUNCH("chunk_inter_kernel");
+}
+
+template <bool kTf32>
+void launch(const PrefillArgs& a, bool out_bf16, bool bulk_copy, cudaStream_t stream) {
+  if (bulk_copy) {
+    out_bf16 ? launch_variant<kTf32, true, bf16>(a, stream) : launch_variant<kTf32, true, float>(a, stream);
+  } else {
+    out_bf16 ? launch_variant<kTf32, false, bf16>(a, stream) : launch_variant<kTf32, false, float>(a, stream);
+  }
 }
 
 }  // namespace inter

@@ -24,7 +24,7 @@ size_t kda_prefill_workspace_bytes(const KdaBatch& batch, int64_t heads) {
 
 void kda_prefill(const KdaBatch& batch, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                  const DeviceTensor& f, const DeviceTensor& b, const KdaGate& gate, const KdaStatePool& pool,
-                 void* workspace, const DeviceTensor& o, cudaStream_t stream, KdaInterMath math) {
+                 void* workspace, const DeviceTensor& o, cudaStream_t stream, KdaInterMath math, KdaLoads loads) {
   if (pool.head_dim != D) throw Error("kda_prefill: head dim " + std::to_string(pool.head_dim) + " is not built (128)");
   if (batch.cu_seqlens == nullptr) throw Error("kda_prefill: needs cu_seqlens");
   const int64_t H = pool.heads, P = pool.proj_dim(), T = batch.total_rows;
@@ -48,10 +48,11 @@ void kda_prefill(const KdaBatch& batch, const DeviceTensor& q, const DeviceTenso
                 1.0f / std::sqrt(static_cast<float>(D)), static_cast<int>(H), pool.recurrent,
                 static_cast<float*>(workspace), o.data, o.ld};
   launch_chunk_intra(a, t == DType::kBF16, stream);
+  const bool bulk_copy = loads == KdaLoads::kBulk;
   if (math == KdaInterMath::kTf32) {
-    launch_chunk_inter_tf32(a, o.dtype == DType::kBF16, stream);
+    launch_chunk_inter_tf32(a, o.dtype == DType::kBF16, bulk_copy, stream);
   } else {
-    launch_chunk_inter_simt(a, o.dtype == DType::kBF16, stream);
+    launch_chunk_inter_simt(a, o.dtype == DType::kBF16, bulk_copy, stream);
   }
 }
 

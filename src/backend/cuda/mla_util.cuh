@@ -56,6 +56,45 @@ __device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* base, int l
   a[3] = ld32(base + (r0 + g + 8) * ld + k0 + 2 * t + 8);
 }
 
+// ldmatrix (shared → fragments, 8×8 b16 matrices; lanes 8i…8i+7 address the rows of matrix i).
+// Without .trans a lane receives M[g][2t..2t+1] of each matrix, with .trans M[2t..2t+1][g].
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x2(uint32_t& r0, uint32_t& r1, const bf16* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const bf16* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+// A fragment (rows r0…r0+15, columns k0…k0+15) of a row-major tile: matrices (r0,k0), (r0+8,k0),
+// (r0,k0+8), (r0+8,k0+8) are a0…a3. Rows must start on 16-byte boundaries.
+__device__ __forceinline__ void load_a_ldsm(uint32_t (&a)[4], const bf16* base, int ld, int r0, int k0, int lane) {
+  ldsm_x4(a, base + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + k0 + (lane >> 4) * 8);
+}
+// B fragments of the n-tiles n0 and n0+8 over k0…k0+15, from a tile stored [n][k] (keys by row):
+// b = {b0(n0), b1(n0), b0(n0+8), b1(n0+8)}.
+__device__ __forceinline__ void load_b_nk_ldsm(uint32_t (&b)[4], const bf16* base, int ld, int n0, int k0, int lane) {
+  ldsm_x4(b, base + (n0 + (lane & 7) + (lane >> 4) * 8) * ld + k0 + ((lane >> 3) & 1) * 8);
+}
+// The same for the single n-tile n0: b0, b1.
+__device__ __forceinline__ void load_b_nk_ldsm1(uint32_t& b0, uint32_t& b1, const bf16* base, int ld, int n0, int k0,
+                                                int lane) {
+  ldsm_x2(b0, b1, base + (n0 + (lane & 7)) * ld + k0 + ((lane >> 3) & 1) * 8);
+}
+// B fragments of the n-tiles n0 and n0+8 over k0…k0+15, from a tile stored [k][n] (values by row):
+// b = {b0(n0), b1(n0), b0(n0+8), b1(n0+8)} through the transposing load.
+__device__ __forceinline__ void load_b_kn_ldsm(uint32_t (&b)[4], const bf16* base, int ld, int k0, int n0, int lane) {
+  ldsm_x4_trans(b, base + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8);
+}
+
 __device__ __forceinline__ void store_val(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_val(bf16* p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ float load_val(const float* p) { return *p; }

@@ -242,6 +242,12 @@ void rows32(const RowsArgs& r) {
 
 constexpr int kGroup = 4;
 
+// isum += Σ pairs of prod·scales (int16 → int32); the first term of a chain starts it with
+// vpmaddwd instead of accumulating into a zeroed register.
+inline __m512i scaled_sum(bool first, __m512i isum, __m512i prod, __m512i scales) {
+  return first ? _mm512_madd_epi16(prod, scales) : _mm512_dpwssd_epi32(isum, prod, scales);
+}
+
 alignas(64) constexpr int64_t kLaneOf[kGroup][8] = {
     {0, 1, 0, 1, 0, 1, 0, 1}, {2, 3, 2, 3, 2, 3, 2, 3}, {4, 5, 4, 5, 4, 5, 4, 5}, {6, 7, 6, 7, 6, 7, 6, 7}};
 // 128-bit lane i of v in all four lanes.
@@ -267,7 +273,7 @@ inline __m256 group_f16_pairs(const uint8_t* blk0, int n, int off) {
 
 // d_x of the group's super-blocks, each twice: [x0, x0, x1, x1, ...] (lanes ≥ 2n: 0).
 inline __m256 group_dx(const TokenActs& a, int64_t g0, int n) {
-  const __m256 v = _mm256_zextps128_ps256(_mm_maskz_loadu_ps(static_cast<__mmask8>((1u << n) - 1), a.d + g0));
+  const __m256 v = _mm256_castps128_ps256(_mm_maskz_loadu_ps(static_cast<__mmask8>((1u << n) - 1), a.d + g0));
   return _mm256_permutexvar_ps(_mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), v);
 }
 
@@ -289,8 +295,8 @@ inline __m512 group_terms16(__m512 acc, __m512i w01, __m512i w23, const int16_t*
   const unsigned words = 16u * static_cast<unsigned>(n);
   const __m512i p01 = _mm512_madd_epi16(w01, _mm512_maskz_loadu_epi16(_bzhi_u32(~0u, words), s16));
   const __m512i p23 = _mm512_madd_epi16(w23, _mm512_maskz_loadu_epi16(words > 32 ? _bzhi_u32(~0u, words - 32) : 0u, s16 + 32));
-  const __m512 e01 = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2), _mm512_zextps256_ps512(scale));
-  const __m512 e23 = _mm512_permutexvar_ps(_mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6), _mm512_zextps256_ps512(scale));
+  const __m512 e01 = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2), _mm512_castps256_ps512(scale));
+  const __m512 e23 = _mm512_permutexvar_ps(_mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6), _mm512_castps256_ps512(scale));
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(p23), e23, _mm512_fmadd_ps(_mm512_cvtepi32_ps(p01), e01, acc));
 }
 
@@ -336,7 +342,7 @@ struct Q2_KFmt {
         K3_UNROLL
         for (int t = 0; t < NT; ++t) {
           const __m512i prod = _mm512_maddubs_epi16(q, load512(a[t].q + 256 * b + 64 * v));
-          isum[t][p] = _mm512_dpwssd_epi32(isum[t][p], prod, scales);
+          isum[t][p] = scaled_sum(h == 0, isum[t][p], prod, scales);
         }
       }
     }
@@ -397,7 +403,7 @@ struct Q3_KFmt {
         K3_UNROLL
         for (int t = 0; t < NT; ++t) {
           const __m512i prod = _mm512_maddubs_epi16(q, load512(a[t].q + 256 * b + 64 * v));
-          isum[t][p] = _mm512_dpwssd_epi32(isum[t][p], prod, scales);
+          isum[t][p] = scaled_sum(h == 0, isum[t][p], prod, scales);
         }
       }
     }
@@ -437,7 +443,7 @@ struct QK4Fmt {
       const __m256 s = _mm256_mul_ps(pairs, group_dx(a[t], g0, n));
       _mm256_store_ps(dd[t], s);
       const __m512i p = _mm512_madd_epi16(mins, _mm512_maskz_loadu_epi16(words, a[t].s32 + 8 * g0));
-      const __m512 e = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7), _mm512_zextps256_ps512(s));
+      const __m512 e = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7), _mm512_castps256_ps512(s));
       minus[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), e, minus[t]);
     }
     return {scm};
@@ -460,7 +466,7 @@ struct QK4Fmt {
       K3_UNROLL
       for (int t = 0; t < NT; ++t) {
         const __m512i prod = _mm512_maddubs_epi16(q, load512(a[t].q + 256 * b + 64 * c));
-        isum[t][c & 1] = _mm512_dpwssd_epi32(isum[t][c & 1], prod, scales);
+        isum[t][c & 1] = scaled_sum(c < 2, isum[t][c & 1], prod, scales);
       }
     }
   }
@@ -514,7 +520,7 @@ struct Q6_KFmt {
         K3_UNROLL
         for (int t = 0; t < NT; ++t) {
           const __m512i prod = _mm512_maddubs_epi16(q, load512(a[t].q + 256 * b + 64 * v));
-          isum[t][p] = _mm512_dpwssd_epi32(isum[t][p], prod, scales);
+          isum[t][p] = scaled_sum(h == 0, isum[t][p], prod, scales);
         }
       }
     }
@@ -539,9 +545,7 @@ void rows_kquant(const RowsArgs& r) {
         if (i >= n) break;
         const uint8_t* blk = blk0 + i * K::kBytes;
         prefetch_stream<K::kBytes>(blk);
-        __m512i isum[NT][2];
-        K3_UNROLL
-        for (int t = 0; t < NT; ++t) isum[t][0] = isum[t][1] = _mm512_setzero_si512();
+        __m512i isum[NT][2];  // started by super_block (scaled_sum)
         K::template super_block<NT>(blk, i, grp, a, g0 + i, isum);
         K3_UNROLL
         for (int t = 0; t < NT; ++t) {

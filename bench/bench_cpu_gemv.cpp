@@ -7,7 +7,7 @@
 // median of the per-round ratio to that round's ceiling.
 //
 //   OMP_NUM_THREADS=2 OMP_PROC_BIND=close OMP_WAIT_POLICY=passive build/<dir>/bench/k3_bench_bench_cpu_gemv
-//     [--types q4_0,q2_K,q4_K,w4a8,w8a8|all] [--rounds 7] [--gib 1.5] [--m 1] [--k 8192] [--huge 1]
+//     [--types nvfp4,ct-mxfp4,q4_0,q2_K,q4_K,w4a8,w8a8,fp8-block,bf16,…|all] [--rounds 7] [--gib 1.5] [--m 1] [--k 8192] [--huge 1]
 //
 // Add a format to the table by appending a Candidate (name, factory, packed bytes) in main().
 #include <immintrin.h>
@@ -204,7 +204,7 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> names = o.types;
   if (names.size() == 1 && names[0] == "all") {
-    names = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "mxfp4", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "w4a8", "w8a8"};
+    names = {"nvfp4", "ct-mxfp4", "w4a8", "q4_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "q8_0", "mxfp4", "w8a8", "fp8-block", "bf16"};
   }
 
   // Packed GGML matrices of --gib each: a 64-row tile repeated.
@@ -223,6 +223,40 @@ int main(int argc, char** argv) {
                                           : k3::cpu::make_w8a8_matrix(*codes, scale, zero, std::nullopt, rows, k, isa);
                             },
                             codes->size() + 8 * static_cast<uint64_t>(rows)});
+      continue;
+    }
+    if (name == "nvfp4" || name == "ct-mxfp4") {  // repacked at load; bytes: codes + one scale byte per block
+      const bool nvfp4 = name == "nvfp4";
+      const int64_t block = nvfp4 ? 16 : 32, k = o.k;
+      const int64_t rows = static_cast<int64_t>(bytes / static_cast<size_t>(k / 2 + k / block)) / 64 * 64;
+      candidates.push_back({name, [=] {
+                              std::vector<uint8_t> packed(static_cast<size_t>(rows * k / 2)), scales(static_cast<size_t>(rows * k / block));
+                              std::mt19937 r(1234);
+                              for (uint8_t& b : packed) b = static_cast<uint8_t>(r());
+                              for (uint8_t& b : scales) b = static_cast<uint8_t>(nvfp4 ? 0x30 + r() % 8 : 120 + r() % 6);
+                              return k3::cpu::make_fp4_matrix(packed, scales, nvfp4, 0.01f, rows, k, isa);
+                            },
+                            static_cast<uint64_t>(rows * (k / 2 + k / block))});
+      continue;
+    }
+    if (name == "bf16" || name == "fp8-block") {  // read in place; fp8 adds one f32 per 128×128 tile
+      const bool fp8 = name == "fp8-block";
+      const int64_t k = o.k, rows = static_cast<int64_t>(bytes / static_cast<size_t>(fp8 ? k : 2 * k)) / 128 * 128;
+      auto buf = std::make_unique<Buffer>(static_cast<size_t>(rows * k * (fp8 ? 1 : 2)), o.huge);
+      uint8_t* dst = buf->p;
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < static_cast<int64_t>(buf->n); i += 2) {
+        dst[i] = static_cast<uint8_t>(i * 37);
+        dst[i + 1] = fp8 ? static_cast<uint8_t>(i * 11 % 0x7E) : 0x3C;  // finite codes; bf16 in [2^-7, 2^-6)
+      }
+      const std::span<const uint8_t> span(buf->p, buf->n);
+      const std::vector<float> tile_scale(static_cast<size_t>(rows / 128 * ((k + 127) / 128)), 0.01f);
+      candidates.push_back({name, [=] {
+                              return fp8 ? k3::cpu::make_fp8_matrix(span, tile_scale, 128, 128, rows, k, nullptr, isa)
+                                         : k3::cpu::make_half_matrix(span, true, rows, k, nullptr, isa);
+                            },
+                            buf->n + (fp8 ? tile_scale.size() * 4 : 0)});
+      buffers.push_back(std::move(buf));
       continue;
     }
     const k3::GgmlTypeInfo* info = k3::find_ggml_type(name);

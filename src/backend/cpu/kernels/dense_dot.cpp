@@ -1,6 +1,8 @@
 // Portable tier of dense_dot.h and the tier dispatch.
 #include "backend/cpu/kernels/dense_dot.h"
 
+#include <algorithm>
+
 #include "core/numeric.h"
 
 namespace k3::cpu {
@@ -27,13 +29,17 @@ float dot_f16(const uint16_t* w, const float* x, int64_t k) {
   for (int64_t i = 0; i < k; ++i) acc += decode_f16(w[i]) * x[i];
   return acc;
 }
-float dot_e4m3_div256(const uint8_t* w, const float* x, int64_t k) {
+float dot_e4m3_blocks_div256(const uint8_t* w, const float* x, const float* scale, int64_t k, int64_t block_k) {
   float acc = 0;
-  for (int64_t i = 0; i < k; ++i) acc += decode_f16(e4m3_to_f16_div256(w[i])) * x[i];
+  for (int64_t b0 = 0; b0 < k; b0 += block_k) {
+    float part = 0;
+    for (int64_t i = b0; i < std::min(k, b0 + block_k); ++i) part += decode_f16(e4m3_to_f16_div256(w[i])) * x[i];
+    acc += scale[b0 / block_k] * part;
+  }
   return acc;
 }
 
-constexpr DenseDots kScalar{dot_f32, dot_bf16, dot_f16, dot_e4m3_div256};
+constexpr DenseDots kScalar{dot_f32, dot_bf16, dot_f16, dot_e4m3_blocks_div256};
 
 }  // namespace
 

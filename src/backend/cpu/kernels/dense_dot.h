@@ -12,9 +12,11 @@ struct DenseDots {
   float (*f32)(const float* w, const float* x, int64_t k);
   float (*bf16)(const uint16_t* w, const float* x, int64_t k);
   float (*f16)(const uint16_t* w, const float* x, int64_t k);
-  // Σ e4m3(w[i]) · x[i] · 2^-8: the codes are widened through F16 (e4m3 bits << 7 is an f16 of
-  // the same value / 2^8, subnormals included), so callers fold kE4m3ViaF16Scale into their scale.
-  float (*e4m3_div256)(const uint8_t* w, const float* x, int64_t k);
+  // Σ_b scale[b] · Σ_{i in block b} e4m3(w[i]) · x[i] · 2^-8, blocks of block_k (the last may be
+  // shorter): each block's multiplier is applied once to its partial sum. The codes are widened
+  // through F16 (e4m3 bits << 7 is an f16 of the same value / 2^8, subnormals included), so
+  // callers fold kE4m3ViaF16Scale into their scales.
+  float (*e4m3_blocks_div256)(const uint8_t* w, const float* x, const float* scale, int64_t k, int64_t block_k);
 };
 inline constexpr float kE4m3ViaF16Scale = 256.0f;
 

@@ -106,14 +106,7 @@ class Fp8Matrix final : public WeightMatrix {
   void dot_rows(const PreparedActivations& a, int64_t r0, int64_t r1, float* y, int64_t ldy) const override {
     const int64_t k = cols();
     for_rows_and_tokens(a, r0, r1, y, ldy, [&](int64_t r, const float* x) {
-      const float* srow = scale_.data() + (r / block_n_) * k_blocks_;
-      const uint8_t* qrow = q_ + r * k;
-      float acc = 0;
-      for (int64_t b = 0; b < k_blocks_; ++b) {
-        const int64_t c0 = b * block_k_, len = std::min(block_k_, k - c0);
-        acc += srow[b] * dots_.e4m3_div256(qrow + c0, x + c0, len);
-      }
-      return acc;
+      return dots_.e4m3_blocks_div256(q_ + r * k, x, scale_.data() + (r / block_n_) * k_blocks_, k, block_k_);
     });
   }
   void decode_rows(int64_t r0, int64_t r1, float* out) const override {

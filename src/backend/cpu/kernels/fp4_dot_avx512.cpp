@@ -49,7 +49,7 @@ __m512i odd_bytes_down_control() {
 inline void dpwssd(__m512i& acc, __m512i a, __m512i b) { asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b)); }
 
 // Lines ahead to prefetch: at DRAM speed the hardware prefetcher alone leaves read bandwidth unused.
-constexpr int64_t kPrefetchLines = 8;
+constexpr int64_t kPrefetchLines = 128;
 
 template <Fp4ScaleCode Code, int NT>
 void dot_groups(const Fp4Layout& w, const int16_t* xq, const float* xscale, int64_t r0, int64_t r1, float* y,

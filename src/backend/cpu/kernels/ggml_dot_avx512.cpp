@@ -527,6 +527,30 @@ struct Q6_KFmt {
   }
 };
 
+// One group of n super-blocks starting at g0 (n = kGroup is inlined with every mask and index a
+// constant; the last, partial group of a row takes the general path).
+template <class K, int NT>
+K3_ALWAYS_INLINE void kquant_group(const uint8_t* w, int64_t g0, int n, const TokenActs* a, __m512 (&acc)[NT],
+                                   __m512 (&minus)[NT]) {
+  const uint8_t* blk0 = w + g0 * K::kBytes;
+  alignas(32) float dd[NT][8];  // d·d_x of super-block i at [2i + kDLane], read back as broadcast loads
+  const typename K::Group grp = K::template group<NT>(blk0, n, a, g0, dd, minus);
+  asm volatile("" ::: "memory");
+  K3_UNROLL
+  for (int i = 0; i < kGroup; ++i) {
+    if (i >= n) break;
+    const uint8_t* blk = blk0 + i * K::kBytes;
+    prefetch_stream<K::kBytes>(blk);
+    __m512i isum[NT][2];  // started by super_block (scaled_sum)
+    K::template super_block<NT>(blk, i, grp, a, g0 + i, isum);
+    K3_UNROLL
+    for (int t = 0; t < NT; ++t) {
+      const __m512 total = _mm512_cvtepi32_ps(_mm512_add_epi32(isum[t][0], isum[t][1]));
+      acc[t] = _mm512_fmadd_ps(total, _mm512_set1_ps(dd[t][2 * i + K::kDLane]), acc[t]);
+    }
+  }
+}
+
 template <class K, int NT>
 void rows_kquant(const RowsArgs& r) {
   const TokenActs* a = r.acts;
@@ -534,26 +558,9 @@ void rows_kquant(const RowsArgs& r) {
     __m512 acc[NT], minus[NT];  // minus: the min / offset terms, subtracted at the end
     K3_UNROLL
     for (int t = 0; t < NT; ++t) acc[t] = minus[t] = _mm512_setzero_ps();
-    for (int64_t g0 = 0; g0 < r.nblocks; g0 += kGroup) {
-      const int n = static_cast<int>(std::min<int64_t>(kGroup, r.nblocks - g0));
-      const uint8_t* blk0 = w + g0 * K::kBytes;
-      alignas(32) float dd[NT][8];  // d·d_x of super-block i at [2i], read back as broadcast loads
-      const typename K::Group grp = K::template group<NT>(blk0, n, a, g0, dd, minus);
-      asm volatile("" ::: "memory");
-      K3_UNROLL
-      for (int i = 0; i < kGroup; ++i) {
-        if (i >= n) break;
-        const uint8_t* blk = blk0 + i * K::kBytes;
-        prefetch_stream<K::kBytes>(blk);
-        __m512i isum[NT][2];  // started by super_block (scaled_sum)
-        K::template super_block<NT>(blk, i, grp, a, g0 + i, isum);
-        K3_UNROLL
-        for (int t = 0; t < NT; ++t) {
-          const __m512 total = _mm512_cvtepi32_ps(_mm512_add_epi32(isum[t][0], isum[t][1]));
-          acc[t] = _mm512_fmadd_ps(total, _mm512_set1_ps(dd[t][2 * i + K::kDLane]), acc[t]);
-        }
-      }
-    }
+    int64_t g0 = 0;
+    for (; g0 + kGroup <= r.nblocks; g0 += kGroup) kquant_group<K, NT>(w, g0, kGroup, a, acc, minus);
+    if (g0 < r.nblocks) kquant_group<K, NT>(w, g0, static_cast<int>(r.nblocks - g0), a, acc, minus);
     K3_UNROLL
     for (int t = 0; t < NT; ++t) out[t] = hsum(_mm512_sub_ps(acc[t], minus[t]));
   });

@@ -23,6 +23,10 @@ void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input) {
     }
   }
   cmd->add_option("--threads", args.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--activations", args.activations,
+                  "4-bit activation numerics: weight-only (16-bit activations, default) or checkpoint (the "
+                  "checkpoint's NVFP4 W4A4 contract with its input_scale)")
+      ->check(CLI::IsMember({"weight-only", "checkpoint"}));
 }
 
 std::vector<int64_t> parse_token_ids(const std::string& text, int64_t vocab) {
@@ -69,6 +73,8 @@ LoadedModel load_model(const ModelArgs& args) {
   }
   EngineOptions options;
   options.threads = args.threads;
+  options.linear.activation =
+      args.activations == "checkpoint" ? cpu::ActivationNumerics::CheckpointContract : cpu::ActivationNumerics::WeightOnly;
   m.engine = std::make_unique<Engine>(args.model, options);
   return m;
 }

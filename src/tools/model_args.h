@@ -25,6 +25,7 @@ struct ModelArgs {
   std::string ids;
   std::optional<std::string> prompt;  // --prompt TEXT
   int threads = 0;                    // 0 = all cores
+  std::string activations = "weight-only";  // --activations weight-only|checkpoint (4-bit numerics)
 };
 
 // kIdsOrText: exactly one of --ids / --prompt, else a usage error.

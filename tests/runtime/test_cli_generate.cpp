@@ -3,6 +3,7 @@
 // and the one-line errors for bad ids and flags.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -90,12 +91,34 @@ TEST(CliErrors, BadIdsAndFlagsGiveOneLine) {
     EXPECT_EQ(r.err, c.err) << c.args;
   }
   for (const std::string& bad : std::vector<std::string>{"generate" + model + " --ids 1 --greedy --temperature 1", "generate" + model + " --ids 1 --top-p 0.5",
-                                "generate" + model + " --ids 1 --max-tokens -1", "generate" + model + " --ids 1 --bogus"}) {
+                                "generate" + model + " --ids 1 --max-tokens -1", "generate" + model + " --ids 1 --bogus",
+                                "logits" + model + " --ids 1 --out /tmp/x.npy --activations w4a4"}) {
     const test::CliResult r = test::run_k3(bad);
     EXPECT_EQ(r.code, 2) << bad;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_EQ(r.err.rfind("k3: usage error: ", 0), 0u) << r.err;
   }
+}
+
+// --activations checkpoint switches NVFP4 linears to the checkpoint's W4A4 activation contract
+// (its maths is pinned in tests/cpu_kernels): the logits move — 4-bit activations on a tiny random
+// model move them a lot — and stay finite.
+TEST(CliActivations, CheckpointContractChangesNvfp4LogitsSlightly) {
+  const std::string dir = ::testing::TempDir() + "/k3_cli_w4a4";
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(test::run_k3("make-tiny --arch kimi-k3 --family modelopt-nvfp4 --out " + dir).code, 0);
+  std::vector<std::vector<float>> logits;
+  for (const std::string mode : {"weight-only", "checkpoint"}) {
+    const std::string out = dir + "/" + mode + ".npy";
+    const test::CliResult r = test::run_k3("logits --model " + dir + " --ids 5,6,7,8 --out " + out + " --activations " + mode);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const NpyArray a = read_npy(out);
+    const float* p = reinterpret_cast<const float*>(a.data.data());
+    logits.emplace_back(p, p + a.numel());
+  }
+  const double diff = test::relative_max_error(logits[1], std::vector<double>(logits[0].begin(), logits[0].end()));
+  EXPECT_GT(diff, 1e-4);
+  for (float v : logits[1]) ASSERT_TRUE(std::isfinite(v));
 }
 
 }  // namespace

@@ -6,10 +6,11 @@
 // state (fp32, rounded to bf16 on upload), kv_b(c) from cpu::linear. kv_b is drawn on the bf16 grid,
 // so W_UK / W_UV are the same numbers on both sides. Fixed seeds (K3_TEST_SEED overrides).
 //
-// Tolerance, relative L2 over all outputs: 1.5e-2. The GPU's operands are bf16 — q, kv_b(c) and the
+// Tolerance, relative L2 over all outputs: 1e-2 [largest measured on the H200 with the fixed seeds,
+// 2026-11-29: 3.9e-3 f32 out, 4.4e-3 bf16 out]. The GPU's operands are bf16 — q, kv_b(c) and the
 // cache rows (expanded form), q_abs (absorbed form) and the softmax weights P, each within 2^-9
 // relative — with fp32 accumulation and softmax; the outputs are convex combinations of values, so
-// the relative error stays at a few 2^-9 (≈ 0.5 %), plus 2^-9 when the output itself is bf16.
+// the relative error stays at a few 2^-9 (≈ 0.4 %), plus 2^-8 allowed when the output is bf16.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,7 +32,7 @@
 namespace k3::cuda {
 namespace {
 
-constexpr double kTol = 1.5e-2;
+constexpr double kTol = 1e-2;
 
 uint64_t seed_or(uint64_t fixed) {
   if (const char* s = std::getenv("K3_TEST_SEED")) return std::strtoull(s, nullptr, 10);
@@ -223,6 +224,10 @@ std::vector<float> gpu_decode(const MlaLayer& L, const Tensor& x, const std::vec
   return download_f32(out);
 }
 
+std::string loads_name(MlaLoads l) {
+  return l == MlaLoads::kLane ? "lane" : l == MlaLoads::kLdmatrix ? "ldmatrix" : "bulk";
+}
+
 struct PrefillCase {
   int64_t heads;
   DType gate, out;
@@ -256,7 +261,12 @@ INSTANTIATE_TEST_SUITE_P(Cases, MlaPrefill,
                                            PrefillCase{4, DType::kF32, DType::kF32, MlaLoads::kLdmatrix},
                                            PrefillCase{3, DType::kBF16, DType::kBF16, MlaLoads::kLdmatrix},
                                            PrefillCase{20, DType::kBF16, DType::kF32, MlaLoads::kLane},
-                                           PrefillCase{20, DType::kBF16, DType::kF32, MlaLoads::kLdmatrix}));
+                                           PrefillCase{20, DType::kBF16, DType::kF32, MlaLoads::kLdmatrix}),
+                         [](const ::testing::TestParamInfo<PrefillCase>& info) {
+                           const PrefillCase& c = info.param;
+                           return "h" + std::to_string(c.heads) + (c.gate == DType::kBF16 ? "_gbf16" : "_gf32") +
+                                  (c.out == DType::kBF16 ? "_obf16" : "_of32") + "_" + loads_name(c.ldm);
+                         });
 
 struct DecodeCase {
   int64_t heads;
@@ -297,11 +307,16 @@ INSTANTIATE_TEST_SUITE_P(Cases, MlaDecode,
                                            DecodeCase{16, 2, MlaLoads::kLdmatrix}, DecodeCase{4, 0, MlaLoads::kBulk},
                                            DecodeCase{4, 1, MlaLoads::kBulk}, DecodeCase{4, 3, MlaLoads::kBulk},
                                            DecodeCase{20, 0, MlaLoads::kBulk}, DecodeCase{20, 7, MlaLoads::kBulk},
-                                           DecodeCase{16, 2, MlaLoads::kBulk}));
+                                           DecodeCase{16, 2, MlaLoads::kBulk}),
+                         [](const ::testing::TestParamInfo<DecodeCase>& info) {
+                           const DecodeCase& c = info.param;
+                           return "h" + std::to_string(c.heads) + "_splits" + std::to_string(c.splits) + "_" +
+                                  loads_name(c.ldm);
+                         });
 
 // The absorbed decode of token n+1 equals the last row of the expanded prefill of n+1 tokens (two
 // GPU paths with different bf16 roundings; same tolerance).
-TEST(MlaCuda, DecodeAfterPrefillEqualsLongerPrefill) {
+TEST(MlaCuda, BulkDecodeAfterPrefillEqualsLongerPrefill) {
   K3_REQUIRE_GPU();
   test::ArenaScope scope;
   const uint64_t seed = seed_or(6001);

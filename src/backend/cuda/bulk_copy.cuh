@@ -36,10 +36,13 @@ __device__ __forceinline__ void copy(void* dst, const void* src, unsigned bytes,
                : "memory");
 }
 
-// Blocks until the barrier's phase with the given parity has completed.
+// Blocks until the barrier's phase with the given parity has completed. A phase that never completes
+// (a byte count that does not match the copies) traps after ~4M polls instead of hanging the GPU.
 __device__ __forceinline__ void wait(uint64_t* bar, unsigned parity) {
   unsigned done = 0;
+  unsigned polls = 0;
   do {
+    if (++polls > (1u << 22)) __trap();
     asm volatile(
         "{\n"
         ".reg .pred p;\n"

@@ -11,7 +11,8 @@
 // bf16 operands on tensor cores (mma.sync m16n8k16), fp32 accumulation and softmax. MlaLoads picks
 // how operands reach the tensor cores: per-lane 32/16-bit shared loads (kLane), ldmatrix(.trans)
 // (kLdmatrix), or ldmatrix plus Hopper bulk copies (TMA, cp.async.bulk) of the cache tiles (kBulk;
-// decode only, the prefill treats it as kLdmatrix).
+// decode only, the prefill treats it as kLdmatrix). The defaults are the fastest variants measured
+// on the H200 (docs/gpu-attention.md); every variant is tested.
 // Host-only header.
 #pragma once
 
@@ -42,7 +43,7 @@ enum class MlaLoads { kLane, kLdmatrix, kBulk };
 // cu_q, cu_kv: device int32 [n + 1]; max_q_len: host bound of the query lengths.
 void mla_prefill_attention(const int32_t* cu_q, const int32_t* cu_kv, int n, int max_q_len, const DeviceTensor& q,
                            const DeviceTensor& kv, const DeviceTensor& k_pe, const DeviceTensor& gate, float scale,
-                           const DeviceTensor& out, cudaStream_t stream, MlaLoads loads = MlaLoads::kLane);
+                           const DeviceTensor& out, cudaStream_t stream, MlaLoads loads = MlaLoads::kLdmatrix);
 
 // The paged latent cache: rows of 576 bf16, page p holding tokens [p·page_size, (p+1)·page_size) of
 // whichever sequence owns it; page_size % 64 == 0. block_table [B, ld] int32: sequence b's token j
@@ -68,7 +69,7 @@ int mla_decode_splits(int batch, int heads, int max_seqlen, int multiprocessors)
 size_t mla_decode_workspace_bytes(int batch, int heads, int splits);
 void mla_decode_attention(const DeviceTensor& q_abs, const MlaPagedCache& cache, const int32_t* seqlens, int batch,
                           int max_seqlen, float scale, int splits, void* workspace, const DeviceTensor& o_lat,
-                          cudaStream_t stream, MlaLoads loads = MlaLoads::kLane);
+                          cudaStream_t stream, MlaLoads loads = MlaLoads::kBulk);
 
 // out[b][h·128 + e] = (W_UV[h] o_lat[b][h])[e] · sigmoid(gate[b][h·128 + e]) (gate.data == nullptr:
 // no gate). o_lat: f32 [B, H·512]; w_uv: bf16 [H·128, 512] (the kv_b rows of v); gate: f32/bf16

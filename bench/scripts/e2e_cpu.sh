@@ -31,7 +31,7 @@ for line in open(sys.argv[1]):
     rows.setdefault(fam, []).append(d)
 print(f"{'family':28} {'prefill tok/s':>14} {'decode tok/s':>13}  (median of {len(next(iter(rows.values())))} rounds, 128-token prompt, 32 new)")
 for fam, ds in rows.items():
-    pf = statistics.median(d["timings"]["prefill_tokens_per_s"] for d in ds)
-    dc = statistics.median(d["timings"]["decode_tokens_per_s"] for d in ds)
+    pf = statistics.median(d["prefill_tok_s"] for d in ds)
+    dc = statistics.median(d["decode_tok_s"] for d in ds)
     print(f"{fam:28} {pf:14.1f} {dc:13.1f}")
 PY

@@ -168,6 +168,33 @@ TEST_P(GgmlMatrix, DotRowsMatchesFloat64OfExactWeights) {
   }
 }
 
+// 32-element formats also take K that is not a multiple of 256: row ends inside a group of 4
+// blocks, and inside the kernels' 64-block scale segments.
+TEST_P(GgmlMatrix, ShortRowsOf32ElementBlocks) {
+  const auto [type, isa] = GetParam();
+  if (ggml_type_info(type).block_size != 32) GTEST_SKIP() << "256-element blocks";
+  uint32_t seed = 900;
+  for (int64_t k : {32, 96, 224, 32 * 67}) {
+    const int64_t n = 19;
+    const std::vector<uint8_t> bytes = make_weights(type, n, k, seed++);
+    const std::vector<float> w = dequantized(type, bytes, n, k);
+    auto matrix = make_ggml_matrix(type, bytes, n, k, nullptr, isa);
+    for (int64_t m : {1, 4}) {
+      const std::vector<float> x = normal_floats(m * k, seed++);
+      PreparedActivations a;
+      matrix->prepare(x.data(), m, a);
+      std::vector<float> v(m * k);
+      for (int64_t t = 0; t < m; ++t) a.values(t, v.data() + t * k);
+      const Reference ref = reference(w, v, n, k, m);
+      std::vector<float> y(m * n, NAN);
+      matrix->dot_rows(a, 0, n, y.data(), n);
+      for (int64_t i = 0; i < m * n; ++i) {
+        ASSERT_NEAR(y[i], ref.want[i], kTolerance * ref.mag[i]) << matrix->kernel_name() << " k=" << k << " m=" << m << " i=" << i;
+      }
+    }
+  }
+}
+
 TEST_P(GgmlMatrix, DriverMatchesFloat64OnFusedAndTilePaths) {
   const auto [type, isa] = GetParam();
   const int64_t n = 83, k = 1024;

@@ -3,6 +3,7 @@
 // token's int8 codes; the float scales are applied per block exactly as the format defines them
 // (comments per format). The SIMD tiers compute the same sums in another order.
 #include <algorithm>
+#include <cstring>
 
 #include "backend/cpu/kernels/ggml_dot_impl.h"
 
@@ -234,6 +235,19 @@ constexpr Kernel kQ4_0 = scalar_kernel<Q4_0>(), kQ4_1 = scalar_kernel<Q4_1>(), k
                  kQ5_K = scalar_kernel<QK4<true>>(), kQ6_K = scalar_kernel<Q6_K>();
 
 }  // namespace
+
+void to_code_order(CodeOrder order, const int8_t* x, int64_t k, int8_t* out) {
+  int64_t i = 0;
+  if (order == CodeOrder::NibbleQuads) {
+    for (; i + 128 <= k; i += 128) {
+      for (int b = 0; b < 4; ++b) {
+        std::memcpy(out + i + 16 * b, x + i + 32 * b, 16);
+        std::memcpy(out + i + 64 + 16 * b, x + i + 32 * b + 16, 16);
+      }
+    }
+  }
+  std::memcpy(out + i, x + i, static_cast<size_t>(k - i));
+}
 
 int64_t act_block(GgmlType type) {
   switch (type) {

@@ -18,7 +18,7 @@ namespace k3::cpu::ggml {
 
 // One token's activations as every kernel reads them. k = the row length.
 struct TokenActs {
-  const int8_t* q = nullptr;     // codes [k], natural order
+  const int8_t* q = nullptr;     // codes [k] in the kernel's CodeOrder
   const float* d = nullptr;      // scale per activation block [k / act_block]
   const int16_t* s16 = nullptr;  // Σ codes per 16 values [k / 16] (|Σ| ≤ 16·127, fits int16)
   const int16_t* s32 = nullptr;  // Σ codes per 32 values [k / 32]
@@ -42,9 +42,20 @@ struct RowsArgs {
 };
 using RowsFn = void (*)(const RowsArgs&);
 
+// The order a kernel reads the activation codes in (TokenActs::q).
+enum class CodeOrder {
+  Natural,
+  // 32-element nibble formats: per group of 4 blocks (128 codes), elements 0..15 of each block,
+  // then elements 16..31 of each — the low and high nibbles of the 4 blocks' 16 bytes side by
+  // side. Codes after the last whole group stay in natural order.
+  NibbleQuads,
+};
+void to_code_order(CodeOrder order, const int8_t* x, int64_t k, int8_t* out);
+
 struct Kernel {
   RowsFn by_tokens[kMaxTokens];  // [NT - 1]
   const char* tier;              // the tier whose code runs ("scalar", "avx2", "avx512")
+  CodeOrder order = CodeOrder::Natural;
 };
 
 // Values per activation scale for `type` (32 or 256), 0 when it has no integer kernel.

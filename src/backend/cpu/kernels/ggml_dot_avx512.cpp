@@ -1,12 +1,17 @@
 // AVX-512 (F/BW/VL + VNNI) GGML dot kernels. Weights are unpacked in registers to unsigned codes
 // in natural element order, 64 per zmm, and multiplied with the int8 activations by VNNI:
 //   32-element formats: vpdpbusd per pair of blocks → int32 lanes, 8 per block; the block scales
-//     d_w·d_x (computed 16 blocks at a time with a gather) are applied in float per lane, the
-//     zero-point / min term Σ_b (m_b − z·d_w,b)·d_x,b·Σx_b once per row from those same scales.
+//     d_w·d_x (staged 16 blocks at a time: one vpermw per 4 blocks of ≤ 20 bytes, else a gather)
+//     are applied in float per lane, the zero-point / min term Σ_b (m_b − z·d_w,b)·d_x,b·Σx_b
+//     once per row from those same scales.
 //   K-quants: vpmaddubsw (u8·s8 pairs → int16) then vpdpwssd with the sub-block scales as int16
 //     lanes → one int32 accumulator per super-block; d·d_x and dmin·d_x applied in float once per
-//     super-block.
+//     super-block (groups of 4 super-blocks share the scale unpacking, see below).
+// GEMV speed is bound by DRAM on the formats of ≥ 4 bits; Q2_K/Q3_K decode costs ~30 vector uops
+// per super-block, about as fast as one core streams its bytes (bench/bench_cpu_gemv.cpp).
 #include <immintrin.h>
+
+#include <algorithm>
 
 #include "backend/cpu/kernels/ggml_dot_impl.h"
 
@@ -64,12 +69,26 @@ inline __m512 gather_f16(const uint8_t* base, __m512i idx, __mmask16 k) {
 // unsigned codes of two consecutive blocks as one zmm (block b in bytes 0..31, b+1 in 32..63).
 enum class ScaleKind { F16, E8M0 };
 
+// Four consecutive blocks' 16 nibble bytes (at byte kQs of each) in the 128-bit lanes of a zmm,
+// split into low nibbles (elements 0..15 of each block) and high nibbles (16..31): the weights
+// of CodeOrder::NibbleQuads activations, with one AND (and a shift) per 4 blocks.
+template <size_t kBytes, int kQs>
+inline void quad_nibbles(const uint8_t* b, __m512i& lo, __m512i& hi) {
+  __m512i v = _mm512_zextsi128_si512(load128(b + kQs));
+  v = _mm512_inserti32x4(v, load128(b + kBytes + kQs), 1);
+  v = _mm512_inserti32x4(v, load128(b + 2 * kBytes + kQs), 2);
+  v = _mm512_inserti32x4(v, load128(b + 3 * kBytes + kQs), 3);
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  lo = _mm512_and_si512(v, low4);
+  hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+}
 struct Q4_0Fmt {
   static constexpr size_t kBytes = kQ4_0Bytes;
   static constexpr int kZero = 8;
   static constexpr ScaleKind kScale = ScaleKind::F16;
   static constexpr int kMinOffset = -1;  // no min
   static __m512i codes(const uint8_t* b0, const uint8_t* b1) { return split_nibbles_2x128(bcast2x128(b0 + 2, b1 + 2)); }
+  static void quad(const uint8_t* b, __m512i& lo, __m512i& hi) { quad_nibbles<kBytes, 2>(b, lo, hi); }
 };
 struct Q4_1Fmt {
   static constexpr size_t kBytes = kQ4_1Bytes;
@@ -77,6 +96,7 @@ struct Q4_1Fmt {
   static constexpr ScaleKind kScale = ScaleKind::F16;
   static constexpr int kMinOffset = 2;
   static __m512i codes(const uint8_t* b0, const uint8_t* b1) { return split_nibbles_2x128(bcast2x128(b0 + 4, b1 + 4)); }
+  static void quad(const uint8_t* b, __m512i& lo, __m512i& hi) { quad_nibbles<kBytes, 4>(b, lo, hi); }
 };
 // Q5: the nibbles plus 16 where bit j of the block's 32-bit qh is set (byte j = element j).
 template <int kQh, int kQs>
@@ -117,8 +137,15 @@ struct Mxfp4Fmt {
   static constexpr ScaleKind kScale = ScaleKind::E8M0;
   static constexpr int kMinOffset = -1;
   static __m512i codes(const uint8_t* b0, const uint8_t* b1) {
-    const __m512i table = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
-    return _mm512_shuffle_epi8(table, split_nibbles_2x128(bcast2x128(b0 + 1, b1 + 1)));
+    return _mm512_shuffle_epi8(table(), split_nibbles_2x128(bcast2x128(b0 + 1, b1 + 1)));
+  }
+  static void quad(const uint8_t* b, __m512i& lo, __m512i& hi) {
+    quad_nibbles<kBytes, 1>(b, lo, hi);
+    lo = _mm512_shuffle_epi8(table(), lo);
+    hi = _mm512_shuffle_epi8(table(), hi);
+  }
+  static __m512i table() {
+    return _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
   }
 };
 
@@ -170,6 +197,9 @@ inline __m512 pair_dot(__m512 acc, __m512i q, __m512i x, const float* scale) {
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc);
 }
 
+template <class F>
+inline constexpr bool kQuads = requires(const uint8_t* b, __m512i& v) { F::quad(b, v, v); };
+
 template <class F, int NT>
 void rows32(const RowsArgs& r) {
   constexpr int64_t kSeg = 64;  // blocks whose scales are staged at a time
@@ -205,14 +235,37 @@ void rows32(const RowsArgs& r) {
       K3_UNROLL
       for (int t = 0; t < NT; ++t) x[t] = a[t].q + 32 * b0;
       int64_t j = 0;
-      for (; j + 4 <= nb; j += 4) {
-        const uint8_t* blk = seg + j * F::kBytes;
-        prefetch_stream<4 * F::kBytes>(blk);
-        const __m512i q0 = F::codes(blk, blk + F::kBytes), q1 = F::codes(blk + 2 * F::kBytes, blk + 3 * F::kBytes);
-        K3_UNROLL
-        for (int t = 0; t < NT; ++t) {
-          acc0[t] = pair_dot(acc0[t], q0, load512(x[t] + 32 * j), scale[t] + j);
-          acc1[t] = pair_dot(acc1[t], q1, load512(x[t] + 32 * j + 64), scale[t] + j + 2);
+      if constexpr (kQuads<F>) {
+        // Whole groups of 4 blocks against NibbleQuads codes: per 128-bit lane one block,
+        // low nibbles · elements 0..15 + high nibbles · 16..31 → 4 int32 lanes per block.
+        for (int q = 0; j + 4 <= nb; j += 4, ++q) {
+          const uint8_t* blk = seg + j * F::kBytes;
+          prefetch_stream<4 * F::kBytes>(blk);
+          __m512i lo, hi;
+          F::quad(blk, lo, hi);
+          K3_UNROLL
+          for (int t = 0; t < NT; ++t) {
+            const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, load512(x[t] + 32 * j)), hi,
+                                                    load512(x[t] + 32 * j + 64));
+            const __m512 s = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                                   _mm512_castps128_ps512(_mm_loadu_ps(scale[t] + j)));
+            if (q % 2 == 0) {
+              acc0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc0[t]);
+            } else {
+              acc1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc1[t]);
+            }
+          }
+        }
+      } else {
+        for (; j + 4 <= nb; j += 4) {
+          const uint8_t* blk = seg + j * F::kBytes;
+          prefetch_stream<4 * F::kBytes>(blk);
+          const __m512i q0 = F::codes(blk, blk + F::kBytes), q1 = F::codes(blk + 2 * F::kBytes, blk + 3 * F::kBytes);
+          K3_UNROLL
+          for (int t = 0; t < NT; ++t) {
+            acc0[t] = pair_dot(acc0[t], q0, load512(x[t] + 32 * j), scale[t] + j);
+            acc1[t] = pair_dot(acc1[t], q1, load512(x[t] + 32 * j + 64), scale[t] + j + 2);
+          }
         }
       }
       for (; j < nb; j += 2) {  // the last pair, or the last block alone (upper half zero)
@@ -612,9 +665,15 @@ void rows_mxfp4(const RowsArgs& r) {
   rows32<Mxfp4Fmt, NT>(r);
 }
 
-const Kernel kQ4_0 = K3_GGML_KERNEL(rows_q4_0, "avx512"), kQ4_1 = K3_GGML_KERNEL(rows_q4_1, "avx512"),
+constexpr Kernel quads(Kernel k) {
+  k.order = CodeOrder::NibbleQuads;
+  return k;
+}
+
+const Kernel kQ4_0 = quads(K3_GGML_KERNEL(rows_q4_0, "avx512")), kQ4_1 = quads(K3_GGML_KERNEL(rows_q4_1, "avx512")),
+             // Q5_0/Q5_1: building the quads' 5th-bit masks costs more than it saves (measured)
              kQ5_0 = K3_GGML_KERNEL(rows_q5_0, "avx512"), kQ5_1 = K3_GGML_KERNEL(rows_q5_1, "avx512"),
-             kQ8_0 = K3_GGML_KERNEL(rows_q8_0, "avx512"), kMxfp4 = K3_GGML_KERNEL(rows_mxfp4, "avx512"),
+             kQ8_0 = K3_GGML_KERNEL(rows_q8_0, "avx512"), kMxfp4 = quads(K3_GGML_KERNEL(rows_mxfp4, "avx512")),
              kQ2_K = K3_GGML_KERNEL(rows_q2_K, "avx512"), kQ3_K = K3_GGML_KERNEL(rows_q3_K, "avx512"),
              kQ4_K = K3_GGML_KERNEL(rows_q4_K, "avx512"), kQ5_K = K3_GGML_KERNEL(rows_q5_K, "avx512"),
              kQ6_K = K3_GGML_KERNEL(rows_q6_K, "avx512");

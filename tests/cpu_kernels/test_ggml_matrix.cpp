@@ -2,6 +2,8 @@
 // decode against dequantize_row, the integer kernels and the driver against float64 of the exact
 // weights with the exact activation values, zero-copy, and the load errors.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -215,6 +217,35 @@ TEST_P(GgmlMatrix, DriverMatchesFloat64OnFusedAndTilePaths) {
     for (int64_t i = 0; i < m * n; ++i) {
       ASSERT_NEAR(y[i], ref.want[i], kTolerance * ref.mag[i]) << linear->kernel_name() << " m=" << m << " i=" << i;
     }
+  }
+}
+
+// The kernels read the blocks in place, so they must not read a byte past the last block: the
+// weights end exactly at an inaccessible page (prefetches past it are allowed; they never fault).
+TEST_P(GgmlMatrix, NeverReadsPastTheLastBlock) {
+  const auto [type, isa] = GetParam();
+  const long page = sysconf(_SC_PAGESIZE);
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{3, 256}, {5, 1280}}) {
+    const std::vector<uint8_t> bytes = make_weights(type, n, k, 77);
+    const size_t span = (bytes.size() + page - 1) / page * page;
+    void* map = mmap(nullptr, span + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(map, MAP_FAILED);
+    auto* base = static_cast<uint8_t*>(map);
+    ASSERT_EQ(0, mprotect(base + span, page, PROT_NONE));
+    uint8_t* at = base + span - bytes.size();
+    std::memcpy(at, bytes.data(), bytes.size());
+    auto matrix = make_ggml_matrix(type, std::span<const uint8_t>(at, bytes.size()), n, k, nullptr, isa);
+    const std::vector<float> x = normal_floats(4 * k, 5);
+    for (int64_t m : {1, 4}) {
+      PreparedActivations a;
+      matrix->prepare(x.data(), m, a);
+      std::vector<float> y(m * n);
+      matrix->dot_rows(a, 0, n, y.data(), n);
+      matrix->dot_rows(a, n - 1, n, y.data(), n);
+    }
+    std::vector<float> decoded(n * k);
+    matrix->decode_rows(0, n, decoded.data());
+    munmap(map, span + page);
   }
 }
 

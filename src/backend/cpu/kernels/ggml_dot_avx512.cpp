@@ -416,7 +416,8 @@ struct Q3_KFmt {
                                       __m512 (&minus)[NT]) {
     // Per lane (12 bytes at 96): low 4 bits = bytes 0..7 low nibbles (scales 0..7), high
     // nibbles (8..15); high 2 bits = byte 8 + j%4 at bit 2·(j/4).
-    const __m512i raw = group_fields<kBytes>(blk0, n, 96);
+    // bytes 94..109 shifted down by 2 (a 16-byte load at 96 would read past the block's end)
+    const __m512i raw = _mm512_bsrli_epi128(group_fields<kBytes>(blk0, n, 94), 2);
     const __m512i low = _mm512_and_si512(_mm512_unpacklo_epi64(raw, _mm512_srli_epi16(raw, 4)), _mm512_set1_epi8(0x0F));
     const __m512i h = _mm512_shuffle_epi32(raw, _MM_PERM_CCCC);
     const __m512i high = _mm512_and_si512(_mm512_srlv_epi32(h, _mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6)),

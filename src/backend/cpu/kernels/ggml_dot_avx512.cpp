@@ -197,6 +197,14 @@ inline __m512 pair_dot(__m512 acc, __m512i q, __m512i x, const float* scale) {
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc);
 }
 
+// acc + (low nibbles · x[0..63] + high nibbles · x[64..127]) · [scale[0] ×4, .., scale[3] ×4].
+inline __m512 quad_dot(__m512 acc, __m512i lo, __m512i hi, const int8_t* x, const float* scale) {
+  const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, load512(x)), hi, load512(x + 64));
+  const __m512 s = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                         _mm512_castps128_ps512(_mm_loadu_ps(scale)));
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc);
+}
+
 template <class F>
 inline constexpr bool kQuads = requires(const uint8_t* b, __m512i& v) { F::quad(b, v, v); };
 
@@ -238,23 +246,26 @@ void rows32(const RowsArgs& r) {
       if constexpr (kQuads<F>) {
         // Whole groups of 4 blocks against NibbleQuads codes: per 128-bit lane one block,
         // low nibbles · elements 0..15 + high nibbles · 16..31 → 4 int32 lanes per block.
-        for (int q = 0; j + 4 <= nb; j += 4, ++q) {
+        for (; j + 8 <= nb; j += 8) {
+          const uint8_t* blk = seg + j * F::kBytes;
+          prefetch_stream<8 * F::kBytes>(blk);
+          __m512i lo0, hi0, lo1, hi1;
+          F::quad(blk, lo0, hi0);
+          F::quad(blk + 4 * F::kBytes, lo1, hi1);
+          K3_UNROLL
+          for (int t = 0; t < NT; ++t) {
+            acc0[t] = quad_dot(acc0[t], lo0, hi0, x[t] + 32 * j, scale[t] + j);
+            acc1[t] = quad_dot(acc1[t], lo1, hi1, x[t] + 32 * j + 128, scale[t] + j + 4);
+          }
+        }
+        if (j + 4 <= nb) {
           const uint8_t* blk = seg + j * F::kBytes;
           prefetch_stream<4 * F::kBytes>(blk);
           __m512i lo, hi;
           F::quad(blk, lo, hi);
           K3_UNROLL
-          for (int t = 0; t < NT; ++t) {
-            const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, load512(x[t] + 32 * j)), hi,
-                                                    load512(x[t] + 32 * j + 64));
-            const __m512 s = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
-                                                   _mm512_castps128_ps512(_mm_loadu_ps(scale[t] + j)));
-            if (q % 2 == 0) {
-              acc0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc0[t]);
-            } else {
-              acc1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc1[t]);
-            }
-          }
+          for (int t = 0; t < NT; ++t) acc0[t] = quad_dot(acc0[t], lo, hi, x[t] + 32 * j, scale[t] + j);
+          j += 4;
         }
       } else {
         for (; j + 4 <= nb; j += 4) {

@@ -19,6 +19,7 @@ namespace k3::cuda::kda_detail {
 namespace {
 
 using detail::bf16;
+using detail::load4;
 constexpr int kThreads = 288;
 constexpr int LDT = C + 4;       // transposed [D][LDT] tiles: rows 16-byte aligned for float4
 constexpr int kBlocks = 16 * 17 / 2;  // 4×4 blocks of the lower triangle (incl. diagonal)
@@ -32,15 +33,6 @@ struct Smem {
   float beta[C];
 };
 
-__device__ __forceinline__ void load4(const float* p, float (&v)[4]) {
-  const float4 t = *reinterpret_cast<const float4*>(p);
-  v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
-}
-__device__ __forceinline__ void load4(const bf16* p, float (&v)[4]) {
-  const uint2 raw = *reinterpret_cast<const uint2*>(p);
-  v[0] = __uint_as_float(raw.x << 16), v[1] = __uint_as_float(raw.x & 0xFFFF0000u);
-  v[2] = __uint_as_float(raw.y << 16), v[3] = __uint_as_float(raw.y & 0xFFFF0000u);
-}
 __device__ __forceinline__ float load1(const float* p) { return *p; }
 __device__ __forceinline__ float load1(const bf16* p) { return __bfloat162float(*p); }
 

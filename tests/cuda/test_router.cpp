@@ -1,6 +1,4 @@
-// MoE router kernel against the CPU router. route() lives in an anonymous namespace of
-// backend/cpu/moe.cpp, so `cpu_route` below restates it line for line (fp32, stable sorts); keep the
-// two in step.
+// MoE router kernel against the CPU router (cpu::route, backend/cpu/moe.cpp).
 //
 // Expert ids must match exactly, in pick order, ties included (inputs drawn from a handful of values
 // make many exact ties). Weights: the GPU's expf differs from glibc's exp by ≤ 2 ulp, so sigmoid
@@ -11,6 +9,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "backend/cpu/ops.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/upload.h"
 #include "cuda_test_util.h"
@@ -19,55 +18,18 @@
 namespace k3::cuda {
 namespace {
 
-struct Route {
-  int64_t expert;
-  float weight;
-};
-
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-
-std::vector<Route> cpu_route(const RouterParams& m, const float* logits, const std::vector<float>& bias) {
-  const int64_t E = m.experts;
-  std::vector<float> s(static_cast<size_t>(E)), choice(static_cast<size_t>(E));
-  if (m.sigmoid) {
-    for (int64_t e = 0; e < E; ++e) s[e] = sigmoid(logits[e]);
-  } else {
-    const float mx = *std::max_element(logits, logits + E);
-    float sum = 0;
-    for (int64_t e = 0; e < E; ++e) sum += (s[e] = std::exp(logits[e] - mx));
-    for (float& v : s) v /= sum;
-  }
-  for (int64_t e = 0; e < E; ++e) choice[e] = s[e] + bias[e];
-  const int64_t groups = m.groups;
-  if (groups > 1 && m.topk_group < groups) {
-    const int64_t per = E / groups;
-    std::vector<std::pair<float, int64_t>> gscore;
-    for (int64_t g = 0; g < groups; ++g) {
-      std::vector<float> members(choice.begin() + g * per, choice.begin() + (g + 1) * per);
-      std::partial_sort(members.begin(), members.begin() + std::min<int64_t>(2, per), members.end(), std::greater<>());
-      gscore.push_back({members[0] + (per > 1 ? members[1] : 0.0f), g});
-    }
-    std::stable_sort(gscore.begin(), gscore.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-    std::vector<bool> keep(static_cast<size_t>(groups), false);
-    for (int64_t i = 0; i < m.topk_group; ++i) keep[gscore[i].second] = true;
-    for (int64_t e = 0; e < E; ++e) {
-      if (!keep[e / per]) choice[e] = -INFINITY;
-    }
-  }
-  std::vector<int64_t> order(static_cast<size_t>(E));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return choice[a] > choice[b]; });
-  std::vector<Route> picked;
-  float total = 0;
-  for (int64_t i = 0; i < m.top_k; ++i) {
-    picked.push_back({order[i], s[order[i]]});
-    total += s[order[i]];
-  }
-  for (Route& r : picked) {
-    if (m.renormalize) r.weight /= total + 1e-20f;
-    r.weight *= m.scaling;
-  }
-  return picked;
+// The CPU router for the same parameters.
+std::vector<cpu::Route> cpu_route(const RouterParams& m, const float* logits, const std::vector<float>& bias) {
+  MoeConfig c;
+  c.num_experts = m.experts;
+  c.experts_per_token = m.top_k;
+  c.scoring = m.sigmoid ? RouterScoring::kSigmoid : RouterScoring::kSoftmax;
+  c.renormalize = m.renormalize;
+  c.routed_scaling_factor = m.scaling;
+  c.use_grouped_topk = m.groups > 1;
+  c.num_expert_group = m.groups;
+  c.topk_group = m.topk_group;
+  return cpu::route(c, logits, bias);
 }
 
 struct RouterCase {
@@ -99,7 +61,7 @@ TEST_P(RouterTest, MatchesCpuRoute) {
   const DeviceTensor db = upload_f32(a, bias.data(), 1, E, DType::kF32, "bias");
   const DeviceTensor di = a.alloc_tensor(DType::kI32, T, p.top_k, "ids");
   const DeviceTensor dw = a.alloc_tensor(DType::kF32, T, p.top_k, "weights");
-  std::vector<std::vector<Route>> refs;
+  std::vector<std::vector<cpu::Route>> refs;
   for (int64_t t = 0; t < T; ++t) refs.push_back(cpu_route(p, logits.data() + t * E, bias));
   const bool grouped = p.groups > 1 && p.topk_group < p.groups;
   std::vector<RouterKernel> kernels = {RouterKernel::kBlock};
@@ -114,7 +76,7 @@ TEST_P(RouterTest, MatchesCpuRoute) {
     const double tol = p.sigmoid ? 1e-6 : 1e-5;
     int64_t bad_ids = 0, bad_w = 0;
     for (int64_t t = 0; t < T; ++t) {
-      const std::vector<Route>& ref = refs[t];
+      const std::vector<cpu::Route>& ref = refs[t];
       for (int64_t i = 0; i < p.top_k; ++i) {
         const int64_t j = t * p.top_k + i;
         if (ids[j] != ref[i].expert) {

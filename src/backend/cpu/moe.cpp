@@ -46,12 +46,9 @@ void gated_mlp(const ActivationConfig& act, const CpuLinear& gate_w, const CpuLi
 
 namespace {
 
-struct Route {
-  int64_t expert;
-  float weight;
-};
 
-// Router for one token (spec §7.1). Ties in the selection score go to the lower expert index.
+}  // namespace
+
 std::vector<Route> route(const MoeConfig& m, const float* logits, const Floats& bias) {
   const int64_t E = m.num_experts;
   std::vector<float> s(static_cast<size_t>(E)), choice(static_cast<size_t>(E));
@@ -96,8 +93,6 @@ std::vector<Route> route(const MoeConfig& m, const float* logits, const Floats& 
   }
   return picked;
 }
-
-}  // namespace
 
 void mlp(const K3Config& config, const MlpWeights& w, const Tensor& x, Tensor& out) {
   gated_mlp(config.activation, *w.gate, *w.up, *w.down, x, out);

@@ -25,6 +25,15 @@ void kda_mixer(const K3Config& config, int64_t layer, const KdaWeights& w, const
 void mla_mixer(const K3Config& config, int64_t layer, const MlaWeights& w, const Tensor& x,
                std::span<const SeqSlice> slices, Tensor& out);
 
+// Router for one token (spec §7.1): fp32 scores (sigmoid or softmax), correction bias for the
+// selection only, grouped top-k, renormalisation, routed scaling. Ties in the selection score go
+// to the lower expert index.
+struct Route {
+  int64_t expert;
+  float weight;
+};
+std::vector<Route> route(const MoeConfig& m, const float* logits, const Floats& bias);
+
 void moe(const K3Config& config, const MoeWeights& w, const Tensor& x, Tensor& out);
 void mlp(const K3Config& config, const MlpWeights& w, const Tensor& x, Tensor& out);
 

@@ -175,3 +175,16 @@ TEST(GgmlDequant, TensorPathMatchesRowPath) {
 
 }  // namespace
 }  // namespace k3
+
+namespace k3 {
+namespace {
+
+// An empty tensor (the fuzzer's find): no element, possibly null pointers, nothing touched.
+TEST(GgmlDequantEmpty, ZeroElementsReadAndWriteNothing) {
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_K}) {
+    EXPECT_NO_THROW(dequantize_row(type, nullptr, nullptr, 0));
+  }
+}
+
+}  // namespace
+}  // namespace k3

@@ -238,7 +238,9 @@ void blocks(const uint8_t* src, float* dst, int64_t n_blocks) {
   for (int64_t i = 0; i < n_blocks; ++i) Block(src + i * kBytes, dst + i * kElems);
 }
 
-void row_f32(const uint8_t* src, float* dst, int64_t n) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); }
+void row_f32(const uint8_t* src, float* dst, int64_t n) {
+  if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * 4);  // an empty tensor may have null pointers
+}
 
 void row_f16(const uint8_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = load_f16(src + 2 * i);

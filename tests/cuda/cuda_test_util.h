@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/arena.h"
@@ -21,6 +22,15 @@
   } while (0)
 
 namespace k3::cuda::test {
+
+// Names parameterised cases by index. gtest prints struct parameters as raw bytes — padding and
+// pointers included — which differ between ctest's test discovery and the run.
+struct CaseIndexName {
+  template <class T>
+  std::string operator()(const ::testing::TestParamInfo<T>& info) const {
+    return "case" + std::to_string(info.index);
+  }
+};
 
 // One 4 GiB arena for the whole test process (created on first use, on device 0).
 inline Arena& arena() {

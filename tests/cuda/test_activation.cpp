@@ -87,7 +87,7 @@ INSTANTIATE_TEST_SUITE_P(Kinds, GatedActivationTest,
                                            ActCase{situ(1.0f, 3.0f), DType::kBF16, DType::kF32, false},
                                            ActCase{situ(3.0f, 6.0f), DType::kF32, DType::kBF16, true},
                                            // per-tensor alphas applied before the tanh
-                                           ActCase{situ(2.5f, 4.0f, 0.37f, 2.9f), DType::kBF16, DType::kF32, true}));
+                                           ActCase{situ(2.5f, 4.0f, 0.37f, 2.9f), DType::kBF16, DType::kF32, true}), test::CaseIndexName());
 
 TEST(CudaActivation, ParamsFromConfig) {
   ActivationConfig a;

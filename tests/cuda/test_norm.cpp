@@ -80,7 +80,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormTest,
                                            NormCase{5, 1536, DType::kF32, DType::kBF16},
                                            NormCase{300, 512, DType::kBF16, DType::kBF16},
                                            NormCase{3, 32768, DType::kF32, DType::kF32},
-                                           NormCase{9, 8, DType::kF32, DType::kF32}));
+                                           NormCase{9, 8, DType::kF32, DType::kF32}), test::CaseIndexName());
 
 class AttnResTest : public ::testing::TestWithParam<std::tuple<int, int64_t, DType, DType, int64_t>> {};
 

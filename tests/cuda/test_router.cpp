@@ -115,7 +115,7 @@ INSTANTIATE_TEST_SUITE_P(
                       RouterCase{"kimi-linear 256/8 one group", params(256, 8, 1, 1, true, true, 2.446f), false, 33},
                       RouterCase{"1024 experts, k 64", params(1024, 64, 1, 1, true, true, 1.0f), false, 9},
                       RouterCase{"odd E, softmax ties", params(100, 7, 1, 1, false, true, 1.0f), true, 40},
-                      RouterCase{"groups all kept", params(64, 6, 4, 4, true, true, 1.0f), true, 20}));
+                      RouterCase{"groups all kept", params(64, 6, 4, 4, true, true, 1.0f), true, 20}), test::CaseIndexName());
 
 TEST(CudaRouter, ParamsFromConfig) {
   MoeConfig m;

@@ -20,7 +20,7 @@ CpuIsa host_isa() {
     __builtin_cpu_init();
     const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                        __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16");
+                        __builtin_cpu_supports("avx512vnni");
     if (avx512) return CpuIsa::Avx512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return CpuIsa::Avx2;
     return CpuIsa::Scalar;

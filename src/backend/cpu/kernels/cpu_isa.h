@@ -12,7 +12,7 @@ namespace k3::cpu {
 enum class CpuIsa {
   Scalar,  // portable C++ (baseline x86-64)
   Avx2,    // AVX2 + FMA + F16C
-  Avx512,  // AVX-512 F/BW/VL/DQ + VNNI + BF16 (Cooper Lake, Sapphire Rapids, Zen 4 and later)
+  Avx512,  // AVX-512 F/BW/VL/DQ + VNNI (Cascade Lake, Ice Lake, Sapphire Rapids, Zen 4 and later)
 };
 
 const char* isa_name(CpuIsa isa);

@@ -25,10 +25,9 @@ template <Fp4ScaleCode Code>
 inline __m512 decode_scales(const uint8_t* p) {
   const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   if constexpr (Code == Fp4ScaleCode::E4m3) {
-    const __m256i w = _mm256_cvtepu8_epi16(b);
-    const __m256i magnitude = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7F)), 7);
-    const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8);
-    return _mm512_cvtph_ps(_mm256_or_si256(magnitude, sign));
+    // Sign-extended byte << 7 with bit 14 (a sign copy) cleared is the F16 of e4m3 / 2^8.
+    const __m256i w = _mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7);
+    return _mm512_cvtph_ps(_mm256_and_si256(w, _mm256_set1_epi16(static_cast<int16_t>(0xBFFF))));
   } else {
     const __m512i e = _mm512_cvtepu8_epi32(b);
     const __m512i bits = _mm512_mask_mov_epi32(_mm512_slli_epi32(e, 23), _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),

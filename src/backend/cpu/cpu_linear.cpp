@@ -6,10 +6,10 @@
 
 #include "backend/cpu/kernels/formats.h"
 #include "backend/cpu/kernels/modelslim_matrix.h"
-#include "core/error.h"
-#include "quant/ggml/ggml_dequant.h"
 #include "backend/cpu/kernels/tile_gemm.h"
 #include "backend/cpu/kernels/weight_matrix.h"
+#include "core/error.h"
+#include "quant/ggml/ggml_dequant.h"
 
 namespace k3::cpu {
 namespace {
@@ -40,7 +40,8 @@ class KernelLinear final : public CpuLinear {
     w_->prepare(x, m, a);
     const int64_t n = rows(), k = cols(), chunk = row_chunk(n), chunks = (n + chunk - 1) / chunk;
     if (m <= kFusedMaxTokens) {
-#pragma omp parallel for schedule(static)
+      // One chunk (router, small projections): no fork/join.
+#pragma omp parallel for schedule(static) if (chunks > 1)
       for (int64_t c = 0; c < chunks; ++c) w_->dot_rows(a, c * chunk, std::min(n, (c + 1) * chunk), y, n);
       return;
     }
@@ -49,14 +50,14 @@ class KernelLinear final : public CpuLinear {
     for (int64_t t = 0; t < m; ++t) a.values(t, values.data() + t * k);
     constexpr int64_t kTileRows = 16;
     const int64_t tiles = (n + kTileRows - 1) / kTileRows;
-#pragma omp parallel
+#pragma omp parallel if (tiles > 1)
     {
       std::vector<float> tile(static_cast<size_t>(kTileRows * k));
 #pragma omp for schedule(static)
       for (int64_t i = 0; i < tiles; ++i) {
         const int64_t r0 = i * kTileRows, r1 = std::min(n, r0 + kTileRows);
         w_->decode_rows(r0, r1, tile.data());
-        gemm_rows_f32(selected_isa(), tile.data(), r1 - r0, values.data(), m, k, y + r0, n);
+        gemm_rows_f32(w_->isa(), tile.data(), r1 - r0, values.data(), m, k, y + r0, n);
       }
     }
   }

@@ -74,10 +74,10 @@ class WeightMatrix {
   // Bytes of weight (and scales) one pass over the matrix reads.
   virtual uint64_t weight_bytes() const = 0;
   virtual std::string kernel_name() const = 0;
+  CpuIsa isa() const { return isa_; }  // the tier its kernels were built for
 
  protected:
   WeightMatrix(int64_t rows, int64_t cols, CpuIsa isa) : rows_(rows), cols_(cols), isa_(isa) {}
-  CpuIsa isa() const { return isa_; }
 
  private:
   int64_t rows_, cols_;

@@ -164,7 +164,7 @@ void kda_mixer(const K3Config& config, int64_t layer, const KdaWeights& w, const
     short_conv(v_pre, s.row0, s.n, w.v_conv, width, st.conv.data() + 2 * hist, v);
   }
   // Forget gate (log decay) in place of f, β in place of b (spec §6.3).
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T > 1)
   for (int64_t t = 0; t < T; ++t) {
     float* ft = f.row(t);
     for (int64_t h = 0; h < H; ++h) {

@@ -130,7 +130,7 @@ void mla_mixer(const K3Config& config, int64_t layer, const MlaWeights& w, const
   if (w.g) {
     Tensor g;
     linear(*w.g, x, g);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (o.data.size() >= kParallelMinElements)
     for (int64_t i = 0; i < static_cast<int64_t>(o.data.size()); ++i) o.data[i] *= sigmoid(g.data[i]);
   }
   linear(*w.o, o, out);

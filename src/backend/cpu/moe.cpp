@@ -23,7 +23,7 @@ void gated_activation(const ActivationConfig& a, Tensor& gate, const Tensor& up,
   const float beta = static_cast<float>(a.situ_beta);
   const bool situ = a.kind == Activation::kSitu, cap_up = situ && a.situ_linear_beta.has_value();
   const float beta_lin = cap_up ? static_cast<float>(*a.situ_linear_beta) : 0.0f;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (gate.data.size() >= kParallelMinElements)
   for (int64_t i = 0; i < static_cast<int64_t>(gate.data.size()); ++i) {
     const float g = gate.data[i] * gate_alpha, u = up.data[i] * up_alpha;
     if (!situ) {

@@ -31,7 +31,7 @@ void linear_accumulators(const CpuLinear& w, const Tensor& x, Tensor& y) {
 
 void rms_norm(const Tensor& x, const Floats& w, double eps, Tensor& y) {
   y = Tensor(x.rows, x.cols);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (x.rows > 1)
   for (int64_t t = 0; t < x.rows; ++t) norm_row(x.row(t), w.data(), x.cols, eps, y.row(t));
 }
 
@@ -40,7 +40,7 @@ void attn_res_mix_norm(std::span<const Tensor* const> candidates, const Floats& 
   const int64_t rows = candidates.front()->rows, n = candidates.front()->cols;
   const size_t count = candidates.size();
   y = Tensor(rows, n);
-#pragma omp parallel
+#pragma omp parallel if (rows > 1)
   {
     std::vector<float> p(count), mix(static_cast<size_t>(n));
 #pragma omp for schedule(static)

@@ -6,6 +6,10 @@
 
 namespace k3::cpu {
 
+// Elementwise loops below this size (and row loops over one row) run on the calling thread: at
+// decode a fork/join — a wake-up under the passive wait policy — costs more than the work.
+inline constexpr size_t kParallelMinElements = size_t{1} << 15;
+
 void linear(const CpuLinear& w, const Tensor& x, Tensor& y);  // y resized to [x.rows, w.rows()]
 // linear() without the weight's per-tensor α (CpuLinear::output_scale).
 void linear_accumulators(const CpuLinear& w, const Tensor& x, Tensor& y);

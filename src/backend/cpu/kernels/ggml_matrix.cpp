@@ -68,7 +68,8 @@ class GgmlMatrix final : public WeightMatrix {
     // activation block.
     const size_t codes = static_cast<size_t>(k), words = static_cast<size_t>(k / 16 + k / 32),
                  floats = act_block_ == 32 ? static_cast<size_t>(k / 32) : 0;
-    const size_t per_token = (codes + 2 * words + 4 * floats + 63) / 64 * 64;
+    const size_t dsum_offset = (codes + 2 * words + 3) / 4 * 4;  // floats 4-byte aligned
+    const size_t per_token = (dsum_offset + 4 * floats + 63) / 64 * 64;
     thread_local std::vector<uint8_t> scratch;
     scratch.resize(per_token * static_cast<size_t>(a.m) + 64);
     uint8_t* base = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
@@ -79,7 +80,7 @@ class GgmlMatrix final : public WeightMatrix {
       auto* q = reinterpret_cast<int8_t*>(mine);
       auto* s16 = reinterpret_cast<int16_t*>(mine + codes);
       int16_t* s32 = s16 + k / 16;
-      auto* dsum = floats ? reinterpret_cast<float*>(mine + codes + 2 * words) : nullptr;
+      auto* dsum = floats ? reinterpret_cast<float*>(mine + dsum_offset) : nullptr;
       const int8_t* src_q = a.q.data() + t * k;
       ggml::to_code_order(kernel_->order, src_q, k, q);
       const int32_t* src = a.sums.data() + t * (k / 16);

@@ -462,21 +462,6 @@ const Kernel kQ4_0 = K3_GGML_KERNEL(rows_q4_0, "avx2"), kQ4_1 = K3_GGML_KERNEL(r
 
 }  // namespace
 
-const Kernel* find_kernel_avx2(GgmlType type) {
-  switch (type) {
-    case GgmlType::Q4_0: return &kQ4_0;
-    case GgmlType::Q4_1: return &kQ4_1;
-    case GgmlType::Q5_0: return &kQ5_0;
-    case GgmlType::Q5_1: return &kQ5_1;
-    case GgmlType::Q8_0: return &kQ8_0;
-    case GgmlType::MXFP4: return &kMxfp4;
-    case GgmlType::Q2_K: return &kQ2_K;
-    case GgmlType::Q3_K: return &kQ3_K;
-    case GgmlType::Q4_K: return &kQ4_K;
-    case GgmlType::Q5_K: return &kQ5_K;
-    case GgmlType::Q6_K: return &kQ6_K;
-    default: return nullptr;
-  }
-}
+K3_GGML_KERNEL_TABLE(find_kernel_avx2)
 
 }  // namespace k3::cpu::ggml

@@ -12,6 +12,26 @@
 #include <immintrin.h>
 #endif
 
+// Defines `const Kernel* NAME(GgmlType)` over a tier's kernels kQ4_0 … kQ6_K (each tier names them
+// alike), so the type → kernel table is written once.
+#define K3_GGML_KERNEL_TABLE(NAME)                      \
+  const Kernel* NAME(GgmlType type) {                   \
+    switch (type) {                                     \
+      case GgmlType::Q4_0: return &kQ4_0;               \
+      case GgmlType::Q4_1: return &kQ4_1;               \
+      case GgmlType::Q5_0: return &kQ5_0;               \
+      case GgmlType::Q5_1: return &kQ5_1;               \
+      case GgmlType::Q8_0: return &kQ8_0;               \
+      case GgmlType::MXFP4: return &kMxfp4;             \
+      case GgmlType::Q2_K: return &kQ2_K;               \
+      case GgmlType::Q3_K: return &kQ3_K;               \
+      case GgmlType::Q4_K: return &kQ4_K;               \
+      case GgmlType::Q5_K: return &kQ5_K;               \
+      case GgmlType::Q6_K: return &kQ6_K;               \
+      default: return nullptr;                          \
+    }                                                   \
+  }
+
 namespace k3::cpu::ggml {
 
 // Bytes per block (ggml's type_size) of the formats with integer kernels.

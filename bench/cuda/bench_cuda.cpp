@@ -10,12 +10,20 @@
 // weight-streaming rate at small M is a DRAM figure. Memory-bound kernels at 8192 tokens report
 // GB/s of the bytes they must move (each input read once, each output written once).
 //
-// Run: k3_bench_cuda [--reps N] [--arena 40G] [--quick]
+// MoE (backend/cuda/moe.h) at the Kimi-Linear-48B-A3B (256 experts, top-8, hidden 2304, expert
+// intermediate 1024) and Kimi-K3 (896 experts, top-16, latent 3584, intermediate 3072) shapes with
+// bf16 expert banks, T = 1 … 4096 tokens of random routing: the dispatch, each grouped GEMM (TB/s of
+// the weight bytes of the experts the routing hits, counted on the host, and TFLOP/s of the real
+// rows), and the whole routed layer (dispatch → gather → GEMM1 → SiLU → GEMM2 → combine).
+//
+// Run: k3_bench_cuda [--reps N] [--arena 75%] [--quick] [--moe] [--moe-tiles]
+//   --moe        the MoE section only;  --moe-tiles  time every grouped-GEMM tile height, not only kAuto
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,6 +32,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/moe.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/stream.h"
 #include "backend/cuda/upload.h"
@@ -334,9 +343,136 @@ void bench_memory_bound(Arena& arena, Stream& stream, const RandomPool& bf16_poo
   arena.reset(mark);
 }
 
+
+// ---- MoE ------------------------------------------------------------------------------------------
+
+struct MoeShape {
+  const char* name;
+  int64_t experts, top_k, hidden, inter;
+};
+
+const char* tile_name(MoeTile t) {
+  switch (t) {
+    case MoeTile::kM16: return "m16";
+    case MoeTile::kM64: return "m64";
+    case MoeTile::kM128: return "m128";
+    case MoeTile::kAuto: break;
+  }
+  return "auto";
+}
+
+void print_moe_row(const char* model, int64_t T, int64_t R, double hit, const char* what, const std::string& tile,
+                   double ms, double wbytes, double flop) {
+  const double tbs = wbytes / (ms * 1e-3) / 1e12, tf = flop / (ms * 1e-3) / 1e12;
+  if (wbytes > 0) {
+    std::printf("%-12s %5lld %6lld %6.1f | %-9s %-10s | %9.1f %8.3f %7.2f %5.0f%% %7.1f %5.1f%%\n", model,
+                static_cast<long long>(T), static_cast<long long>(R), hit, what, tile.c_str(), ms * 1e3, wbytes / 1e9,
+                tbs, 100.0 * tbs / kReadCeilingTBs, tf, 100.0 * tf / kBf16CeilingTF);
+  } else {
+    std::printf("%-12s %5lld %6lld %6.1f | %-9s %-10s | %9.1f\n", model, static_cast<long long>(T),
+                static_cast<long long>(R), hit, what, tile.c_str(), ms * 1e3);
+  }
+}
+
+void bench_moe(Arena& arena, Stream& stream, const RandomPool& bf16_pool, bool all_tiles) {
+  constexpr int kRoutings = 8;
+  std::printf("\n== MoE, bf16 expert banks, random routing (k distinct experts per token; %d routings rotated over"
+              " the timed calls); GEMM1 [w1|w3] N = 2·inter, K = hidden, bf16 out; GEMM2 w2 N = hidden, K = inter;"
+              " W GB = weight bytes of the experts hit (mean over the routings); TF/s over real rows ==\n",
+              kRoutings);
+  std::printf("%-12s %5s %6s %6s | %-9s %-10s | %9s %8s %7s %6s %7s %6s\n", "model", "T", "rows", "hit", "kernel",
+              "tile", "us", "W GB", "TB/s", "%3.83", "TF/s", "%797");
+  const std::vector<MoeShape> shapes = {{"kimi-linear", 256, 8, 2304, 1024}, {"kimi-k3", 896, 16, 3584, 3072}};
+  const std::vector<int64_t> tokens = {1, 8, 64, 512, 4096};
+  for (const MoeShape& s : shapes) {
+    const size_t mark = arena.mark();
+    const int64_t E = s.experts, k = s.top_k, H = s.hidden, I = s.inter;
+    const int64_t t_max = tokens.back(), r_max = t_max * k;
+    const double need = 2.0 * (E * 3 * I * H + r_max * (2 * H + 3 * I) + t_max * H);
+    if (need > static_cast<double>(arena.capacity() - arena.used()) * 0.98) {
+      std::printf("%-12s skipped: needs %.1f GB of arena, %.1f GB free (--arena)\n", s.name, need / 1e9,
+                  static_cast<double>(arena.capacity() - arena.used()) / 1e9);
+      continue;
+    }
+    const DeviceTensor w1 = arena.alloc_tensor(DType::kBF16, E * 2 * I, H, "moe w1|w3");
+    const DeviceTensor w2 = arena.alloc_tensor(DType::kBF16, E * H, I, "moe w2");
+    bf16_pool.fill(w1.data, w1.bytes(), 41);
+    bf16_pool.fill(w2.data, w2.bytes(), 42);
+    const DeviceTensor x = arena.alloc_tensor(DType::kBF16, t_max, H, "moe x");
+    bf16_pool.fill(x.data, x.bytes(), 43);
+    const DeviceTensor xs_all = arena.alloc_tensor(DType::kBF16, r_max, H, "moe xs");
+    const DeviceTensor gu_all = arena.alloc_tensor(DType::kBF16, r_max, 2 * I, "moe gate|up");
+    const DeviceTensor hs_all = arena.alloc_tensor(DType::kBF16, r_max, I, "moe act");
+    const DeviceTensor ys_all = arena.alloc_tensor(DType::kBF16, r_max, H, "moe ys");
+    const DeviceTensor out_all = arena.alloc_tensor(DType::kBF16, t_max, H, "moe out");
+    bf16_pool.fill(hs_all.data, hs_all.bytes(), 44);
+    std::mt19937_64 gen(2024);
+    for (int64_t T : tokens) {
+      const size_t tmark = arena.mark();
+      const int64_t R = T * k;
+      std::vector<MoeDispatch> d;
+      std::vector<DeviceTensor> ids;
+      double hit = 0;
+      std::vector<int32_t> pool(static_cast<size_t>(E));
+      std::iota(pool.begin(), pool.end(), 0);
+      for (int r = 0; r < kRoutings; ++r) {
+        std::vector<int32_t> h(static_cast<size_t>(R));
+        std::vector<char> seen(static_cast<size_t>(E), 0);
+        for (int64_t t = 0; t < T; ++t) {
+          for (int64_t j = 0; j < k; ++j) {  // k distinct experts per token
+            std::swap(pool[j], pool[std::uniform_int_distribution<int64_t>(j, E - 1)(gen)]);
+            h[t * k + j] = pool[j];
+            seen[pool[j]] = 1;
+          }
+        }
+        hit += static_cast<double>(std::count(seen.begin(), seen.end(), 1)) / kRoutings;
+        ids.push_back(arena.alloc_tensor(DType::kI32, T, k, "moe ids"));
+        copy_bytes_to_device(ids.back().data, h.data(), h.size() * sizeof(int32_t));
+        d.push_back(moe_dispatch_view(arena.alloc(moe_dispatch_bytes(T, k, E), "moe dispatch"), T, k, E));
+        moe_dispatch(ids.back(), d.back(), stream);
+      }
+      std::vector<float> wv(static_cast<size_t>(R), 1.0f / static_cast<float>(k));
+      const DeviceTensor weights = upload_f32(arena, wv.data(), T, k, DType::kF32, "moe weights");
+      const DeviceTensor xs = xs_all.row_slice(0, R), gu = gu_all.row_slice(0, R), hs = hs_all.row_slice(0, R);
+      const DeviceTensor ys = ys_all.row_slice(0, R), out = out_all.row_slice(0, T), xt = x.row_slice(0, T);
+      moe_gather(xt, d[0], xs, stream);
+      const double w1_bytes = hit * 2.0 * I * H * 2, w2_bytes = hit * H * I * 2.0;
+      const double f1 = 2.0 * R * 2 * I * H, f2 = 2.0 * R * H * I;
+      double ms = time_ms(stream, [&](int i) { moe_dispatch(ids[i % kRoutings], d[i % kRoutings], stream); });
+      print_moe_row(s.name, T, R, hit, "dispatch", "", ms, 0, 0);
+      std::vector<MoeTile> tiles = {MoeTile::kAuto};
+      if (all_tiles) tiles.insert(tiles.end(), {MoeTile::kM16, MoeTile::kM64, MoeTile::kM128});
+      const std::string chosen = tile_name(moe_tile_for(R, E));
+      for (MoeTile tile : tiles) {
+        const std::string tname = tile == MoeTile::kAuto ? "auto=" + chosen : tile_name(tile);
+        ms = time_ms(stream, [&](int i) { moe_grouped_gemm_bf16(xs, w1, d[i % kRoutings], gu, stream, tile); });
+        print_moe_row(s.name, T, R, hit, "gemm1", tname, ms, w1_bytes, f1);
+        ms = time_ms(stream, [&](int i) { moe_grouped_gemm_bf16(hs, w2, d[i % kRoutings], ys, stream, tile); });
+        print_moe_row(s.name, T, R, hit, "gemm2", tname, ms, w2_bytes, f2);
+      }
+      const GatedActivation silu{};
+      ms = time_ms(stream, [&](int i) {
+        const MoeDispatch& di = d[i % kRoutings];
+        moe_dispatch(ids[i % kRoutings], di, stream);
+        moe_gather(xt, di, xs, stream);
+        moe_grouped_gemm_bf16(xs, w1, di, gu, stream);
+        gated_activation(silu, gu.col_slice(0, I), gu.col_slice(I, I), hs, stream);
+        moe_grouped_gemm_bf16(hs, w2, di, ys, stream);
+        moe_combine(ys, di, weights, out, false, stream);
+      });
+      print_moe_row(s.name, T, R, hit, "layer", "auto=" + chosen, ms, w1_bytes + w2_bytes, f1 + f2);
+      std::fflush(stdout);
+      K3_CUDA_CHECK(cudaStreamSynchronize(stream));
+      arena.reset(tmark);
+    }
+    K3_CUDA_CHECK(cudaDeviceSynchronize());
+    arena.reset(mark);
+  }
+}
+
 int run(int argc, char** argv) {
-  std::string arena_size = "40G";
-  bool quick = false;
+  std::string arena_size = "75%";  // the Kimi-K3 MoE banks alone take 59 GB
+  bool quick = false, moe_only = false, moe_tiles = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
@@ -345,8 +481,12 @@ int run(int argc, char** argv) {
       arena_size = argv[++i];
     } else if (a == "--quick") {
       quick = true;
+    } else if (a == "--moe") {
+      moe_only = true;
+    } else if (a == "--moe-tiles") {
+      moe_tiles = true;
     } else {
-      std::fprintf(stderr, "usage: k3_bench_cuda [--reps N] [--arena SIZE] [--quick]\n");
+      std::fprintf(stderr, "usage: k3_bench_cuda [--reps N] [--arena SIZE] [--quick] [--moe] [--moe-tiles]\n");
       return 2;
     }
   }
@@ -365,11 +505,15 @@ int run(int argc, char** argv) {
   Blas blas(arena);
   const RandomPool fp8_pool(arena, DType::kE4M3, size_t{64} << 20);
   const RandomPool bf16_pool(arena, DType::kBF16, size_t{64} << 20);
-  bench_ceilings(arena, blas, stream, fp8_pool, bf16_pool);
-  bench_memory_bound(arena, stream, bf16_pool);
-  const std::vector<Shape> shapes = {{"q/k/v/g", 12288, 7168}, {"o", 7168, 12288}, {"q_b", 18432, 1536}};
-  const std::vector<int64_t> ms = quick ? std::vector<int64_t>{1, 1024} : std::vector<int64_t>{1, 8, 64, 256, 1024, 4096, 8192};
-  bench_gemms(arena, blas, stream, fp8_pool, bf16_pool, shapes, ms);
+  if (!moe_only) {
+    bench_ceilings(arena, blas, stream, fp8_pool, bf16_pool);
+    bench_memory_bound(arena, stream, bf16_pool);
+    const std::vector<Shape> shapes = {{"q/k/v/g", 12288, 7168}, {"o", 7168, 12288}, {"q_b", 18432, 1536}};
+    const std::vector<int64_t> ms =
+        quick ? std::vector<int64_t>{1, 1024} : std::vector<int64_t>{1, 8, 64, 256, 1024, 4096, 8192};
+    bench_gemms(arena, blas, stream, fp8_pool, bf16_pool, shapes, ms);
+  }
+  bench_moe(arena, stream, bf16_pool, moe_tiles);
   std::printf("\narena peak %.2f GiB; GEMM plans cached: %zu\n", static_cast<double>(arena.peak()) / (1 << 30),
               blas.plan_count());
   return 0;

@@ -1,0 +1,211 @@
+// Grouped bf16 GEMM over a MoE dispatch (moe.h): ys[r] = xs[r]·W_eᵀ for the sorted rows r of each
+// expert e. One CTA computes a BM × BN tile of one expert. The grid is n-tiles × the tile map's upper
+// bound; CTA L with L / n-tiles past the dispatch's tile count exits. The others cover, expert by
+// expert, that expert's m-tiles × n-tiles with the m-tile fastest: the CTAs that read one weight
+// slice run back to back (it comes from DRAM once even when an expert has several m-tiles), and the
+// expert's activation rows stay in L2 while its n-tiles go by. Operands go through a STAGES-deep cp.async ring in padded shared rows (BK + 8
+// elements: conflict-free ldmatrix), fragments come from ldmatrix, products from mma.sync
+// m16n8k16 (bf16 in, fp32 accumulators). Rows past the expert's last row, columns past N and keys
+// past K are zero-filled; the epilogue stores only real rows and columns.
+//
+// Three tile shapes (moe_tile_for picks one from T·k/E on the host):
+//   kM16   16 × 64, 4 warps of 16 × 16, BK 64, 6 stages: decode, an expert sees a few rows; each CTA
+//          streams a 64-row slice of one expert's weights once, many CTAs in flight per SM.
+//   kM64   64 × 256, 4 warps of 64 × 64, BK 32, 4 stages: prefill with tens of rows per expert.
+//   kM128  128 × 128, 4 warps of 64 × 64, BK 32, 4 stages: prefill with hundreds of rows per expert.
+#include <string>
+
+#include "backend/cuda/check.h"
+#include "backend/cuda/mla_util.cuh"
+#include "backend/cuda/moe.h"
+
+namespace k3::cuda {
+namespace {
+
+using namespace mla_detail;  // cp.async, ldmatrix and mma.sync helpers
+
+template <int BM_, int BN_, int BK_, int WARPS_M, int WARPS_N, int STAGES_, int MIN_BLOCKS>
+struct TileCfg {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, STAGES = STAGES_, kMinBlocks = MIN_BLOCKS;
+  static constexpr int kWarpsN = WARPS_N, kThreads = WARPS_M * WARPS_N * 32;
+  static constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N;  // one warp's tile
+  static constexpr int MT = WTM / 16, NT = WTN / 8;             // its m16 and n8 fragments
+  static constexpr int LDS = BK + 8;                             // padded shared row (elements)
+  static constexpr int kSmemBytes = STAGES * (BM + BN) * LDS * 2;
+  static_assert(WTM % 16 == 0 && WTN % 16 == 0 && BK % 16 == 0, "fragment shapes");
+  static_assert((BM * BK / 8) % kThreads == 0 && (BN * BK / 8) % kThreads == 0, "whole cp.async rounds");
+};
+using CfgM16 = TileCfg<16, 64, 64, 1, 4, 6, 3>;
+using CfgM64 = TileCfg<64, 256, 32, 1, 4, 4, 2>;
+using CfgM128 = TileCfg<128, 128, 32, 2, 2, 4, 2>;
+
+struct GemmArgs {
+  const bf16* x;
+  int64_t ldx;
+  const bf16* w;
+  int64_t ldw;
+  void* y;
+  int64_t ldy;
+  int n, k, n_tiles;
+  const int32_t* offsets;
+  const int32_t* tile_count;
+  const int4* tiles;
+};
+
+__device__ __forceinline__ void store2(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
+__device__ __forceinline__ void store2(bf16* p, float a, float b) { *reinterpret_cast<uint32_t*>(p) = pack_bf16(a, b); }
+
+template <class C, typename Tout>
+__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) moe_gemm_kernel(GemmArgs a) {
+  constexpr int BM = C::BM, BN = C::BN, BK = C::BK, LDS = C::LDS, STAGES = C::STAGES;
+  const int q = blockIdx.x / a.n_tiles;
+  if (q >= *a.tile_count) return;
+  // Expert e's tiles [first, first + count) own CTAs [first·n_tiles, (first + count)·n_tiles), and q
+  // is one of them; within that range the m-tile runs fastest.
+  const int4 tq = a.tiles[q];
+  const int local = blockIdx.x - tq.z * a.n_tiles;
+  const int mt = tq.z + local % tq.w, n0 = local / tq.w * BN;
+  const int4 tile = mt == q ? tq : a.tiles[mt];
+  const int expert = tile.x, r0 = tile.y;
+  const int rows = min(BM, a.offsets[expert + 1] - r0);
+  const bf16* xt = a.x + static_cast<int64_t>(r0) * a.ldx;
+  const bf16* wt = a.w + (static_cast<int64_t>(expert) * a.n + n0) * a.ldw;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16* sa = reinterpret_cast<bf16*>(smem_raw);  // [STAGES][BM][LDS]
+  bf16* sb = sa + STAGES * BM * LDS;             // [STAGES][BN][LDS]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / C::kWarpsN, wn = warp % C::kWarpsN;
+  const int ktiles = (a.k + BK - 1) / BK;
+
+  auto load_stage = [&](int kt, int s) {
+    constexpr int kChunks = BK / 8;  // 16-byte chunks per row
+    const int k0 = kt * BK;
+#pragma unroll
+    for (int i = tid; i < BM * kChunks; i += C::kThreads) {
+      const int r = i / kChunks, c = (i % kChunks) * 8;
+      const bool ok = r < rows && k0 + c < a.k;
+      cp_async16(sa + (s * BM + r) * LDS + c, ok ? xt + static_cast<int64_t>(r) * a.ldx + k0 + c : a.x, ok ? 16 : 0);
+    }
+#pragma unroll
+    for (int i = tid; i < BN * kChunks; i += C::kThreads) {
+      const int r = i / kChunks, c = (i % kChunks) * 8;
+      const bool ok = n0 + r < a.n && k0 + c < a.k;
+      cp_async16(sb + (s * BN + r) * LDS + c, ok ? wt + static_cast<int64_t>(r) * a.ldw + k0 + c : a.w, ok ? 16 : 0);
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < ktiles) load_stage(s, s);
+    cp_commit();
+  }
+  float acc[C::MT][C::NT][4];
+#pragma unroll
+  for (int m = 0; m < C::MT; ++m) {
+#pragma unroll
+    for (int n = 0; n < C::NT; ++n) acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
+  }
+
+  for (int kt = 0; kt < ktiles; ++kt) {
+    cp_wait<STAGES - 2>();
+    __syncthreads();  // stage kt has landed for every thread; stage kt − 1 is free again
+    if (kt + STAGES - 1 < ktiles) load_stage(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);
+    cp_commit();
+    const bf16* ta = sa + (kt % STAGES) * BM * LDS;
+    const bf16* tb = sb + (kt % STAGES) * BN * LDS;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      uint32_t af[C::MT][4];
+#pragma unroll
+      for (int m = 0; m < C::MT; ++m) load_a_ldsm(af[m], ta, LDS, wm * C::WTM + m * 16, kk, lane);
+#pragma unroll
+      for (int n = 0; n < C::NT; n += 2) {
+        uint32_t bfr[4];
+        load_b_nk_ldsm(bfr, tb, LDS, wn * C::WTN + n * 8, kk, lane);
+#pragma unroll
+        for (int m = 0; m < C::MT; ++m) {
+          mma_bf16(acc[m][n], af[m], bfr[0], bfr[1]);
+          mma_bf16(acc[m][n + 1], af[m], bfr[2], bfr[3]);
+        }
+      }
+    }
+  }
+  cp_wait<0>();
+
+  // Fragment layout: c0, c1 = row g, columns 2t, 2t+1 of the n8 tile; c2, c3 = row g + 8.
+  Tout* yt = static_cast<Tout*>(a.y) + static_cast<int64_t>(r0) * a.ldy;
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int m = 0; m < C::MT; ++m) {
+    const int row = wm * C::WTM + m * 16 + g;
+#pragma unroll
+    for (int n = 0; n < C::NT; ++n) {
+      const int col = n0 + wn * C::WTN + n * 8 + 2 * t;
+      if (col >= a.n) continue;  // N % 8 == 0: an n8 tile is wholly in or out
+      if (row < rows) store2(yt + static_cast<int64_t>(row) * a.ldy + col, acc[m][n][0], acc[m][n][1]);
+      if (row + 8 < rows) store2(yt + static_cast<int64_t>(row + 8) * a.ldy + col, acc[m][n][2], acc[m][n][3]);
+    }
+  }
+}
+
+template <class C, typename Tout>
+void launch(GemmArgs a, const MoeTileMap& map, cudaStream_t stream) {
+  a.n_tiles = (a.n + C::BN - 1) / C::BN;
+  a.tile_count = map.count;
+  a.tiles = reinterpret_cast<const int4*>(map.tiles);
+  const int64_t blocks = static_cast<int64_t>(a.n_tiles) * map.bound;
+  if (blocks > INT32_MAX) throw Error("moe_grouped_gemm_bf16: grid too large");
+  K3_CUDA_CHECK(cudaFuncSetAttribute(moe_gemm_kernel<C, Tout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     C::kSmemBytes));
+  moe_gemm_kernel<C, Tout><<<static_cast<unsigned>(blocks), C::kThreads, C::kSmemBytes, stream>>>(a);
+  K3_CUDA_CHECK_LAUNCH("moe_gemm_kernel");
+}
+
+template <typename Tout>
+void launch_tile(MoeTile tile, const GemmArgs& a, const MoeTileMap& map, cudaStream_t stream) {
+  switch (tile) {
+    case MoeTile::kM16: launch<CfgM16, Tout>(a, map, stream); break;
+    case MoeTile::kM64: launch<CfgM64, Tout>(a, map, stream); break;
+    case MoeTile::kM128: launch<CfgM128, Tout>(a, map, stream); break;
+    case MoeTile::kAuto: throw Error("moe_grouped_gemm_bf16: unresolved tile");
+  }
+}
+
+bool rows_aligned16(const DeviceTensor& t) {
+  return (reinterpret_cast<uintptr_t>(t.data) % 16) == 0 && (t.ld * dtype_size(t.dtype)) % 16 == 0;
+}
+
+}  // namespace
+
+void moe_grouped_gemm_bf16(const DeviceTensor& xs, const DeviceTensor& w, const MoeDispatch& d, const DeviceTensor& ys,
+                           cudaStream_t stream, MoeTile tile) {
+  const int64_t R = d.rows(), K = xs.cols, N = ys.cols;
+  expect_dtype(xs, DType::kBF16, "moe_grouped_gemm_bf16 xs");
+  expect_dtype(w, DType::kBF16, "moe_grouped_gemm_bf16 w");
+  expect_shape(xs, R, K, "moe_grouped_gemm_bf16 xs");
+  expect_shape(w, d.experts * N, K, "moe_grouped_gemm_bf16 w");
+  expect_shape(ys, R, N, "moe_grouped_gemm_bf16 ys");
+  if (K % 8 != 0 || N % 8 != 0 || K <= 0 || N <= 0) {
+    throw Error("moe_grouped_gemm_bf16: needs N, K positive multiples of 8, got N " + std::to_string(N) + ", K " +
+                std::to_string(K));
+  }
+  if (N > INT32_MAX / 2 || K > INT32_MAX / 2) throw Error("moe_grouped_gemm_bf16: N or K too large");
+  for (const DeviceTensor* t : {&xs, &w, &ys}) {
+    if (!rows_aligned16(*t)) throw Error("moe_grouped_gemm_bf16: needs 16-byte aligned rows, got " + t->describe());
+  }
+  if (tile == MoeTile::kAuto) tile = moe_tile_for(R, d.experts);
+  const MoeTileMap map = moe_tile_map(d, tile);
+  if (R == 0) return;
+  const GemmArgs a{xs.as<const bf16>(), xs.ld, w.as<const bf16>(), w.ld, ys.data, ys.ld, static_cast<int>(N),
+                   static_cast<int>(K), 0, d.expert_offsets, nullptr, nullptr};
+  if (ys.dtype == DType::kF32) {
+    launch_tile<float>(tile, a, map, stream);
+  } else if (ys.dtype == DType::kBF16) {
+    launch_tile<bf16>(tile, a, map, stream);
+  } else {
+    throw Error("moe_grouped_gemm_bf16: ys must be f32 or bf16, got " + ys.describe());
+  }
+}
+
+}  // namespace k3::cuda

@@ -1,82 +1,65 @@
 #include "model/forward.h"
 
 #include "core/error.h"
+#include "model/block_order.h"
 
 namespace k3 {
 namespace {
 
-void mixer(const K3Config& c, const ModelWeights& w, Backend& be, int64_t l, const Tensor& x,
-           std::span<const SeqSlice> slices, Tensor& out) {
-  const LayerWeights& lw = w.layers[static_cast<size_t>(l)];
-  if (c.is_kda(l)) {
-    be.kda(c, l, lw.kda, x, slices, out);
-  } else {
-    be.mla(c, l, lw.mla, x, slices, out);
+// The block order's Ops over the virtual CPU-style Backend and the bound ModelWeights.
+class BackendOps {
+ public:
+  using Act = Tensor;
+
+  BackendOps(const K3Config& c, const ModelWeights& w, Backend& be, std::span<const SeqSlice> slices)
+      : c_(c), w_(w), be_(be), slices_(slices) {}
+
+  void norm(NormSite site, int64_t l, const Tensor& x, Tensor& y) { be_.rms_norm(x, norm_weight(site, l), c_.rms_norm_eps, y); }
+  void mix_norm(NormSite site, int64_t l, const std::vector<const Tensor*>& cand, Tensor& y) {
+    be_.attn_res_mix_norm(cand, res_score(site, l), norm_weight(site, l), c_.rms_norm_eps, y);
   }
-}
-
-void ffn(const K3Config& c, const ModelWeights& w, Backend& be, int64_t l, const Tensor& x, Tensor& out) {
-  const LayerWeights& lw = w.layers[static_cast<size_t>(l)];
-  if (c.is_moe(l)) {
-    be.moe(c, lw.moe, x, out);
-  } else {
-    be.mlp(c, lw.mlp, x, out);
-  }
-}
-
-// AttnRes candidates: the sealed block rows, then the running sum (spec §3.2).
-std::vector<const Tensor*> candidates(const std::vector<Tensor>& bank, const Tensor& run) {
-  std::vector<const Tensor*> cand;
-  for (const Tensor& b : bank) cand.push_back(&b);
-  cand.push_back(&run);
-  return cand;
-}
-
-// The input of the final norm, already normed: plain pre-norm residual (spec §2.3).
-void plain_residual(const K3Config& c, const ModelWeights& w, Backend& be, Tensor x, std::span<const SeqSlice> slices,
-                    Tensor& normed) {
-  const double eps = c.rms_norm_eps;
-  Tensor h, out;
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const LayerWeights& lw = w.layers[static_cast<size_t>(l)];
-    be.rms_norm(x, lw.input_norm, eps, h);
-    mixer(c, w, be, l, h, slices, out);
-    be.add(x, out);
-    be.rms_norm(x, lw.post_attention_norm, eps, h);
-    ffn(c, w, be, l, h, out);
-    be.add(x, out);
-  }
-  be.rms_norm(x, w.final_norm, eps, normed);
-}
-
-// Attention residuals (spec §2.2, §3): blocks sealed at layers 0, B, 2B, …
-void attn_res(const K3Config& c, const ModelWeights& w, Backend& be, Tensor x, std::span<const SeqSlice> slices,
-              Tensor& normed) {
-  const double eps = c.rms_norm_eps;
-  const int64_t block = *c.attn_res_block_size;
-  std::vector<Tensor> bank;
-  Tensor run = std::move(x), h, out;
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const LayerWeights& lw = w.layers[static_cast<size_t>(l)];
-    if (bank.empty()) {
-      be.rms_norm(run, lw.input_norm, eps, h);
+  void mixer(int64_t l, const Tensor& x, Tensor& out) {
+    const LayerWeights& lw = layer(l);
+    if (c_.is_kda(l)) {
+      be_.kda(c_, l, lw.kda, x, slices_, out);
     } else {
-      be.attn_res_mix_norm(candidates(bank, run), lw.attn_res_c, lw.input_norm, eps, h);
+      be_.mla(c_, l, lw.mla, x, slices_, out);
     }
-    const bool seal = l % block == 0;
-    if (seal) bank.push_back(std::move(run));
-    mixer(c, w, be, l, h, slices, out);
-    if (seal) {
-      run = std::move(out);
-    } else {
-      be.add(run, out);
-    }
-    be.attn_res_mix_norm(candidates(bank, run), lw.mlp_res_c, lw.post_attention_norm, eps, h);
-    ffn(c, w, be, l, h, out);
-    be.add(run, out);
   }
-  be.attn_res_mix_norm(candidates(bank, run), w.output_res_c, w.final_norm, eps, normed);
-}
+  void ffn(int64_t l, const Tensor& x, Tensor& out) {
+    const LayerWeights& lw = layer(l);
+    if (c_.is_moe(l)) {
+      be_.moe(c_, lw.moe, x, out);
+    } else {
+      be_.mlp(c_, lw.mlp, x, out);
+    }
+  }
+  void add(Tensor& acc, const Tensor& x) { be_.add(acc, x); }
+
+ private:
+  const LayerWeights& layer(int64_t l) const { return w_.layers[static_cast<size_t>(l)]; }
+  const Floats& norm_weight(NormSite site, int64_t l) const {
+    switch (site) {
+      case NormSite::kInput: return layer(l).input_norm;
+      case NormSite::kPostAttention: return layer(l).post_attention_norm;
+      case NormSite::kFinal: break;
+    }
+    return w_.final_norm;
+  }
+  const Floats& res_score(NormSite site, int64_t l) const {
+    switch (site) {
+      case NormSite::kInput: return layer(l).attn_res_c;
+      case NormSite::kPostAttention: return layer(l).mlp_res_c;
+      case NormSite::kFinal: break;
+    }
+    return w_.output_res_c;
+  }
+
+  const K3Config& c_;
+  const ModelWeights& w_;
+  Backend& be_;
+  std::span<const SeqSlice> slices_;
+};
 
 }  // namespace
 
@@ -100,11 +83,8 @@ Tensor forward(const K3Config& c, const ModelWeights& w, Backend& be, std::span<
   if (covered != T) throw Error("forward: slices cover " + std::to_string(covered) + " of " + std::to_string(T) + " rows");
   Tensor x(T, c.hidden_size), normed;
   be.embed(w.embed, ids, x);
-  if (c.attn_res_block_size) {
-    attn_res(c, w, be, std::move(x), slices, normed);
-  } else {
-    plain_residual(c, w, be, std::move(x), slices, normed);
-  }
+  BackendOps ops(c, w, be, slices);
+  run_blocks(c, ops, std::move(x), normed);
   for (const SeqSlice& s : slices) s.state->length += s.n;
   Tensor picked(static_cast<int64_t>(logit_rows.size()), c.hidden_size), logits;
   for (size_t i = 0; i < logit_rows.size(); ++i) {

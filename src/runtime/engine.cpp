@@ -7,6 +7,30 @@
 #include "model/forward.h"
 
 namespace k3 {
+namespace {
+
+// forward() over the CPU backend, with each sequence's state in host memory.
+class CpuExecutor final : public Executor {
+ public:
+  CpuExecutor(const K3Config& config, const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& linear)
+      : config_(config), weights_(bind_weights(config, plan, files, linear)), backend_(make_cpu_backend()) {}
+
+  void add_sequence(int64_t sequence) override { states_.emplace(sequence, new_sequence_state(config_)); }
+  void free_sequence(int64_t sequence) override { states_.erase(sequence); }
+  Tensor run(std::span<const int64_t> ids, std::span<const BatchSlice> slices, std::span<const int64_t> logit_rows) override {
+    std::vector<SeqSlice> seq;
+    for (const BatchSlice& s : slices) seq.push_back({s.row0, s.n, &states_.at(s.sequence)});
+    return forward(config_, weights_, *backend_, ids, seq, logit_rows);
+  }
+
+ private:
+  const K3Config config_;
+  ModelWeights weights_;
+  std::unique_ptr<Backend> backend_;
+  std::map<int64_t, SequenceState> states_;
+};
+
+}  // namespace
 
 Engine::Engine(const std::string& model_dir, const EngineOptions& options) {
   if (options.threads < 0) throw Error(Where{"", "", "threads"}, "must be ≥ 0 (0 = all cores)");
@@ -16,39 +40,35 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options) {
   config_ = *ckpt.config;
   plan_ = std::make_unique<LoadPlan>(plan_checkpoint(ckpt));
   files_ = std::make_unique<PlanFiles>(*plan_);
-  weights_ = bind_weights(config_, *plan_, *files_, options.linear);
-  backend_ = make_cpu_backend();
+  executor_ = options.executor ? options.executor(config_, *plan_, *files_)
+                              : std::make_unique<CpuExecutor>(config_, *plan_, *files_, options.linear);
 }
 
 Engine::~Engine() = default;
 
 int64_t Engine::new_sequence() {
-  sequences_.emplace(next_id_, new_sequence_state(config_));
+  executor_->add_sequence(next_id_);
+  lengths_.emplace(next_id_, 0);
   return next_id_++;
 }
 
 void Engine::free_sequence(int64_t sequence) {
-  if (sequences_.erase(sequence) == 0) throw Error("unknown sequence " + std::to_string(sequence));
-}
-
-SequenceState& Engine::state(int64_t sequence) {
-  auto it = sequences_.find(sequence);
-  if (it == sequences_.end()) throw Error("unknown sequence " + std::to_string(sequence));
-  return it->second;
+  if (lengths_.erase(sequence) == 0) throw Error("unknown sequence " + std::to_string(sequence));
+  executor_->free_sequence(sequence);
 }
 
 int64_t Engine::sequence_length(int64_t sequence) const {
-  auto it = sequences_.find(sequence);
-  if (it == sequences_.end()) throw Error("unknown sequence " + std::to_string(sequence));
-  return it->second.length;
+  auto it = lengths_.find(sequence);
+  if (it == lengths_.end()) throw Error("unknown sequence " + std::to_string(sequence));
+  return it->second;
 }
 
 std::vector<StepResult> Engine::step(const std::vector<SequenceInput>& inputs) {
   std::vector<int64_t> ids, logit_rows;
-  std::vector<SeqSlice> slices;
+  std::vector<BatchSlice> slices;
   std::set<int64_t> seen;
   for (const SequenceInput& in : inputs) {
-    SequenceState& st = state(in.sequence);
+    if (!lengths_.contains(in.sequence)) throw Error("unknown sequence " + std::to_string(in.sequence));
     if (!seen.insert(in.sequence).second) throw Error("sequence " + std::to_string(in.sequence) + " appears twice in one step");
     if (in.tokens.empty()) throw Error("sequence " + std::to_string(in.sequence) + ": no tokens to run");
     for (int64_t id : in.tokens) {
@@ -57,13 +77,14 @@ std::vector<StepResult> Engine::step(const std::vector<SequenceInput>& inputs) {
       }
     }
     const int64_t row0 = static_cast<int64_t>(ids.size()), n = static_cast<int64_t>(in.tokens.size());
-    slices.push_back({row0, n, &st});
+    slices.push_back({in.sequence, row0, n});
     ids.insert(ids.end(), in.tokens.begin(), in.tokens.end());
     for (int64_t t = in.all_logits ? 0 : n - 1; t < n; ++t) logit_rows.push_back(row0 + t);
   }
   std::vector<StepResult> results;
   if (inputs.empty()) return results;
-  const Tensor logits = forward(config_, weights_, *backend_, ids, slices, logit_rows);
+  const Tensor logits = executor_->run(ids, slices, logit_rows);
+  for (const BatchSlice& s : slices) lengths_[s.sequence] += s.n;
   int64_t row = 0;
   for (const SequenceInput& in : inputs) {
     StepResult r;

@@ -1,11 +1,15 @@
-// The engine: a checkpoint bound for the CPU backend plus the sequences it serves. step() runs the
-// next tokens of several sequences (each of any length: a prompt prefill, a continuation, or one
-// decode token) in one batched forward call — the API the server uses.
+// The engine: a checkpoint bound for a device plus the sequences it serves. step() runs the next
+// tokens of several sequences (each of any length: a prompt prefill, a continuation, or one decode
+// token) in one batched forward call — the API the server uses. The Engine validates requests and
+// keeps sequence lengths; an Executor holds the bound weights and each sequence's state (the CPU
+// executor runs model/forward.cpp on the CPU backend; the CUDA one lives in backend/cuda/model/).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -14,9 +18,30 @@
 
 namespace k3 {
 
+// One sequence's rows [row0, row0 + n) of a batch.
+struct BatchSlice {
+  int64_t sequence = 0;
+  int64_t row0 = 0, n = 0;
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual void add_sequence(int64_t sequence) = 0;
+  virtual void free_sequence(int64_t sequence) = 0;
+  // Runs `ids` (sequence after sequence, covered in order by `slices`, all validated by the Engine),
+  // advances each sequence's state and returns the logits of `logit_rows`, [rows, vocab].
+  virtual Tensor run(std::span<const int64_t> ids, std::span<const BatchSlice> slices,
+                     std::span<const int64_t> logit_rows) = 0;
+};
+
+// Binds a planned checkpoint for a device. `files` outlives the executor.
+using ExecutorFactory = std::function<std::unique_ptr<Executor>(const K3Config&, const LoadPlan&, PlanFiles&)>;
+
 struct EngineOptions {
   int threads = 0;  // OpenMP threads; 0 = all cores
   cpu::LinearOptions linear;
+  ExecutorFactory executor;  // empty: the CPU executor
 };
 
 struct SequenceInput {
@@ -39,6 +64,7 @@ class Engine {
 
   const K3Config& config() const { return config_; }
   const LoadPlan& plan() const { return *plan_; }
+  const Executor& executor() const { return *executor_; }
 
   int64_t new_sequence();
   void free_sequence(int64_t sequence);
@@ -49,14 +75,11 @@ class Engine {
   std::vector<StepResult> step(const std::vector<SequenceInput>& inputs);
 
  private:
-  SequenceState& state(int64_t sequence);
-
   K3Config config_;
   std::unique_ptr<LoadPlan> plan_;
   std::unique_ptr<PlanFiles> files_;
-  ModelWeights weights_;
-  std::unique_ptr<Backend> backend_;
-  std::map<int64_t, SequenceState> sequences_;
+  std::unique_ptr<Executor> executor_;
+  std::map<int64_t, int64_t> lengths_;  // sequence → tokens consumed
   int64_t next_id_ = 0;
 };
 

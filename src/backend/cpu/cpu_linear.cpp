@@ -80,41 +80,21 @@ std::unique_ptr<CpuLinear> make_f32_linear(std::vector<float> weight, int64_t ro
 
 namespace {
 
-bool layout_only(const Binding& b) {
-  return std::all_of(b.transforms.begin(), b.transforms.end(), [](Transform t) {
-    return t == Transform::SqueezeFp8Scale4D || t == Transform::SliceGgufExpert;
-  });
-}
-
-// The source of `role` for this expert (or the only one).
-const SourceTensor& source(const Binding& b, const char* role, int64_t expert) {
-  const SourcePart* p = b.part(role);
-  if (p == nullptr || p->tensors.empty()) throw Error(Where{"", b.param, role}, "binding has no '" + std::string(role) + "' source");
-  if (p->tensors.size() == 1) return p->tensors.front();
-  return p->tensors.at(static_cast<size_t>(expert < 0 ? 0 : expert));
-}
-
-float scalar_source(const Binding& b, const char* role, int64_t expert, PlanFiles& files) {
-  const std::vector<float> v = decode_source(source(b, role, expert), files);
-  if (v.size() != 1) throw Error(Where{"", b.param, role}, "expected one value, found " + std::to_string(v.size()));
-  return v[0];
-}
-
 // The scheme's fast CPU form, or nullptr where only the dequantised float32 fallback exists.
 std::unique_ptr<WeightMatrix> fast_matrix(const Binding& b, int64_t rows, int64_t cols, PlanFiles& files, int64_t expert,
                                           const LinearOptions& options, CpuIsa isa) {
-  if (!layout_only(b)) return nullptr;
+  if (!b.layout_only()) return nullptr;
   switch (b.scheme.kind) {
     case SchemeKind::Dense: {
-      const SourceTensor& w = source(b, "weight", expert);
+      const SourceTensor& w = b.source("weight", expert);
       if (w.dtype != "BF16" && w.dtype != "F16") return nullptr;
       return make_half_matrix(files.bytes(w), w.dtype == "BF16", rows, cols, files.file(w), isa);
     }
     case SchemeKind::Fp8Tensor:
     case SchemeKind::Fp8Block: {
-      const SourceTensor& w = source(b, "weight", expert);
+      const SourceTensor& w = b.source("weight", expert);
       const bool block = b.scheme.kind == SchemeKind::Fp8Block;
-      return make_fp8_matrix(files.bytes(w), decode_source(source(b, "weight_scale", expert), files),
+      return make_fp8_matrix(files.bytes(w), decode_source(b.source("weight_scale", expert), files),
                              block ? b.scheme.block_n : rows, block ? b.scheme.block_k : cols, rows, cols, files.file(w),
                              isa);
     }
@@ -127,14 +107,14 @@ std::unique_ptr<WeightMatrix> fast_matrix(const Binding& b, int64_t rows, int64_
         fp4.input_scale = scalar_source(b, "input_scale", expert, files);
       }
       const float global = nvfp4 ? scalar_source(b, "weight_scale_2", expert, files) : 1.0f;
-      return make_fp4_matrix(files.bytes(source(b, "weight", expert)), files.bytes(source(b, "weight_scale", expert)),
+      return make_fp4_matrix(files.bytes(b.source("weight", expert)), files.bytes(b.source("weight_scale", expert)),
                              nvfp4, global, rows, cols, isa, fp4);
     }
     case SchemeKind::W4A8:
     case SchemeKind::W8A8:
       return make_modelslim_matrix(b, rows, cols, files, expert, isa);
     case SchemeKind::Ggml: {
-      const SourceTensor& w = source(b, "weight", expert);
+      const SourceTensor& w = b.source("weight", expert);
       const GgmlTypeInfo* info = find_ggml_type(b.scheme.storage);
       if (info == nullptr || !ggml_has_dequant(info->type)) return nullptr;
       if (info->type == GgmlType::F32) return nullptr;  // copied as float32 below
@@ -159,15 +139,7 @@ std::unique_ptr<CpuLinear> make_cpu_linear(const Binding& binding, const ParamSp
     return make_kernel_linear(std::move(fast));
   }
   if (expert < 0) return make_f32_linear(materialize(binding, spec, files), rows, cols);
-  // One expert of a bank: keep that expert's source of every per-expert part, so only its bytes
-  // are dequantised.
-  Binding one = binding;
-  for (auto& part : one.parts) {
-    if (part.tensors.size() == spec.shape[0]) part.tensors = {part.tensors[static_cast<size_t>(expert)]};
-  }
-  ParamSpec one_spec = spec;
-  one_spec.shape = {1, spec.shape[1], spec.shape[2]};
-  return make_f32_linear(materialize(one, one_spec, files), rows, cols);
+  return make_f32_linear(materialize_expert(binding, spec, files, expert), rows, cols);
 }
 
 }  // namespace k3::cpu

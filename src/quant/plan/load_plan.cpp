@@ -1,5 +1,7 @@
 #include "quant/plan/load_plan.h"
 
+#include <algorithm>
+
 namespace k3 {
 
 const char* transform_name(Transform t) {
@@ -20,6 +22,19 @@ const SourcePart* Binding::part(const std::string& role) const {
     if (p.role == role) return &p;
   }
   return nullptr;
+}
+
+const SourceTensor& Binding::source(const char* role, int64_t expert) const {
+  const SourcePart* p = part(role);
+  if (p == nullptr || p->tensors.empty()) throw Error(Where{"", param, role}, "binding has no '" + std::string(role) + "' source");
+  if (p->tensors.size() == 1) return p->tensors.front();
+  return p->tensors.at(static_cast<size_t>(expert < 0 ? 0 : expert));
+}
+
+bool Binding::layout_only() const {
+  return std::all_of(transforms.begin(), transforms.end(), [](Transform t) {
+    return t == Transform::SqueezeFp8Scale4D || t == Transform::SliceGgufExpert;
+  });
 }
 
 uint64_t Binding::stored_bytes() const {

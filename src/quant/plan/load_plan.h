@@ -56,7 +56,12 @@ struct Binding {
   std::vector<Transform> transforms;
 
   const SourcePart* part(const std::string& role) const;
+  // The source of `role` for expert `expert` of a bank (or the only one; expert −1 = not a bank).
+  // Throws k3::Error naming the parameter and role when the binding has none.
+  const SourceTensor& source(const char* role, int64_t expert = -1) const;
   uint64_t stored_bytes() const;
+  // Only layout transforms (no value changes): kernels may read the stored bytes in place.
+  bool layout_only() const;
 };
 
 struct Problem {

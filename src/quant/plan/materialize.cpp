@@ -202,4 +202,24 @@ std::vector<float> materialize(const Binding& binding, const ParamSpec& spec, Pl
   return out;
 }
 
+float scalar_source(const Binding& b, const char* role, int64_t expert, PlanFiles& files) {
+  const std::vector<float> v = decode_source(b.source(role, expert), files);
+  if (v.size() != 1) throw Error(Where{"", b.param, role}, "expected one value, found " + std::to_string(v.size()));
+  return v[0];
+}
+
+std::vector<float> materialize_expert(const Binding& binding, const ParamSpec& spec, PlanFiles& files, int64_t expert) {
+  if (spec.shape.size() != 3 || expert < 0 || static_cast<uint64_t>(expert) >= spec.shape[0]) {
+    throw Error(Where{"", spec.name, "shape"}, "expert " + std::to_string(expert) + " of a parameter that is not an expert bank of that size");
+  }
+  // Keep that expert's source of every per-expert part; shared parts (one tensor) stay.
+  Binding one = binding;
+  for (auto& part : one.parts) {
+    if (part.tensors.size() == spec.shape[0]) part.tensors = {part.tensors[static_cast<size_t>(expert)]};
+  }
+  ParamSpec one_spec = spec;
+  one_spec.shape = {1, spec.shape[1], spec.shape[2]};
+  return materialize(one, one_spec, files);
+}
+
 }  // namespace k3

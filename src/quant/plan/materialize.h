@@ -30,6 +30,13 @@ class PlanFiles {
 // The parameter as float32, row-major in spec.shape, after the binding's transforms.
 std::vector<float> materialize(const Binding& binding, const ParamSpec& spec, PlanFiles& files);
 
+// Expert `expert` of an ExpertBank parameter [E, N, K] as float32 [N, K]: only that expert's source
+// bytes are read and dequantised.
+std::vector<float> materialize_expert(const Binding& binding, const ParamSpec& spec, PlanFiles& files, int64_t expert);
+
+// A scalar source (input_scale, weight_scale_2, …) of `role` for `expert` (−1: not a bank) as float.
+float scalar_source(const Binding& binding, const char* role, int64_t expert, PlanFiles& files);
+
 // One source tensor of a dense float dtype (BF16/F16/F32/F8…) decoded to float32.
 std::vector<float> decode_source(const SourceTensor& t, PlanFiles& files);
 

@@ -14,7 +14,8 @@
 // intermediate 1024) and Kimi-K3 (896 experts, top-16, latent 3584, intermediate 3072) shapes with
 // bf16 expert banks, T = 1 … 4096 tokens of random routing: the dispatch, each grouped GEMM (TB/s of
 // the weight bytes of the experts the routing hits, counted on the host, and TFLOP/s of the real
-// rows), and the whole routed layer (dispatch → gather → GEMM1 → SiLU → GEMM2 → combine).
+// rows), and the whole routed layer (dispatch → gather → GEMM1 → SiLU → GEMM2 → combine); plus a
+// compute-bound reference ("dense": 8 experts, ~1024 rows each, 4096-wide).
 //
 // Run: k3_bench_cuda [--reps N] [--arena 75%] [--quick] [--moe] [--moe-tiles]
 //   --moe        the MoE section only;  --moe-tiles  time every grouped-GEMM tile height, not only kAuto
@@ -349,6 +350,7 @@ void bench_memory_bound(Arena& arena, Stream& stream, const RandomPool& bf16_poo
 struct MoeShape {
   const char* name;
   int64_t experts, top_k, hidden, inter;
+  std::vector<int64_t> tokens;
 };
 
 const char* tile_name(MoeTile t) {
@@ -382,12 +384,15 @@ void bench_moe(Arena& arena, Stream& stream, const RandomPool& bf16_pool, bool a
               kRoutings);
   std::printf("%-12s %5s %6s %6s | %-9s %-10s | %9s %8s %7s %6s %7s %6s\n", "model", "T", "rows", "hit", "kernel",
               "tile", "us", "W GB", "TB/s", "%3.83", "TF/s", "%797");
-  const std::vector<MoeShape> shapes = {{"kimi-linear", 256, 8, 2304, 1024}, {"kimi-k3", 896, 16, 3584, 3072}};
+  // "dense": 8 experts of 1024 rows each on average, the compute-bound reference for the tiles.
   const std::vector<int64_t> tokens = {1, 8, 64, 512, 4096};
+  const std::vector<MoeShape> shapes = {{"kimi-linear", 256, 8, 2304, 1024, tokens},
+                                        {"kimi-k3", 896, 16, 3584, 3072, tokens},
+                                        {"dense", 8, 1, 4096, 2048, {8192}}};
   for (const MoeShape& s : shapes) {
     const size_t mark = arena.mark();
     const int64_t E = s.experts, k = s.top_k, H = s.hidden, I = s.inter;
-    const int64_t t_max = tokens.back(), r_max = t_max * k;
+    const int64_t t_max = s.tokens.back(), r_max = t_max * k;
     const double need = 2.0 * (E * 3 * I * H + r_max * (2 * H + 3 * I) + t_max * H);
     if (need > static_cast<double>(arena.capacity() - arena.used()) * 0.98) {
       std::printf("%-12s skipped: needs %.1f GB of arena, %.1f GB free (--arena)\n", s.name, need / 1e9,
@@ -407,7 +412,7 @@ void bench_moe(Arena& arena, Stream& stream, const RandomPool& bf16_pool, bool a
     const DeviceTensor out_all = arena.alloc_tensor(DType::kBF16, t_max, H, "moe out");
     bf16_pool.fill(hs_all.data, hs_all.bytes(), 44);
     std::mt19937_64 gen(2024);
-    for (int64_t T : tokens) {
+    for (int64_t T : s.tokens) {
       const size_t tmark = arena.mark();
       const int64_t R = T * k;
       std::vector<MoeDispatch> d;

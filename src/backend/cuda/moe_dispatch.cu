@@ -268,10 +268,12 @@ int moe_tile_rows(MoeTile tile) {
   throw Error("moe_tile_rows: kAuto has no height (resolve it with moe_tile_for)");
 }
 
+// H200, Kimi-Linear / Kimi-K3 shapes: kM16 is best up to ~9 rows per expert (weight-bandwidth
+// bound either way), kM64 at 16, kM128 at 73 and 128; the switch at 40 lies between measured points.
 MoeTile moe_tile_for(int64_t rows, int64_t experts) {
   const double per_expert = static_cast<double>(rows) / static_cast<double>(std::max<int64_t>(1, experts));
-  if (per_expert <= 24) return MoeTile::kM16;
-  return per_expert <= 96 ? MoeTile::kM64 : MoeTile::kM128;
+  if (per_expert <= 12) return MoeTile::kM16;
+  return per_expert <= 40 ? MoeTile::kM64 : MoeTile::kM128;
 }
 
 MoeTileMap moe_tile_map(const MoeDispatch& d, MoeTile tile) {

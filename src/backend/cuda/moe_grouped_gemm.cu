@@ -3,16 +3,20 @@
 // bound; CTA L with L / n-tiles past the dispatch's tile count exits. The others cover, expert by
 // expert, that expert's m-tiles × n-tiles with the m-tile fastest: the CTAs that read one weight
 // slice run back to back (it comes from DRAM once even when an expert has several m-tiles), and the
-// expert's activation rows stay in L2 while its n-tiles go by. Operands go through a STAGES-deep cp.async ring in padded shared rows (BK + 8
-// elements: conflict-free ldmatrix), fragments come from ldmatrix, products from mma.sync
-// m16n8k16 (bf16 in, fp32 accumulators). Rows past the expert's last row, columns past N and keys
-// past K are zero-filled; the epilogue stores only real rows and columns.
+// expert's activation rows stay in L2 while its n-tiles go by.
 //
-// Three tile shapes (moe_tile_for picks one from T·k/E on the host):
-//   kM16   16 × 64, 4 warps of 16 × 16, BK 64, 6 stages: decode, an expert sees a few rows; each CTA
-//          streams a 64-row slice of one expert's weights once, many CTAs in flight per SM.
-//   kM64   64 × 256, 4 warps of 64 × 64, BK 32, 4 stages: prefill with tens of rows per expert.
-//   kM128  128 × 128, 4 warps of 64 × 64, BK 32, 4 stages: prefill with hundreds of rows per expert.
+// Main loop: a STAGES-deep cp.async ring in padded shared rows (BK + 8 elements: conflict-free
+// ldmatrix), one barrier per stage; ldmatrix fragments double-buffered across the k16 steps (the
+// next step's load under this step's mma.sync m16n8k16, bf16 in, fp32 accumulators). Rows past the
+// expert's last row, columns past N and keys past K are zero-filled; a warp's m16 fragments wholly
+// past the expert's rows are neither loaded nor multiplied, so a partly filled tall tile costs about
+// what its rows need. The epilogue stores only real rows and columns.
+//
+// Three tile shapes (moe_tile_for picks one from T·k/E on the host; H200 figures in bench_cuda):
+//   kM16   16 × 64, 4 warps of 16 × 16, BK 64, 6 stages, 3 CTAs/SM: decode, an expert sees a few
+//          rows; each CTA streams a 64-row slice of one expert's weights once, ~120 KB in flight/SM.
+//   kM64   64 × 128, 4 warps of 32 × 64, BK 64, 3 stages: tens of rows per expert.
+//   kM128  128 × 128, 4 warps of 64 × 64, BK 64, 3 stages: prefill.
 #include <string>
 
 #include "backend/cuda/check.h"
@@ -30,14 +34,17 @@ struct TileCfg {
   static constexpr int kWarpsN = WARPS_N, kThreads = WARPS_M * WARPS_N * 32;
   static constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N;  // one warp's tile
   static constexpr int MT = WTM / 16, NT = WTN / 8;             // its m16 and n8 fragments
+  static constexpr int KK = BK / 16;                             // k16 steps per stage
   static constexpr int LDS = BK + 8;                             // padded shared row (elements)
+  static constexpr int kChunks = BK / 8, kRowStep = kThreads / kChunks;  // cp.async: 16 B chunks, rows per pass
   static constexpr int kSmemBytes = STAGES * (BM + BN) * LDS * 2;
-  static_assert(WTM % 16 == 0 && WTN % 16 == 0 && BK % 16 == 0, "fragment shapes");
-  static_assert((BM * BK / 8) % kThreads == 0 && (BN * BK / 8) % kThreads == 0, "whole cp.async rounds");
+  static_assert(WTM % 16 == 0 && WTN % 16 == 0 && KK % 2 == 0, "fragment shapes; fragments double-buffered by kk parity");
+  static_assert(kThreads % kChunks == 0 && BM % kRowStep == 0 && BN % kRowStep == 0, "whole cp.async passes");
+  static_assert(BM / kRowStep <= 32 && BN / kRowStep <= 32, "row masks");
 };
 using CfgM16 = TileCfg<16, 64, 64, 1, 4, 6, 3>;
-using CfgM64 = TileCfg<64, 256, 32, 1, 4, 4, 2>;
-using CfgM128 = TileCfg<128, 128, 32, 2, 2, 4, 2>;
+using CfgM64 = TileCfg<64, 128, 64, 2, 2, 3, 2>;
+using CfgM128 = TileCfg<128, 128, 64, 2, 2, 3, 2>;
 
 struct GemmArgs {
   const bf16* x;
@@ -57,7 +64,8 @@ __device__ __forceinline__ void store2(bf16* p, float a, float b) { *reinterpret
 
 template <class C, typename Tout>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) moe_gemm_kernel(GemmArgs a) {
-  constexpr int BM = C::BM, BN = C::BN, BK = C::BK, LDS = C::LDS, STAGES = C::STAGES;
+  constexpr int BM = C::BM, BN = C::BN, BK = C::BK, LDS = C::LDS, STAGES = C::STAGES, KK = C::KK;
+  constexpr int MT = C::MT, NP = C::NT / 2;  // NP: ldmatrix.x4 loads of B (two n8 fragments each)
   const int q = blockIdx.x / a.n_tiles;
   if (q >= *a.tile_count) return;
   // Expert e's tiles [first, first + count) own CTAs [first·n_tiles, (first + count)·n_tiles), and q
@@ -68,65 +76,91 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) moe_gemm_kernel(Ge
   const int4 tile = mt == q ? tq : a.tiles[mt];
   const int expert = tile.x, r0 = tile.y;
   const int rows = min(BM, a.offsets[expert + 1] - r0);
-  const bf16* xt = a.x + static_cast<int64_t>(r0) * a.ldx;
-  const bf16* wt = a.w + (static_cast<int64_t>(expert) * a.n + n0) * a.ldw;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* sa = reinterpret_cast<bf16*>(smem_raw);  // [STAGES][BM][LDS]
   bf16* sb = sa + STAGES * BM * LDS;             // [STAGES][BN][LDS]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wm = warp / C::kWarpsN, wn = warp % C::kWarpsN;
+  const int wrow = warp / C::kWarpsN * C::WTM, wcol = warp % C::kWarpsN * C::WTN;
+  // The warp's m16 fragments that hold rows of this expert; the others are neither loaded nor multiplied.
+  const int mvalid = max(0, min(MT, (rows - wrow + 15) / 16));
   const int ktiles = (a.k + BK - 1) / BK;
 
-  auto load_stage = [&](int kt, int s) {
-    constexpr int kChunks = BK / 8;  // 16-byte chunks per row
-    const int k0 = kt * BK;
+  // Each thread copies the 16-byte chunk lcol of rows lrow + i·kRowStep of both operands per stage.
+  const int lrow = tid / C::kChunks, lcol = tid % C::kChunks * 8;
+  const bf16* xsrc = a.x + (static_cast<int64_t>(r0) + lrow) * a.ldx + lcol;
+  const bf16* wsrc = a.w + (static_cast<int64_t>(expert) * a.n + n0 + lrow) * a.ldw + lcol;
+  uint32_t xrows = 0, wrows = 0;  // bit i: row lrow + i·kRowStep exists
 #pragma unroll
-    for (int i = tid; i < BM * kChunks; i += C::kThreads) {
-      const int r = i / kChunks, c = (i % kChunks) * 8;
-      const bool ok = r < rows && k0 + c < a.k;
-      cp_async16(sa + (s * BM + r) * LDS + c, ok ? xt + static_cast<int64_t>(r) * a.ldx + k0 + c : a.x, ok ? 16 : 0);
+  for (int i = 0; i < BM / C::kRowStep; ++i) xrows |= (lrow + i * C::kRowStep < rows ? 1u : 0u) << i;
+#pragma unroll
+  for (int i = 0; i < BN / C::kRowStep; ++i) wrows |= (n0 + lrow + i * C::kRowStep < a.n ? 1u : 0u) << i;
+  auto load_stage = [&](int kt) {
+    const int k0 = kt * BK;
+    const bool kin = k0 + lcol < a.k;
+    bf16* da = sa + (kt % STAGES) * BM * LDS + lrow * LDS + lcol;
+    bf16* db = sb + (kt % STAGES) * BN * LDS + lrow * LDS + lcol;
+#pragma unroll
+    for (int i = 0; i < BM / C::kRowStep; ++i) {
+      const bool ok = kin && (xrows >> i & 1u);
+      cp_async16(da + i * C::kRowStep * LDS, ok ? xsrc + i * C::kRowStep * a.ldx + k0 : a.x, ok ? 16 : 0);
     }
 #pragma unroll
-    for (int i = tid; i < BN * kChunks; i += C::kThreads) {
-      const int r = i / kChunks, c = (i % kChunks) * 8;
-      const bool ok = n0 + r < a.n && k0 + c < a.k;
-      cp_async16(sb + (s * BN + r) * LDS + c, ok ? wt + static_cast<int64_t>(r) * a.ldw + k0 + c : a.w, ok ? 16 : 0);
+    for (int i = 0; i < BN / C::kRowStep; ++i) {
+      const bool ok = kin && (wrows >> i & 1u);
+      cp_async16(db + i * C::kRowStep * LDS, ok ? wsrc + i * C::kRowStep * a.ldw + k0 : a.w, ok ? 16 : 0);
     }
   };
 
+  // Fragments double-buffered by kk parity: step kk's are multiplied while step kk + 1's load.
+  uint32_t af[2][MT][4], bfr[2][NP][4];
+  auto load_frags = [&](int buf, int kt, int kk) {
+    const bf16* ta = sa + (kt % STAGES) * BM * LDS;
+    const bf16* tb = sb + (kt % STAGES) * BN * LDS;
 #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < ktiles) load_stage(s, s);
-    cp_commit();
-  }
-  float acc[C::MT][C::NT][4];
+    for (int m = 0; m < MT; ++m) {
+      if (m < mvalid) load_a_ldsm(af[buf][m], ta, LDS, wrow + m * 16, kk * 16, lane);
+    }
 #pragma unroll
-  for (int m = 0; m < C::MT; ++m) {
+    for (int p = 0; p < NP; ++p) load_b_nk_ldsm(bfr[buf][p], tb, LDS, wcol + p * 16, kk * 16, lane);
+  };
+  float acc[MT][C::NT][4];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
 #pragma unroll
     for (int n = 0; n < C::NT; ++n) acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
   }
 
-  for (int kt = 0; kt < ktiles; ++kt) {
-    cp_wait<STAGES - 2>();
-    __syncthreads();  // stage kt has landed for every thread; stage kt − 1 is free again
-    if (kt + STAGES - 1 < ktiles) load_stage(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < ktiles) load_stage(s);
     cp_commit();
-    const bf16* ta = sa + (kt % STAGES) * BM * LDS;
-    const bf16* tb = sb + (kt % STAGES) * BN * LDS;
+  }
+  cp_wait<STAGES - 2>();
+  __syncthreads();
+  if (mvalid > 0) load_frags(0, 0, 0);
+  for (int kt = 0; kt < ktiles; ++kt) {
 #pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
-      uint32_t af[C::MT][4];
+    for (int kk = 0; kk < KK; ++kk) {
+      if (kk == KK - 1) {
+        // Stage kt + 1 must have landed (for every thread) before its first fragments load; past
+        // this barrier every warp is done reading stage kt − 1, which the kk == 0 step refills.
+        cp_wait<STAGES - 2>();
+        __syncthreads();
+      }
+      const int nkt = kk == KK - 1 ? kt + 1 : kt;
+      if (mvalid > 0 && nkt < ktiles) load_frags((kk + 1) & 1, nkt, (kk + 1) % KK);
+      if (kk == 0) {
+        if (kt + STAGES - 1 < ktiles) load_stage(kt + STAGES - 1);
+        cp_commit();
+      }
 #pragma unroll
-      for (int m = 0; m < C::MT; ++m) load_a_ldsm(af[m], ta, LDS, wm * C::WTM + m * 16, kk, lane);
+      for (int m = 0; m < MT; ++m) {
+        if (m >= mvalid) continue;
 #pragma unroll
-      for (int n = 0; n < C::NT; n += 2) {
-        uint32_t bfr[4];
-        load_b_nk_ldsm(bfr, tb, LDS, wn * C::WTN + n * 8, kk, lane);
-#pragma unroll
-        for (int m = 0; m < C::MT; ++m) {
-          mma_bf16(acc[m][n], af[m], bfr[0], bfr[1]);
-          mma_bf16(acc[m][n + 1], af[m], bfr[2], bfr[3]);
+        for (int p = 0; p < NP; ++p) {
+          mma_bf16(acc[m][2 * p], af[kk & 1][m], bfr[kk & 1][p][0], bfr[kk & 1][p][1]);
+          mma_bf16(acc[m][2 * p + 1], af[kk & 1][m], bfr[kk & 1][p][2], bfr[kk & 1][p][3]);
         }
       }
     }
@@ -137,11 +171,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) moe_gemm_kernel(Ge
   Tout* yt = static_cast<Tout*>(a.y) + static_cast<int64_t>(r0) * a.ldy;
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-  for (int m = 0; m < C::MT; ++m) {
-    const int row = wm * C::WTM + m * 16 + g;
+  for (int m = 0; m < MT; ++m) {
+    const int row = wrow + m * 16 + g;
 #pragma unroll
     for (int n = 0; n < C::NT; ++n) {
-      const int col = n0 + wn * C::WTN + n * 8 + 2 * t;
+      const int col = n0 + wcol + n * 8 + 2 * t;
       if (col >= a.n) continue;  // N % 8 == 0: an n8 tile is wholly in or out
       if (row < rows) store2(yt + static_cast<int64_t>(row) * a.ldy + col, acc[m][n][0], acc[m][n][1]);
       if (row + 8 < rows) store2(yt + static_cast<int64_t>(row + 8) * a.ldy + col, acc[m][n][2], acc[m][n][3]);

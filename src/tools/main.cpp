@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
       k3::cli::add_logits(app),
       k3::cli::add_generate(app),
       k3::cli::add_chat(app),
+      k3::cli::add_bench(app),
   };
 
   try {

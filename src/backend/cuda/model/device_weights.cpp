@@ -1,0 +1,302 @@
+#include "backend/cuda/model/device_weights.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cuda/upload.h"
+#include "core/error.h"
+#include "core/numeric.h"
+
+namespace k3::cuda {
+namespace {
+
+// The load plan's parameters: copied as stored where the GEMM reads them so, else dequantised.
+class Uploader final : public WeightFiller {
+ public:
+  Uploader(Arena& arena, const LoadPlan& plan, PlanFiles& files) : arena_(arena), plan_(plan), files_(files) {}
+
+  DeviceLinear linear(const std::string& name) override {
+    const size_t i = index(name);
+    const Binding& b = plan_.bindings[i];
+    DeviceLinear w;
+    w.n = static_cast<int64_t>(plan_.params[i].shape[0]);
+    w.k = static_cast<int64_t>(plan_.params[i].shape[1]);
+    if (b.layout_only() && b.scheme.kind == SchemeKind::Fp8Block && b.scheme.block_n == 128 && b.scheme.block_k == 128) {
+      const SourceTensor& codes = b.source("weight");
+      const std::vector<float> scales = decode_source(b.source("weight_scale"), files_);
+      w.kind = DeviceLinear::Kind::kFp8Block;
+      w.block = upload_fp8_block_weight(arena_, files_.bytes(codes).data(), scales.data(), w.n, w.k, name.c_str());
+    } else if (b.layout_only() && b.scheme.kind == SchemeKind::Fp8Tensor && b.part("input_scale") != nullptr) {
+      w.kind = DeviceLinear::Kind::kFp8Tensor;
+      w.tensor = upload_fp8_tensor_weight(arena_, files_.bytes(b.source("weight")).data(),
+                                          scalar_source(b, "weight_scale", -1, files_), w.n, w.k, name.c_str());
+      w.input_scale = scalar(scalar_source(b, "input_scale", -1, files_), name);
+    } else {
+      w.kind = DeviceLinear::Kind::kBf16;
+      w.bf16 = arena_.alloc_tensor(DType::kBF16, w.n, w.k, name.c_str());
+      write_bf16(i, -1, w.bf16.as<uint16_t>());
+    }
+    bytes_ += linear_bytes(w);
+    return w;
+  }
+
+  DeviceLinear bf16_linear(const std::string& name) override {
+    const size_t i = index(name);
+    DeviceLinear w;
+    w.kind = DeviceLinear::Kind::kBf16;
+    w.n = static_cast<int64_t>(plan_.params[i].shape[0]);
+    w.k = static_cast<int64_t>(plan_.params[i].shape[1]);
+    w.bf16 = arena_.alloc_tensor(DType::kBF16, w.n, w.k, name.c_str());
+    write_bf16(i, -1, w.bf16.as<uint16_t>());
+    bytes_ += w.bf16.bytes();
+    return w;
+  }
+
+  DeviceTensor experts(const std::string& first, const std::string& second) override {
+    const size_t i1 = index(first);
+    const ParamSpec& s1 = plan_.params[i1];
+    const int64_t E = static_cast<int64_t>(s1.shape[0]), n1 = static_cast<int64_t>(s1.shape[1]);
+    const int64_t K = static_cast<int64_t>(s1.shape[2]);
+    int64_t n2 = 0;
+    size_t i2 = 0;
+    if (!second.empty()) {
+      i2 = index(second);
+      const ParamSpec& s2 = plan_.params[i2];
+      if (s2.shape[0] != s1.shape[0] || s2.shape[2] != s1.shape[2]) {
+        throw Error(Where{"", second, "shape"}, "does not stack with " + first);
+      }
+      n2 = static_cast<int64_t>(s2.shape[1]);
+    }
+    DeviceTensor bank = arena_.alloc_tensor(DType::kBF16, E * (n1 + n2), K, first.c_str());
+    uint16_t* base = bank.as<uint16_t>();
+    for (int64_t e = 0; e < E; ++e) {
+      uint16_t* dst = base + e * (n1 + n2) * K;
+      write_bf16(i1, e, dst);
+      if (n2 > 0) write_bf16(i2, e, dst + n1 * K);
+    }
+    bytes_ += bank.bytes();
+    return bank;
+  }
+
+  DeviceVector vector(const std::string& name, VectorRole) override { return upload(floats(name), name); }
+  DeviceVector zeros(int64_t n, const std::string& what) override {
+    return upload(std::vector<float>(static_cast<size_t>(n), 0.0f), what);
+  }
+
+  DeviceVector res_score(const std::string& prefix) override {
+    std::vector<float> c = floats(prefix + "_norm.weight");
+    const std::vector<float> proj = floats(prefix + "_proj.weight");
+    for (size_t i = 0; i < c.size(); ++i) c[i] *= proj[i];
+    return upload(c, prefix + " score");
+  }
+
+  DeviceVector kda_conv(const std::string& prefix) override {
+    std::vector<float> conv = floats(prefix + "q_conv1d.weight");
+    for (const char* name : {"k_conv1d.weight", "v_conv1d.weight"}) {
+      const std::vector<float> more = floats(prefix + name);
+      conv.insert(conv.end(), more.begin(), more.end());
+    }
+    return upload(conv, prefix + "q|k|v conv1d");
+  }
+
+  void absorb_kv_b(const std::string& name, const MlaConfig& m, DeviceMla& w) override {
+    const std::vector<float> kv_b = floats(name);
+    const size_t nh = m.num_heads, dn = m.qk_nope_head_dim, dv = m.v_head_dim, r = m.kv_lora_rank;
+    std::vector<float> uk(nh * dn * r), uv(nh * dv * r);
+    for (size_t h = 0; h < nh; ++h) {
+      const float* head = kv_b.data() + h * (dn + dv) * r;
+      std::copy(head, head + dn * r, uk.begin() + h * dn * r);
+      std::copy(head + dn * r, head + (dn + dv) * r, uv.begin() + h * dv * r);
+    }
+    w.w_uk = matrix_bf16(uk, static_cast<int64_t>(nh * dn), static_cast<int64_t>(r), name + " W_UK");
+    w.w_uv = matrix_bf16(uv, static_cast<int64_t>(nh * dv), static_cast<int64_t>(r), name + " W_UV");
+  }
+
+  DeviceTensor embedding(const std::string& name) override {
+    const size_t i = index(name);
+    const ParamSpec& s = plan_.params[i];
+    DeviceTensor t = arena_.alloc_tensor(DType::kBF16, static_cast<int64_t>(s.shape[0]), static_cast<int64_t>(s.shape[1]),
+                                         name.c_str());
+    write_bf16(i, -1, t.as<uint16_t>());
+    bytes_ += t.bytes();
+    return t;
+  }
+
+ private:
+  size_t index(const std::string& name) const {
+    const int64_t i = plan_.index_of(name);
+    if (i < 0) throw Error(Where{"", name, ""}, "parameter is not in the load plan");
+    return static_cast<size_t>(i);
+  }
+
+  std::vector<float> floats(const std::string& name) {
+    const size_t i = index(name);
+    return materialize(plan_.bindings[i], plan_.params[i], files_);
+  }
+  DeviceVector upload(const std::vector<float>& v, const std::string& name) {
+    const DeviceTensor t = upload_f32(arena_, v.data(), 1, static_cast<int64_t>(v.size()), DType::kF32, name.c_str());
+    bytes_ += t.bytes();
+    return t.as<float>();
+  }
+  DeviceTensor matrix_bf16(const std::vector<float>& v, int64_t rows, int64_t cols, const std::string& name) {
+    const DeviceTensor t = upload_f32(arena_, v.data(), rows, cols, DType::kBF16, name.c_str());
+    bytes_ += t.bytes();
+    return t;
+  }
+
+  float* scalar(float value, const std::string& name) {
+    float* p = arena_.alloc_n<float>(1, name.c_str());
+    copy_bytes_to_device(p, &value, sizeof(float));
+    bytes_ += sizeof(float);
+    return p;
+  }
+
+  // Parameter i (or expert e of it) as bf16 into device memory at dst: BF16 bytes copied as stored,
+  // anything else dequantised through its scheme's reference and rounded to bf16 (RNE).
+  void write_bf16(size_t i, int64_t e, uint16_t* dst) {
+    const Binding& b = plan_.bindings[i];
+    const ParamSpec& spec = plan_.params[i];
+    const size_t count = e < 0 ? spec.numel() : spec.numel() / spec.shape[0];
+    const SourcePart* w = b.part("weight");
+    const bool per_expert_sources = e < 0 || (w != nullptr && w->tensors.size() == spec.shape[0]);
+    if (b.layout_only() && b.scheme.kind == SchemeKind::Dense && b.scheme.storage == "BF16" && per_expert_sources) {
+      const std::span<const uint8_t> bytes = files_.bytes(b.source("weight", e));
+      if (bytes.size() != count * 2) throw Error(Where{files_.path(b.source("weight", e)), spec.name, "shape"}, "stored size differs from the parameter's");
+      copy_bytes_to_device(dst, bytes.data(), bytes.size());
+      return;
+    }
+    const std::vector<float> v = e < 0 ? materialize(b, spec, files_) : materialize_expert(b, spec, files_, e);
+    std::vector<uint16_t> bits(v.size());
+    for (size_t j = 0; j < v.size(); ++j) bits[j] = encode_bf16(v[j]);
+    copy_bytes_to_device(dst, bits.data(), bits.size() * 2);
+  }
+
+  static uint64_t linear_bytes(const DeviceLinear& w) {
+    switch (w.kind) {
+      case DeviceLinear::Kind::kBf16: return w.bf16.bytes();
+      case DeviceLinear::Kind::kFp8Block: return w.block.codes.bytes() + ((w.n + 127) / 128) * w.block.scale_ld * 4;
+      case DeviceLinear::Kind::kFp8Tensor: return w.tensor.codes.bytes() + 8;
+      case DeviceLinear::Kind::kNone: break;
+    }
+    return 0;
+  }
+
+  Arena& arena_;
+  const LoadPlan& plan_;
+  PlanFiles& files_;
+};
+
+DeviceLinear linear_if(WeightFiller& f, bool present, const std::string& name) {
+  return present ? f.linear(name) : DeviceLinear{};
+}
+
+DeviceKda kda_weights(WeightFiller& f, const K3Config& c, const std::string& p) {
+  DeviceKda w;
+  w.q = f.linear(p + "q_proj.weight");
+  w.k = f.linear(p + "k_proj.weight");
+  w.v = f.linear(p + "v_proj.weight");
+  w.o = f.linear(p + "o_proj.weight");
+  w.g = linear_if(f, c.kda.use_full_rank_gate, p + "g_proj.weight");
+  w.g_a = linear_if(f, !c.kda.use_full_rank_gate, p + "g_a_proj.weight");
+  w.g_b = linear_if(f, !c.kda.use_full_rank_gate, p + "g_b_proj.weight");
+  w.f_a = f.linear(p + "f_a_proj.weight");
+  w.f_b = f.linear(p + "f_b_proj.weight");
+  w.b = f.linear(p + "b_proj.weight");
+  w.conv = f.kda_conv(p);
+  w.a_log = f.vector(p + "A_log", VectorRole::kALog);
+  w.dt_bias = f.vector(p + "dt_bias", VectorRole::kDtBias);
+  w.o_norm = f.vector(p + "o_norm.weight", VectorRole::kNormWeight);
+  return w;
+}
+
+DeviceMla mla_weights(WeightFiller& f, const K3Config& c, const std::string& p) {
+  const MlaConfig& m = c.mla;
+  DeviceMla w;
+  if (m.q_lora_rank) {
+    w.q_a = f.linear(p + "q_a_proj.weight");
+    w.q_a_norm = f.vector(p + "q_a_layernorm.weight", VectorRole::kNormWeight);
+    w.q_b = f.linear(p + "q_b_proj.weight");
+  } else {
+    w.q = f.linear(p + "q_proj.weight");
+  }
+  w.kv_a = f.linear(p + "kv_a_proj_with_mqa.weight");
+  w.kv_a_norm = f.vector(p + "kv_a_layernorm.weight", VectorRole::kNormWeight);
+  w.kv_b = f.linear(p + "kv_b_proj.weight");
+  f.absorb_kv_b(p + "kv_b_proj.weight", m, w);
+  w.g = linear_if(f, m.use_output_gate, p + "g_proj.weight");
+  w.o = f.linear(p + "o_proj.weight");
+  return w;
+}
+
+DeviceMlp mlp_weights(WeightFiller& f, const std::string& p) {
+  return {f.linear(p + "gate_proj.weight"), f.linear(p + "up_proj.weight"), f.linear(p + "down_proj.weight")};
+}
+
+DeviceMoe moe_weights(WeightFiller& f, const K3Config& c, const std::string& p) {
+  const MoeConfig& m = *c.moe;
+  DeviceMoe w;
+  w.router = f.bf16_linear(p + "gate.weight");
+  w.correction_bias = m.has_score_correction_bias
+                          ? f.vector(p + "gate.e_score_correction_bias", VectorRole::kCorrectionBias)
+                          : f.zeros(m.num_experts, p + "zero correction bias");
+  if (m.routed_expert_hidden_size) {
+    w.latent_down = f.linear(p + "routed_expert_down_proj.weight");
+    w.latent_up = f.linear(p + "routed_expert_up_proj.weight");
+    if (m.latent_moe_use_norm) w.latent_norm = f.vector(p + "routed_expert_norm.weight", VectorRole::kNormWeight);
+  }
+  w.w13 = f.experts(p + "experts.w1.weight", p + "experts.w3.weight");
+  w.w2 = f.experts(p + "experts.w2.weight", "");
+  if (m.num_shared_experts > 0) w.shared = mlp_weights(f, p + "shared_experts.");
+  return w;
+}
+
+}  // namespace
+
+DeviceWeights build_weights(WeightFiller& f, const K3Config& config) {
+  DeviceWeights w;
+  w.embed = f.embedding("model.embed_tokens.weight");
+  const bool attn_res = config.attn_res_block_size.has_value();
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    const std::string p = layer_prefix(l);
+    DeviceLayer& lw = w.layers.emplace_back();
+    lw.input_norm = f.vector(p + "input_layernorm.weight", VectorRole::kNormWeight);
+    lw.post_attention_norm = f.vector(p + "post_attention_layernorm.weight", VectorRole::kNormWeight);
+    if (attn_res) {
+      lw.attn_res_c = f.res_score(p + "self_attention_res");
+      lw.mlp_res_c = f.res_score(p + "mlp_res");
+    }
+    if (config.is_kda(l)) {
+      lw.kda = kda_weights(f, config, p + "self_attn.");
+    } else {
+      lw.mla = mla_weights(f, config, p + "self_attn.");
+    }
+    if (config.is_moe(l)) {
+      lw.moe = moe_weights(f, config, p + "block_sparse_moe.");
+    } else {
+      lw.mlp = mlp_weights(f, p + "mlp.");
+    }
+  }
+  w.final_norm = f.vector("model.norm.weight", VectorRole::kNormWeight);
+  if (attn_res) w.output_res_c = f.res_score("model.output_attn_res");
+  if (config.tie_word_embeddings) {
+    w.lm_head.kind = DeviceLinear::Kind::kBf16;
+    w.lm_head.n = w.embed.rows;
+    w.lm_head.k = w.embed.cols;
+    w.lm_head.bf16 = w.embed;
+  } else {
+    w.lm_head = f.bf16_linear("lm_head.weight");
+  }
+  w.bytes = f.bytes();
+  return w;
+}
+
+DeviceWeights upload_weights(Arena& arena, const K3Config& config, const LoadPlan& plan, PlanFiles& files) {
+  if (!plan.ok()) {
+    throw Error(plan.problems.front().where, "the load plan has " + std::to_string(plan.problems.size()) +
+                                                 " problem(s), first: " + plan.problems.front().message);
+  }
+  Uploader u(arena, plan, files);
+  return build_weights(u, config);
+}
+
+}  // namespace k3::cuda

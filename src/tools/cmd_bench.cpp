@@ -1,0 +1,309 @@
+// `k3 bench --synthetic NAME|CONFIG.json [--batch 1,8,64] [--context N] [--steps N] [--device cuda:N]
+// [--gpu-memory 90%] [--no-graphs] [--seed N] [--json FILE]`: the CUDA executor at a model's real
+// shapes over weights generated on the GPU (no checkpoint). For each batch size B: B sequences are
+// prefilled with `context` synthetic tokens, then `steps` decode steps (one token per sequence) are
+// timed after two untimed ones (the eager step and the graph capture). Reported per B: decode tokens/s,
+// ms per step and the fraction of the memory-bandwidth floor reached: the bytes one decode step must
+// move (decode_traffic) over the H200's measured read ceiling. Also the prefill rate of one
+// min(context, max_step_tokens)-token chunk at the largest batch.
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <span>
+
+#include "core/error.h"
+#include "io/json.h"
+#include "model/config.h"
+#include "model/known_configs.h"
+#include "model/parameters.h"
+#include "tools/cli.h"
+#include "tools/model_args.h"
+#ifdef K3_HAVE_CUDA
+#include "backend/cuda/model/cuda_model.h"
+#endif
+
+namespace k3::cli {
+namespace {
+
+constexpr double kReadCeiling = 3.83e12;  // bytes/s: the H200's measured read ceiling (docs/performance.md)
+constexpr int64_t kMaxBatch = 4096;       // the executor's slot limit
+constexpr int64_t kWarmupSteps = 2;       // eager step, then graph capture
+
+struct BenchArgs {
+  std::string synthetic;
+  std::string batch = "1,8,64";
+  int64_t context = 1024, steps = 32;
+  std::string device = "cuda:0";
+  std::string gpu_memory = "90%";
+  bool no_graphs = false;
+  uint64_t seed = 0;
+  std::string json;
+};
+
+[[noreturn]] void bad_flag(const char* flag, const std::string& why) { throw Error(Where{"", "", flag}, why); }
+
+// "1,8,64" → {1, 8, 64}: decimal integers in [1, kMaxBatch].
+std::vector<int64_t> parse_batch_sizes(const std::string& text) {
+  std::vector<int64_t> sizes;
+  size_t start = 0;
+  while (true) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, end - start);
+    int64_t v = 0;
+    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v < 1 || v > kMaxBatch) {
+      bad_flag("--batch", "'" + item + "' is not a batch size (an integer in [1, " + std::to_string(kMaxBatch) + "])");
+    }
+    sizes.push_back(v);
+    if (end == text.size()) return sizes;
+    start = end + 1;
+  }
+}
+
+// A built-in config by name, else a config.json path.
+K3Config resolve_config(const std::string& what) {
+  if (const std::optional<std::string> text = known_config_json(what)) {
+    return parse_k3_config(parse_json(*text, what + " (built in)"));
+  }
+  if (!std::filesystem::exists(what)) {
+    std::string names;
+    for (const std::string& n : known_config_names()) names += (names.empty() ? "" : ", ") + n;
+    bad_flag("--synthetic", "'" + what + "' is neither a known config (" + names + ") nor a file");
+  }
+  try {
+    return load_k3_config(what);
+  } catch (const Error& e) {
+    bad_flag("--synthetic", e.what());
+  }
+}
+
+// What one decode step must move through memory, in bytes: every weight except the routed experts
+// (bf16 matrices, f32 vectors; the embedding only as the rows looked up unless it is the lm_head),
+// the experts the batch hits (the expected number of distinct experts among B·k uniform picks,
+// E·(1 − (1 − k/E)^B), per MoE layer), each KDA layer's f32 recurrent state read and written once per
+// sequence, and each MLA layer's cached latent rows [c | k_pe] (bf16) read once per sequence.
+struct DecodeTraffic {
+  double weights = 0, experts = 0, kda_state = 0, mla_cache = 0;
+  double total() const { return weights + experts + kda_state + mla_cache; }
+};
+
+DecodeTraffic decode_traffic(const K3Config& c, int64_t batch, double context) {
+  DecodeTraffic t;
+  std::vector<double> bank_bytes(static_cast<size_t>(c.num_layers), 0.0);
+  for (const ParamSpec& p : parameter_inventory(c)) {
+    const bool f32 = p.kind == ParamKind::Vector || p.kind == ParamKind::Conv;
+    const double bytes = static_cast<double>(p.numel()) * (f32 ? 4 : 2);
+    if (p.kind == ParamKind::ExpertBank) {
+      bank_bytes[static_cast<size_t>(p.layer)] += bytes;
+    } else if (p.kind == ParamKind::Embedding) {
+      t.weights += c.tie_word_embeddings ? bytes : static_cast<double>(batch * c.hidden_size * 2);
+    } else {
+      t.weights += bytes;
+    }
+  }
+  if (c.moe) {
+    const double E = static_cast<double>(c.moe->num_experts), k = static_cast<double>(c.moe->experts_per_token);
+    const double hit = E * (1.0 - std::pow(1.0 - k / E, static_cast<double>(batch)));
+    for (double bank : bank_bytes) t.experts += bank / E * hit;
+  }
+  const double B = static_cast<double>(batch), D = static_cast<double>(c.kda.head_dim);
+  t.kda_state = static_cast<double>(c.count(MixerKind::kKda)) * B * 2 * 4 * static_cast<double>(c.kda.num_heads) * D * D;
+  const double row = static_cast<double>(c.mla.kv_lora_rank + c.mla.qk_rope_head_dim) * 2;
+  t.mla_cache = static_cast<double>(c.count(MixerKind::kMla)) * B * row * context;
+  return t;
+}
+
+struct DecodeResult {
+  int64_t batch = 0;
+  double seconds = 0;  // the timed steps together
+  int64_t graph_replays = 0;
+  DecodeTraffic traffic;
+};
+
+struct PrefillResult {
+  int64_t batch = 0, tokens = 0;
+  double seconds = 0;
+};
+
+struct Measured {
+  uint64_t weight_bytes = 0;
+  bool graphs = true;
+  std::vector<DecodeResult> decode;  // traffic left for the caller
+  PrefillResult prefill;
+};
+
+void print_report(const BenchArgs& a, const Measured& m) {
+  std::printf("k3 bench: %s, synthetic bf16 weights %.2f GB on %s; context %lld, %lld decode steps, CUDA graphs %s\n",
+              a.synthetic.c_str(), static_cast<double>(m.weight_bytes) / 1e9, a.device.c_str(),
+              static_cast<long long>(a.context), static_cast<long long>(a.steps), m.graphs ? "on" : "off");
+  std::printf("%6s %11s %9s %9s %9s %9s  (floor: the step's bytes at %.2f TB/s)\n", "batch", "tok/s", "ms/step",
+              "GB/step", "floor ms", "of floor", kReadCeiling / 1e12);
+  for (const DecodeResult& r : m.decode) {
+    const double ms = r.seconds * 1e3 / static_cast<double>(a.steps);
+    const double floor_ms = r.traffic.total() / kReadCeiling * 1e3;
+    std::printf("%6lld %11.1f %9.3f %9.3f %9.3f %8.1f%%", static_cast<long long>(r.batch),
+                static_cast<double>(r.batch * a.steps) / r.seconds, ms, r.traffic.total() / 1e9, floor_ms,
+                100.0 * floor_ms / ms);
+    if (m.graphs && r.graph_replays < a.steps) {
+      std::printf("  (%lld of %lld timed steps replayed a graph)", static_cast<long long>(r.graph_replays),
+                  static_cast<long long>(a.steps));
+    }
+    std::printf("\n");
+  }
+  std::printf("prefill: one %lld-token step (batch %lld, its last sequence) in %.3f ms = %.0f tok/s\n",
+              static_cast<long long>(m.prefill.tokens), static_cast<long long>(m.prefill.batch),
+              m.prefill.seconds * 1e3, static_cast<double>(m.prefill.tokens) / m.prefill.seconds);
+}
+
+Json report_json(const BenchArgs& a, const Measured& m) {
+  Json rows = Json::array();
+  for (const DecodeResult& r : m.decode) {
+    const double floor_s = r.traffic.total() / kReadCeiling, step_s = r.seconds / static_cast<double>(a.steps);
+    rows.push_back({{"batch", r.batch},
+                    {"tokens_per_s", static_cast<double>(r.batch * a.steps) / r.seconds},
+                    {"ms_per_step", step_s * 1e3},
+                    {"step_bytes", r.traffic.total()},
+                    {"weight_bytes", r.traffic.weights},
+                    {"expert_bytes", r.traffic.experts},
+                    {"kda_state_bytes", r.traffic.kda_state},
+                    {"mla_cache_bytes", r.traffic.mla_cache},
+                    {"floor_ms", floor_s * 1e3},
+                    {"fraction_of_floor", floor_s / step_s},
+                    {"graph_replays", r.graph_replays}});
+  }
+  return {{"config", a.synthetic},
+          {"device", a.device},
+          {"seed", a.seed},
+          {"weight_bytes", m.weight_bytes},
+          {"context", a.context},
+          {"steps", a.steps},
+          {"graphs", m.graphs},
+          {"read_ceiling_bytes_per_s", kReadCeiling},
+          {"decode", rows},
+          {"prefill",
+           {{"batch", m.prefill.batch},
+            {"tokens", m.prefill.tokens},
+            {"ms", m.prefill.seconds * 1e3},
+            {"tokens_per_s", static_cast<double>(m.prefill.tokens) / m.prefill.seconds}}}};
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+#ifdef K3_HAVE_CUDA
+// Prefill then timed decode at each batch size, on one executor sized for the largest.
+Measured measure(const BenchArgs& a, const K3Config& config, const std::vector<int64_t>& batches, int device) {
+  cuda::CudaOptions options;
+  options.device = device;
+  options.memory = a.gpu_memory;
+  options.max_sequences = *std::max_element(batches.begin(), batches.end());
+  options.max_context = (a.context + a.steps + 64 + 63) / 64 * 64;
+  options.graphs = !a.no_graphs;
+  const std::unique_ptr<Executor> executor = cuda::make_synthetic_cuda_executor(options, config, a.seed);
+
+  std::mt19937_64 rng(a.seed);
+  std::uniform_int_distribution<int64_t> token(0, config.vocab_size - 1);
+  auto tokens = [&](int64_t n) {
+    std::vector<int64_t> ids(static_cast<size_t>(n));
+    for (int64_t& id : ids) id = token(rng);
+    return ids;
+  };
+  // Decode steps: sequence s is row s and gives the logits of row s.
+  std::vector<int64_t> rows;
+  std::vector<BatchSlice> slices;
+  for (int64_t s = 0; s < options.max_sequences; ++s) {
+    rows.push_back(s);
+    slices.push_back({s, s, 1});
+  }
+  auto decode_step = [&](int64_t batch) {
+    const size_t n = static_cast<size_t>(batch);
+    executor->run(tokens(batch), std::span<const BatchSlice>(slices).first(n), std::span<const int64_t>(rows).first(n));
+  };
+
+  Measured m;
+  m.graphs = options.graphs;
+  for (const int64_t batch : batches) {
+    for (int64_t s = 0; s < batch; ++s) {
+      executor->add_sequence(s);
+      for (int64_t done = 0; done < a.context;) {
+        const int64_t n = std::min(a.context - done, options.max_step_tokens);
+        const BatchSlice slice{s, 0, n};
+        const int64_t last = n - 1;
+        const auto t0 = std::chrono::steady_clock::now();
+        executor->run(tokens(n), std::span(&slice, 1), std::span(&last, 1));
+        // The largest batch's last sequence: its first chunk runs a shape the earlier ones warmed
+        // (cold only when that batch is 1 and no other came before).
+        if (done == 0 && s == batch - 1 && batch >= m.prefill.batch) m.prefill = {batch, n, seconds_since(t0)};
+        done += n;
+      }
+    }
+    for (int64_t i = 0; i < kWarmupSteps; ++i) decode_step(batch);
+    const int64_t replays_before = cuda::cuda_executor_stats(*executor).graph_replays;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < a.steps; ++i) decode_step(batch);
+    DecodeResult r;
+    r.batch = batch;
+    r.seconds = seconds_since(t0);
+    r.graph_replays = cuda::cuda_executor_stats(*executor).graph_replays - replays_before;
+    m.decode.push_back(r);
+    for (int64_t s = 0; s < batch; ++s) executor->free_sequence(s);
+  }
+  m.weight_bytes = cuda::cuda_executor_stats(*executor).weight_bytes;
+  return m;
+}
+#else
+Measured measure(const BenchArgs&, const K3Config&, const std::vector<int64_t>&, int) {
+  bad_flag("--device", "this k3 was built without the CUDA backend (configure with -DK3_CUDA=ON)");
+}
+#endif
+
+int run_bench(const BenchArgs& a) {
+  // Every flag is checked before the device is touched.
+  const std::vector<int64_t> batches = parse_batch_sizes(a.batch);
+  if (a.context < 1) bad_flag("--context", "must be ≥ 1, got " + std::to_string(a.context));
+  if (a.steps < 1) bad_flag("--steps", "must be ≥ 1, got " + std::to_string(a.steps));
+  const int device = parse_device(a.device);
+  if (device < 0) bad_flag("--device", "the benchmark runs on a CUDA device (cuda or cuda:N)");
+  const K3Config config = resolve_config(a.synthetic);
+  std::ofstream json_out;
+  if (!a.json.empty()) {
+    json_out.open(a.json);
+    if (!json_out) bad_flag("--json", "cannot write '" + a.json + "'");
+  }
+  Measured m = measure(a, config, batches, device);
+  // Cached rows read per MLA layer and sequence, averaged over the timed steps.
+  const double mean_context = static_cast<double>(a.context + kWarmupSteps) + static_cast<double>(a.steps + 1) / 2;
+  for (DecodeResult& r : m.decode) r.traffic = decode_traffic(config, r.batch, mean_context);
+  print_report(a, m);
+  if (json_out.is_open()) json_out << report_json(a, m).dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+Registered add_bench(CLI::App& app) {
+  auto args = std::make_shared<BenchArgs>();
+  auto* cmd = app.add_subcommand("bench", "Benchmark the CUDA executor at a model's shapes over synthetic weights");
+  cmd->add_option("--synthetic", args->synthetic,
+                  "a known model (kimi-linear-48b-a3b) or a config.json: its shapes, weights generated on the GPU")
+      ->required();
+  cmd->add_option("--batch", args->batch, "batch sizes, comma-separated")->capture_default_str();
+  cmd->add_option("--context", args->context, "prompt tokens per sequence before the decode steps")->capture_default_str();
+  cmd->add_option("--steps", args->steps, "timed decode steps per batch size")->capture_default_str();
+  cmd->add_option("--device", args->device, "cuda or cuda:N")->capture_default_str();
+  cmd->add_option("--gpu-memory", args->gpu_memory, "CUDA memory arena: bytes, 80G, 512M or a share of free memory")
+      ->capture_default_str();
+  cmd->add_flag("--no-graphs", args->no_graphs, "run every decode step eagerly (no CUDA graphs)");
+  cmd->add_option("--seed", args->seed, "seed of the synthetic weights and tokens")->capture_default_str();
+  cmd->add_option("--json", args->json, "also write the numbers to this JSON file");
+  return {cmd, [args] { return run_bench(*args); }};
+}
+
+}  // namespace k3::cli

@@ -1,0 +1,109 @@
+// `k3 bench --synthetic`: every bad flag is a one-line error naming the flag (exit 1), found before
+// any device is touched. A valid run either benchmarks (on a GPU) or, without a device or without
+// the CUDA backend, is a one-line error as well.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "io/json.h"
+#include "model/config.h"
+#include "model/known_configs.h"
+#include "model/tiny_config.h"
+#include "tools/cli_runner.h"
+
+namespace {
+
+using k3::test::CliResult;
+using k3::test::run_k3;
+
+void expect_flag_error(const CliResult& r, const std::string& flag) {
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("'" + flag + "'"), std::string::npos) << r.err;
+}
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+const std::string kBench = "bench --synthetic kimi-linear-48b-a3b ";
+
+TEST(KnownConfigs, KimiLinear48bA3bParses) {
+  const std::optional<std::string> text = k3::known_config_json("kimi-linear-48b-a3b");
+  ASSERT_TRUE(text.has_value());
+  const k3::K3Config c = k3::parse_k3_config(k3::parse_json(*text, "kimi-linear-48b-a3b"));
+  EXPECT_EQ(c.hidden_size, 2304);
+  EXPECT_EQ(c.vocab_size, 163840);
+  EXPECT_EQ(c.num_layers, 27);
+  EXPECT_EQ(c.count(k3::MixerKind::kKda), 20);
+  EXPECT_EQ(c.count(k3::MixerKind::kMla), 7);
+  EXPECT_FALSE(c.is_kda(3));  // layer 4 (1-based) is MLA
+  EXPECT_FALSE(c.is_moe(0));
+  EXPECT_EQ(c.count(k3::FfnKind::kMoe), 26);
+  ASSERT_TRUE(c.moe.has_value());
+  EXPECT_EQ(c.moe->num_experts, 256);
+  EXPECT_EQ(c.moe->experts_per_token, 8);
+  EXPECT_EQ(c.moe->moe_intermediate_size, 1024);
+  EXPECT_FALSE(c.mla.q_lora_rank.has_value());
+  EXPECT_FALSE(c.kda.gate_lower_bound.has_value());
+  EXPECT_FALSE(k3::known_config_json("kimi-linear").has_value());
+}
+
+TEST(CliBench, BadBatchListNamesTheFlag) {
+  for (const char* list : {"1,x", "0", "1,,8", "8,", "5000", "1.5"}) {
+    expect_flag_error(run_k3(kBench + "--batch '" + list + "'"), "--batch");
+  }
+}
+
+TEST(CliBench, ContextAndStepsMustBePositive) {
+  expect_flag_error(run_k3(kBench + "--context 0"), "--context");
+  expect_flag_error(run_k3(kBench + "--context=-4"), "--context");
+  expect_flag_error(run_k3(kBench + "--steps 0"), "--steps");
+}
+
+TEST(CliBench, DeviceMustBeCuda) {
+  expect_flag_error(run_k3(kBench + "--device cpu"), "--device");
+  expect_flag_error(run_k3(kBench + "--device gpu1"), "--device");
+}
+
+TEST(CliBench, UnknownConfigNameOrBadConfigFileNamesTheFlag) {
+  expect_flag_error(run_k3("bench --synthetic no-such-model"), "--synthetic");
+  expect_flag_error(run_k3("bench --synthetic " + write_file("broken.json", "{ not json")), "--synthetic");
+  expect_flag_error(run_k3("bench --synthetic " + write_file("partial.json", R"({"model_type": "kimi_linear"})")),
+                    "--synthetic");
+}
+
+TEST(CliBench, UnwritableJsonNamesTheFlag) {
+  expect_flag_error(run_k3(kBench + "--json /nonexistent-dir/bench.json"), "--json");
+}
+
+// A small model: on a GPU it runs and writes its numbers; elsewhere it stops at the device.
+TEST(CliBench, ValidRunBenchmarksOrSaysThereIsNoDevice) {
+  const std::string config =
+      write_file("small.json", k3::tiny_config_json(k3::TinyArch::KimiLinear, k3::TinySize::Small).dump());
+  const std::string json = ::testing::TempDir() + "/bench.json";
+  const CliResult r =
+      run_k3("bench --synthetic " + config + " --batch 1,2 --context 70 --steps 3 --gpu-memory 3G --json " + json);
+  if (r.code == 0) {
+    const nlohmann::json doc = nlohmann::json::parse(k3::test::slurp(json));
+    ASSERT_EQ(doc["decode"].size(), 2u);
+    for (const auto& row : doc["decode"]) {
+      EXPECT_GT(row["tokens_per_s"].get<double>(), 0);
+      EXPECT_GT(row["fraction_of_floor"].get<double>(), 0);
+    }
+    EXPECT_EQ(doc["prefill"]["tokens"], 70);
+    EXPECT_NE(r.out.find("batch"), std::string::npos) << r.out;
+    return;
+  }
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  const bool no_device = r.err.find("no CUDA device") != std::string::npos;
+  const bool no_backend = r.err.find("without the CUDA backend") != std::string::npos;
+  EXPECT_TRUE(no_device || no_backend) << r.err;
+}
+
+}  // namespace

@@ -5,6 +5,10 @@
 #include "core/error.h"
 #include "quant/families/family.h"
 
+#ifdef K3_HAVE_CUDA
+#include "backend/cuda/model/cuda_model.h"
+#endif
+
 namespace k3::cli {
 
 void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input) {
@@ -27,6 +31,26 @@ void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input) {
                   "4-bit activation numerics: weight-only (16-bit activations, default) or checkpoint (the "
                   "checkpoint's NVFP4 W4A4 contract with its input_scale)")
       ->check(CLI::IsMember({"weight-only", "checkpoint"}));
+  cmd->add_option("--device", args.device, "cpu (default), cuda or cuda:N");
+  cmd->add_option("--gpu-memory", args.gpu_memory, "CUDA memory arena: bytes, 80G, 512M or a share of free memory (90%)")
+      ->capture_default_str();
+  cmd->add_option("--max-sequences", args.max_sequences, "CUDA: sequences alive at once (state slots)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--max-context", args.max_context, "CUDA: tokens per sequence (a multiple of 64)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+}
+
+int parse_device(const std::string& text) {
+  if (text == "cpu") return -1;
+  if (text == "cuda") return 0;
+  if (text.starts_with("cuda:")) {
+    int index = -1;
+    const char* begin = text.data() + 5;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(begin, end, index);
+    if (ec == std::errc() && ptr == end && begin != end && index >= 0) return index;
+  }
+  throw Error(Where{"", "", "--device"}, "'" + text + "' is not a device (cpu, cuda or cuda:N)");
 }
 
 std::vector<int64_t> parse_token_ids(const std::string& text, int64_t vocab) {
@@ -75,6 +99,24 @@ LoadedModel load_model(const ModelArgs& args) {
   options.threads = args.threads;
   options.linear.activation =
       args.activations == "checkpoint" ? cpu::ActivationNumerics::CheckpointContract : cpu::ActivationNumerics::WeightOnly;
+  const int device = parse_device(args.device);
+  if (device >= 0) {
+#ifdef K3_HAVE_CUDA
+    if (options.linear.activation != cpu::ActivationNumerics::WeightOnly) {
+      throw Error(Where{"", "", "--activations"}, "'checkpoint' is not available on the CUDA backend yet");
+    }
+    cuda::CudaOptions cuda;
+    cuda.device = device;
+    cuda.memory = args.gpu_memory;
+    cuda.max_sequences = args.max_sequences;
+    cuda.max_context = args.max_context;
+    options.executor = [cuda](const K3Config& config, const LoadPlan& plan, PlanFiles& files) {
+      return cuda::make_cuda_executor(cuda, config, plan, files);
+    };
+#else
+    throw Error(Where{"", "", "--device"}, "this k3 was built without the CUDA backend (configure with -DK3_CUDA=ON)");
+#endif
+  }
   m.engine = std::make_unique<Engine>(args.model, options);
   return m;
 }

@@ -26,7 +26,14 @@ struct ModelArgs {
   std::optional<std::string> prompt;  // --prompt TEXT
   int threads = 0;                    // 0 = all cores
   std::string activations = "weight-only";  // --activations weight-only|checkpoint (4-bit numerics)
+  std::string device = "cpu";         // --device cpu | cuda | cuda:N
+  std::string gpu_memory = "90%";     // --gpu-memory: the CUDA arena
+  int64_t max_sequences = 8;          // --max-sequences: CUDA state slots
+  int64_t max_context = 4096;         // --max-context: tokens per sequence on the GPU
 };
+
+// --device: -1 for the CPU, else the CUDA device index. Throws k3::Error (field '--device').
+int parse_device(const std::string& text);
 
 // kIdsOrText: exactly one of --ids / --prompt, else a usage error.
 void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input = PromptInput::kIds);

@@ -40,13 +40,16 @@ inline std::vector<float> prefill_logits(Engine& engine, const std::vector<int64
 // tight enough that a state or scale error cannot hide.
 inline constexpr float kAttnResProjScale = 0.2f;
 
-// make_tiny with the AttnRes projections of the master scaled by kAttnResProjScale, written in
-// `family` (the quantizers run on the scaled master as usual).
-inline TinyCheckpoint make_tiny_conditioned(FamilyId family, TinyArch arch, uint64_t seed) {
+// make_tiny (or the `small` size, whose head geometry is the real models' and so the CUDA kernels')
+// with the AttnRes projections of the master scaled by kAttnResProjScale, written in `family` (the
+// quantizers run on the scaled master as usual).
+inline TinyCheckpoint make_tiny_conditioned(FamilyId family, TinyArch arch, uint64_t seed,
+                                            TinySize size = TinySize::Tiny) {
   const std::string dir = ::testing::TempDir() + "/k3_engine_" + family_name(family) + "_" +
-                          (arch == TinyArch::KimiK3 ? "k3" : "linear") + "_" + std::to_string(seed);
+                          (arch == TinyArch::KimiK3 ? "k3" : "linear") + (size == TinySize::Small ? "_small_" : "_") +
+                          std::to_string(seed);
   std::filesystem::remove_all(dir);
-  Json doc = tiny_config_json(arch, TinySize::Tiny);
+  Json doc = tiny_config_json(arch, size);
   const K3Config config = parse_k3_config(parse_json(doc.dump(), dir + "/config.json"));
   MasterWeights master = make_master(config, seed);
   for (auto& [name, values] : master.values) {

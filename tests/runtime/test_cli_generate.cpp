@@ -84,6 +84,8 @@ TEST(CliErrors, BadIdsAndFlagsGiveOneLine) {
       {"generate" + model + " --ids 1,x", 1, "k3 generate: error: field '--ids': 'x' is not an integer token id\n"},
       {"logits" + model + " --ids 1,,2 --out /tmp/x.npy", 1, "k3 logits: error: field '--ids': '' is not an integer token id\n"},
       {"generate" + model + " --ids 1 --temperature 0", 1, "k3 generate: error: field 'temperature': must be a finite number > 0\n"},
+      {"generate" + model + " --ids 1 --device tpu", 1, "k3 generate: error: field '--device': 'tpu' is not a device (cpu, cuda or cuda:N)\n"},
+      {"logits" + model + " --ids 1 --out /tmp/x.npy --device cuda:x", 1, "k3 logits: error: field '--device': 'cuda:x' is not a device (cpu, cuda or cuda:N)\n"},
   };
   for (const Case& c : cases) {
     const test::CliResult r = test::run_k3(c.args);
@@ -98,6 +100,18 @@ TEST(CliErrors, BadIdsAndFlagsGiveOneLine) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_EQ(r.err.rfind("k3: usage error: ", 0), 0u) << r.err;
   }
+}
+
+// --device cuda: runs where a GPU is (tests/cuda compares the results); without one — or in a build
+// without CUDA — a one-line error naming the flag, exit 1.
+TEST(CliErrors, CudaDeviceRunsOrNamesWhatIsMissing) {
+  const test::CliResult r = test::run_k3("logits --model " + peer("ckpt") + " --ids 1,2 --out /tmp/x.npy --device cuda");
+  if (r.code == 0) GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_TRUE(r.err.find("field '--device': no CUDA device is available") != std::string::npos ||
+              r.err.find("without the CUDA backend") != std::string::npos)
+      << r.err;
 }
 
 // --activations checkpoint switches NVFP4 linears to the checkpoint's W4A4 activation contract

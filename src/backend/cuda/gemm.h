@@ -1,5 +1,5 @@
 // GEMMs of the CUDA backend, all through cuBLASLt, all y[M,N] = x[M,K] · W[N,K]ᵀ with W row-major as
-// checkpoints store it and bf16 output:
+// checkpoints store it and bf16 output (f32 output too for bf16 inputs):
 //   bf16        bf16 x, bf16 W
 //   fp8_tensor  e4m3 x and W with one fp32 dequant multiplier each (ModelOpt FP8)
 //   fp8_block   e4m3 x with 1×128 multipliers (VEC128_32F) and W with 128×128 multipliers
@@ -69,7 +69,7 @@ class Blas {
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;
 
-  // x: bf16 [M, K]; w: bf16 [N, K]; y: bf16 [M, N].
+  // x: bf16 [M, K]; w: bf16 [N, K]; y: bf16 or f32 [M, N] (f32: router logits, lm_head).
   void bf16(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& y, cudaStream_t stream);
   // xq: e4m3 [M, K] with the device scalar x_scale; y = x_scale · w.scale · xq · codesᵀ.
   void fp8_tensor(const DeviceTensor& xq, const float* x_scale, const Fp8TensorWeight& w, const DeviceTensor& y,
@@ -85,8 +85,8 @@ class Blas {
   struct Plan;
 
  private:
-  // kind, M, N, K, ldx, ldw, ldy, alignment of x, w, y (bytes, capped at 256)
-  using Key = std::tuple<Kind, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t>;
+  // kind, output dtype, M, N, K, ldx, ldw, ldy, alignment of x, w, y (bytes, capped at 256)
+  using Key = std::tuple<Kind, DType, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t>;
   void run(Kind kind, const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& y, const float* x_scale,
            const float* w_scale, cudaStream_t stream);
   Plan& plan(const Key& key, const float* x_scale, const float* w_scale);

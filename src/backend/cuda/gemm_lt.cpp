@@ -68,7 +68,7 @@ Blas::~Blas() {
 Blas::Plan& Blas::plan(const Key& key, const float* x_scale, const float* w_scale) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
-  const auto [kind, M, N, K, ldx, ldw, ldy, ax, aw, ay] = key;
+  const auto [kind, out, M, N, K, ldx, ldw, ldy, ax, aw, ay] = key;
   auto p = std::make_unique<Plan>();
   const bool fp8 = kind != Kind::kBf16;
   const cudaDataType_t in_type = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
@@ -88,7 +88,7 @@ Blas::Plan& Blas::plan(const Key& key, const float* x_scale, const float* w_scal
   }
   K3_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, in_type, static_cast<uint64_t>(K), static_cast<uint64_t>(N), ldw));
   K3_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, in_type, static_cast<uint64_t>(K), static_cast<uint64_t>(M), ldx));
-  K3_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_16BF, static_cast<uint64_t>(N), static_cast<uint64_t>(M), ldy));
+  K3_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, out == DType::kF32 ? CUDA_R_32F : CUDA_R_16BF, static_cast<uint64_t>(N), static_cast<uint64_t>(M), ldy));
 
   cublasLtMatmulPreference_t pref = nullptr;
   K3_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -122,9 +122,9 @@ void Blas::run(Kind kind, const DeviceTensor& x, const DeviceTensor& w, const De
   const int64_t M = x.rows, N = w.rows, K = x.cols;
   expect_shape(w, N, K, "GEMM weight (must be [N, K] with K the input width)");
   expect_shape(y, M, N, "GEMM output");
-  expect_dtype(y, DType::kBF16, "GEMM output");
+  if (kind != Kind::kBf16 || y.dtype != DType::kF32) expect_dtype(y, DType::kBF16, "GEMM output");
   if (M == 0 || N == 0) return;
-  const Key key{kind, M, N, K, x.ld, w.ld, y.ld, alignment(x.data), alignment(w.data), alignment(y.data)};
+  const Key key{kind, y.dtype, M, N, K, x.ld, w.ld, y.ld, alignment(x.data), alignment(w.data), alignment(y.data)};
   Plan& p = plan(key, x_scale, w_scale);
   if (kind != Kind::kBf16) {
     set_desc(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(w_scale));

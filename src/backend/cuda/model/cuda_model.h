@@ -1,0 +1,40 @@
+// The model on one GPU: weights uploaded once (device_weights.h), per-sequence state in slots (KDA
+// recurrent + conv state, the MLA latent cache), and batched forward steps that run model/block_order.h
+// with the CUDA kernels. Decode steps (one token per sequence) are captured as CUDA graphs per batch
+// size and replayed. `make_cuda_executor` puts it behind the Engine (runtime/engine.h).
+// Host-only header.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "runtime/engine.h"
+
+namespace k3::cuda {
+
+struct CudaOptions {
+  int device = 0;
+  std::string memory = "90%";      // the arena: bytes, "80G", or a share of the free memory
+  int64_t max_sequences = 8;       // state slots: sequences alive at once
+  int64_t max_context = 4096;      // tokens per sequence (MLA cache rows per slot; a multiple of 64)
+  int64_t max_step_tokens = 8192;  // rows of one forward step (prompt chunks above it are refused)
+  bool graphs = true;              // replay decode steps as CUDA graphs
+};
+
+// Checks the options (one-line errors naming the flag) and binds the plan for `options.device`.
+std::unique_ptr<Executor> make_cuda_executor(const CudaOptions& options, const K3Config& config, const LoadPlan& plan,
+                                             PlanFiles& files);
+
+// The same executor over weights generated on the GPU (synthetic_weights in device_weights.h): no
+// checkpoint, for benchmarks at real model shapes (`k3 bench --synthetic`).
+std::unique_ptr<Executor> make_synthetic_cuda_executor(const CudaOptions& options, const K3Config& config, uint64_t seed);
+
+// Statistics of an executor made here (tests and benchmarks): weight bytes, graph replays.
+struct CudaExecutorStats {
+  uint64_t weight_bytes = 0;
+  int64_t graph_replays = 0, graph_captures = 0, eager_steps = 0;
+};
+CudaExecutorStats cuda_executor_stats(const Executor& executor);
+
+}  // namespace k3::cuda

@@ -1,0 +1,221 @@
+// The whole model on the GPU against the CPU engine on the same checkpoint: make-tiny's `small` size
+// (the real head geometry the fast CUDA kernels are built for) in every family, kimi-k3 and
+// kimi-linear, and the `tiny` size (other head dims: the generic kernels).
+// Prefill logits, decode steps (eager, then graph-captured and replayed), batched decode of
+// sequences of different lengths against each alone, and the one-line errors of bad options.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "backend/cuda/model/cuda_model.h"
+#include "cuda_test_util.h"
+#include "io/npy.h"
+#include "model/engine_test_util.h"
+
+namespace k3::cuda {
+namespace {
+
+struct ModelCase {
+  FamilyId family;
+  TinyArch arch;
+  TinySize size = TinySize::Small;  // tiny: other head dims, the generic kernels
+};
+
+// GPU numerics differ from the CPU's by rounding each GEMM input to bf16 (and, for the FP8 families,
+// quantising activations to e4m3 as their GEMMs need): relative max logit error bounds measured on
+// the H200 with margin (docs/gpu.md "End to end").
+double tolerance(FamilyId family) {
+  switch (family) {
+    case FamilyId::Fp8Block:
+    case FamilyId::ModelOptFp8:
+    case FamilyId::ModelOptMixed: return 8e-2;
+    default: return 3e-2;
+  }
+}
+
+EngineOptions cuda_options(bool graphs = true) {
+  CudaOptions o;
+  o.memory = "3G";
+  o.max_sequences = 4;
+  o.max_context = 256;
+  o.graphs = graphs;
+  EngineOptions e;
+  e.executor = [o](const K3Config& c, const LoadPlan& p, PlanFiles& f) { return make_cuda_executor(o, c, p, f); };
+  return e;
+}
+
+// Fraction of rows whose argmax agrees.
+double argmax_agreement(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
+  const int64_t rows = static_cast<int64_t>(a.size()) / vocab;
+  int64_t same = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto ia = std::max_element(a.begin() + r * vocab, a.begin() + (r + 1) * vocab) - a.begin();
+    const auto ib = std::max_element(b.begin() + r * vocab, b.begin() + (r + 1) * vocab) - b.begin();
+    same += ia == ib;
+  }
+  return static_cast<double>(same) / static_cast<double>(rows);
+}
+
+class CudaModelVsCpu : public ::testing::TestWithParam<ModelCase> {};
+
+TEST_P(CudaModelVsCpu, PrefillAndDecodeMatchTheCpuEngine) {
+  K3_REQUIRE_GPU();
+  const ModelCase c = GetParam();
+  const k3::test::TinyCheckpoint ckpt = k3::test::make_tiny_conditioned(c.family, c.arch, 11, c.size);
+  Engine cpu(ckpt.dir);
+  Engine gpu(ckpt.dir, cuda_options());
+  const int64_t vocab = cpu.config().vocab_size;
+  const std::vector<int64_t> prompt = k3::test::test_prompt(40, vocab);
+  const double tol = tolerance(c.family);
+
+  const std::vector<float> want = k3::test::prefill_logits(cpu, prompt);
+  const std::vector<float> got = k3::test::prefill_logits(gpu, prompt);
+  const double prefill_err = k3::test::relative_max_error(got, want);
+  EXPECT_LT(prefill_err, tol) << family_name(c.family);
+  EXPECT_GE(argmax_agreement(got, want, vocab), 0.9);
+
+  // Decode 6 tokens after a 20-token prompt: steps 1 eager, 2 captured, 3… replayed.
+  const std::vector<int64_t> head(prompt.begin(), prompt.begin() + 20);
+  const int64_t sc = cpu.new_sequence(), sg = gpu.new_sequence();
+  cpu.step({{sc, head, false}});
+  gpu.step({{sg, head, false}});
+  double decode_err = 0;
+  for (int i = 0; i < 6; ++i) {
+    const int64_t tok = prompt[20 + i];
+    const std::vector<float> a = cpu.step({{sc, {tok}, false}}).front().logits;
+    const std::vector<float> b = gpu.step({{sg, {tok}, false}}).front().logits;
+    decode_err = std::max(decode_err, k3::test::relative_max_error(b, a));
+  }
+  EXPECT_LT(decode_err, tol) << family_name(c.family);
+  const CudaExecutorStats stats = cuda_executor_stats(gpu.executor());
+  // Graphs replay decode steps where every launch shape is fixed per batch: the fast geometry.
+  if (c.size == TinySize::Small) EXPECT_GE(stats.graph_replays, 3);
+  std::printf("[ %s %s %s ] prefill rel err %.2e, decode rel err %.2e, graph replays %lld, weights %.1f MiB\n",
+              family_name(c.family), c.arch == TinyArch::KimiK3 ? "kimi-k3" : "kimi-linear",
+              c.size == TinySize::Small ? "small" : "tiny", prefill_err,
+              decode_err, static_cast<long long>(stats.graph_replays), stats.weight_bytes / 1048576.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, CudaModelVsCpu,
+                         ::testing::Values(ModelCase{FamilyId::Bf16, TinyArch::KimiK3},
+                                           ModelCase{FamilyId::Bf16, TinyArch::KimiLinear},
+                                           ModelCase{FamilyId::Fp8Block, TinyArch::KimiK3},
+                                           ModelCase{FamilyId::Fp8Block, TinyArch::KimiLinear},
+                                           ModelCase{FamilyId::ModelOptFp8, TinyArch::KimiK3},
+                                           ModelCase{FamilyId::ModelOptFp8, TinyArch::KimiLinear},
+                                           ModelCase{FamilyId::ModelOptMixed, TinyArch::KimiK3},
+                                           ModelCase{FamilyId::CompressedTensorsMxfp4, TinyArch::KimiK3},
+                                           ModelCase{FamilyId::ModelSlimW4A8, TinyArch::KimiK3},
+                                           ModelCase{FamilyId::Gguf, TinyArch::KimiLinear},
+                                           ModelCase{FamilyId::Bf16, TinyArch::KimiK3, TinySize::Tiny},
+                                           ModelCase{FamilyId::Bf16, TinyArch::KimiLinear, TinySize::Tiny}),
+                         cuda::test::CaseIndexName());
+
+// The transformers peer fixture (its own small head geometry runs the generic kernels): logits
+// against the peer's float64 logits and the greedy continuation through the Engine.
+TEST(CudaModel, PeerFixtureMatchesTheTransformersLogits) {
+  K3_REQUIRE_GPU();
+  const std::string dir = std::string(K3_SHARED_DIR) + "/fixtures/kimi-linear-peer/";
+  std::ifstream in(dir + "expected.json");
+  const auto expected = nlohmann::json::parse(in);
+  const std::vector<int64_t> ids = expected["prompt_ids"].get<std::vector<int64_t>>();
+  Engine gpu(dir + "ckpt", cuda_options());
+  const std::vector<float> got = k3::test::prefill_logits(gpu, ids);
+  const NpyArray want = read_npy(dir + "logits.npy");
+  const double* w = reinterpret_cast<const double*>(want.data.data());
+  const double err = k3::test::relative_max_error(got, std::vector<double>(w, w + want.numel()));
+  std::printf("[ peer fixture ] rel err vs transformers float64: %.2e\n", err);
+  EXPECT_LT(err, 3e-2);
+  EXPECT_GE(argmax_agreement(got, std::vector<float>(w, w + want.numel()), gpu.config().vocab_size), 0.9);
+}
+
+// Several sequences in one step — different lengths, prefill next to decode, then batched decode
+// with graphs — give each sequence what it gets alone.
+TEST(CudaModel, BatchedStepsMatchEachSequenceAlone) {
+  K3_REQUIRE_GPU();
+  const k3::test::TinyCheckpoint ckpt = k3::test::make_tiny_conditioned(FamilyId::Bf16, TinyArch::KimiK3, 5, TinySize::Small);
+  Engine gpu(ckpt.dir, cuda_options());
+  const int64_t vocab = gpu.config().vocab_size;
+  const std::vector<int64_t> p1 = k3::test::test_prompt(9, vocab, 1), p2 = k3::test::test_prompt(30, vocab, 2);
+  const std::vector<int64_t> p3 = k3::test::test_prompt(3, vocab, 3);
+
+  // Alone: each prompt, then four decode tokens.
+  auto alone = [&](const std::vector<int64_t>& p) {
+    const int64_t s = gpu.new_sequence();
+    std::vector<std::vector<float>> out{gpu.step({{s, p, false}}).front().logits};
+    for (int i = 0; i < 4; ++i) out.push_back(gpu.step({{s, {p[static_cast<size_t>(i)]}, false}}).front().logits);
+    gpu.free_sequence(s);
+    return out;
+  };
+  const auto a1 = alone(p1), a2 = alone(p2), a3 = alone(p3);
+
+  const int64_t s1 = gpu.new_sequence(), s2 = gpu.new_sequence(), s3 = gpu.new_sequence();
+  std::vector<std::vector<float>> b1, b2, b3;
+  // s1 and s2 prefill together; s3 later joins while they decode.
+  auto r = gpu.step({{s1, p1, false}, {s2, p2, false}});
+  b1.push_back(r[0].logits);
+  b2.push_back(r[1].logits);
+  r = gpu.step({{s1, {p1[0]}, false}, {s2, {p2[0]}, false}, {s3, p3, false}});
+  b1.push_back(r[0].logits);
+  b2.push_back(r[1].logits);
+  b3.push_back(r[2].logits);
+  for (int i = 1; i < 4; ++i) {
+    r = gpu.step({{s1, {p1[static_cast<size_t>(i)]}, false}, {s2, {p2[static_cast<size_t>(i)]}, false},
+                  {s3, {p3[static_cast<size_t>(i - 1)]}, false}});
+    b1.push_back(r[0].logits);
+    b2.push_back(r[1].logits);
+    b3.push_back(r[2].logits);
+  }
+  r = gpu.step({{s3, {p3[3 % p3.size()]}, false}});
+  b3.push_back(r[0].logits);
+  // Batching changes GEMM shapes (and so cuBLASLt's summation order) only.
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_LT(k3::test::relative_max_error(b1[i], a1[i]), 2e-2) << "s1 step " << i;
+    EXPECT_LT(k3::test::relative_max_error(b2[i], a2[i]), 2e-2) << "s2 step " << i;
+  }
+  for (size_t i = 0; i < 4; ++i) EXPECT_LT(k3::test::relative_max_error(b3[i], a3[i]), 2e-2) << "s3 step " << i;
+}
+
+TEST(CudaModel, BadOptionsAreOneLineErrors) {
+  K3_REQUIRE_GPU();
+  const k3::test::TinyCheckpoint ckpt = k3::test::make_tiny_conditioned(FamilyId::Bf16, TinyArch::KimiK3, 5, TinySize::Small);
+  auto make = [&](CudaOptions o) {
+    EngineOptions e;
+    e.executor = [o](const K3Config& c, const LoadPlan& p, PlanFiles& f) { return make_cuda_executor(o, c, p, f); };
+    return Engine(ckpt.dir, e);
+  };
+  CudaOptions o;
+  o.memory = "1G";
+  o.max_context = 100;
+  EXPECT_THROW(make(o), Error);
+  o.max_context = 128;
+  o.device = 99;
+  EXPECT_THROW(make(o), Error);
+  o.device = 0;
+  o.memory = "lots";
+  EXPECT_THROW(make(o), Error);
+  o.memory = "1G";
+  o.max_sequences = 1;
+  Engine gpu = make(o);
+  gpu.new_sequence();
+  EXPECT_THROW(gpu.new_sequence(), Error);  // slots exhausted
+}
+
+TEST(CudaModel, ContextBeyondTheLimitIsRefused) {
+  K3_REQUIRE_GPU();
+  const k3::test::TinyCheckpoint ckpt = k3::test::make_tiny_conditioned(FamilyId::Bf16, TinyArch::KimiLinear, 5, TinySize::Small);
+  CudaOptions o;
+  o.memory = "1G";
+  o.max_context = 64;
+  EngineOptions e;
+  e.executor = [o](const K3Config& c, const LoadPlan& p, PlanFiles& f) { return make_cuda_executor(o, c, p, f); };
+  Engine gpu(ckpt.dir, e);
+  const int64_t s = gpu.new_sequence();
+  gpu.step({{s, k3::test::test_prompt(60, gpu.config().vocab_size), false}});
+  EXPECT_THROW(gpu.step({{s, k3::test::test_prompt(5, gpu.config().vocab_size), false}}), Error);
+}
+
+}  // namespace
+}  // namespace k3::cuda

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "families/family_test_util.h"
@@ -43,11 +44,14 @@ inline constexpr float kAttnResProjScale = 0.2f;
 // make_tiny (or the `small` size, whose head geometry is the real models' and so the CUDA kernels')
 // with the AttnRes projections of the master scaled by kAttnResProjScale, written in `family` (the
 // quantizers run on the scaled master as usual).
+// `edit` may change the master further before the family is written (its name joins the dir's).
 inline TinyCheckpoint make_tiny_conditioned(FamilyId family, TinyArch arch, uint64_t seed,
-                                            TinySize size = TinySize::Tiny) {
+                                            TinySize size = TinySize::Tiny,
+                                            const std::function<void(MasterWeights&)>& edit = {},
+                                            const std::string& edit_name = "") {
   const std::string dir = ::testing::TempDir() + "/k3_engine_" + family_name(family) + "_" +
                           (arch == TinyArch::KimiK3 ? "k3" : "linear") + (size == TinySize::Small ? "_small_" : "_") +
-                          std::to_string(seed);
+                          edit_name + std::to_string(seed);
   std::filesystem::remove_all(dir);
   Json doc = tiny_config_json(arch, size);
   const K3Config config = parse_k3_config(parse_json(doc.dump(), dir + "/config.json"));
@@ -56,6 +60,7 @@ inline TinyCheckpoint make_tiny_conditioned(FamilyId family, TinyArch arch, uint
     if (name.find("_res_proj.weight") == std::string::npos) continue;
     for (float& v : values) v *= kAttnResProjScale;
   }
+  if (edit) edit(master);
   write_family_checkpoint(family, master, doc, dir);
   return {dir, doc, std::move(master)};
 }

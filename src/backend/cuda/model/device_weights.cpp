@@ -21,12 +21,15 @@ class Uploader final : public WeightFiller {
     DeviceLinear w;
     w.n = static_cast<int64_t>(plan_.params[i].shape[0]);
     w.k = static_cast<int64_t>(plan_.params[i].shape[1]);
-    if (b.layout_only() && b.scheme.kind == SchemeKind::Fp8Block && b.scheme.block_n == 128 && b.scheme.block_k == 128) {
+    // cuBLASLt's FP8 kernels want both dims in multiples of 16; smaller projections (β, gates) go bf16.
+    const bool fp8_shape = w.n % 16 == 0 && w.k % 16 == 0;
+    if (fp8_shape && b.layout_only() && b.scheme.kind == SchemeKind::Fp8Block && b.scheme.block_n == 128 &&
+        b.scheme.block_k == 128) {
       const SourceTensor& codes = b.source("weight");
       const std::vector<float> scales = decode_source(b.source("weight_scale"), files_);
       w.kind = DeviceLinear::Kind::kFp8Block;
       w.block = upload_fp8_block_weight(arena_, files_.bytes(codes).data(), scales.data(), w.n, w.k, name.c_str());
-    } else if (b.layout_only() && b.scheme.kind == SchemeKind::Fp8Tensor && b.part("input_scale") != nullptr) {
+    } else if (fp8_shape && b.layout_only() && b.scheme.kind == SchemeKind::Fp8Tensor && b.part("input_scale") != nullptr) {
       w.kind = DeviceLinear::Kind::kFp8Tensor;
       w.tensor = upload_fp8_tensor_weight(arena_, files_.bytes(b.source("weight")).data(),
                                           scalar_source(b, "weight_scale", -1, files_), w.n, w.k, name.c_str());

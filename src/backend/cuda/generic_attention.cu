@@ -14,6 +14,7 @@
 #include <string>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/kda_gate.cuh"
 #include "backend/cuda/kernel_util.cuh"
 
 namespace k3::cuda {
@@ -21,16 +22,10 @@ namespace {
 
 using detail::bf16;
 
-__device__ __forceinline__ float load1(const float* p) { return *p; }
-__device__ __forceinline__ float load1(const bf16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ void store1(float* p, float x) { *p = x; }
-__device__ __forceinline__ void store1(bf16* p, float x) { *p = __float2bfloat16_rn(x); }
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  return v;
-}
+using detail::load1;
+using detail::sigmoid;
+using detail::store1;
+using detail::warp_max;
 
 // Host: runs f(Tag<bf16>{}) or f(Tag<float>{}) after the dtype of an f32 / bf16 tensor.
 template <typename T>
@@ -111,7 +106,7 @@ __global__ void __launch_bounds__(kKdaThreads) kda_recurrent_generic_kernel(KdaA
       const Tin* v = static_cast<const Tin*>(a.v) + row * a.ldv + h * D;
       for (int d = tid - 64; d < D; d += static_cast<int>(blockDim.x) - 64) {
         const float z = load1(f + d) + a.gate.dt_bias[h * D + d];
-        const float g = a.gate.safe ? a.gate.lower_bound * sigmoid(ea * z) : -ea * (z > 20.0f ? z : log1pf(expf(z)));
+        const float g = detail::kda_log_decay(a.gate, ea, z);
         alpha[d] = expf(g);
         vv[d] = load1(v + d);
       }

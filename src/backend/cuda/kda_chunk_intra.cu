@@ -13,13 +13,16 @@
 // SIMT fp32 throughout (the exps do not factor into a plain matrix product).
 #include "backend/cuda/check.h"
 #include "backend/cuda/kda_internal.h"
+#include "backend/cuda/kda_gate.cuh"
 #include "backend/cuda/kernel_util.cuh"
 
 namespace k3::cuda::kda_detail {
 namespace {
 
 using detail::bf16;
+using detail::load1;
 using detail::load4;
+using detail::sigmoid;
 constexpr int kThreads = 288;
 constexpr int LDT = C + 4;       // transposed [D][LDT] tiles: rows 16-byte aligned for float4
 constexpr int kBlocks = 16 * 17 / 2;  // 4×4 blocks of the lower triangle (incl. diagonal)
@@ -33,10 +36,6 @@ struct Smem {
   float beta[C];
 };
 
-__device__ __forceinline__ float load1(const float* p) { return *p; }
-__device__ __forceinline__ float load1(const bf16* p) { return __bfloat162float(*p); }
-
-__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 template <typename Tin>
 __global__ void __launch_bounds__(kThreads, 1) chunk_intra_kernel(PrefillArgs a) {
@@ -79,14 +78,9 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_intra_kernel(PrefillArgs a)
       for (int e = 0; e < 4; ++e) {
         q4[e] *= rq, k4[e] *= rk;
         const float z = f4[e] + a.gate.dt_bias[h * D + d0 + e];
-        if (a.gate.safe) {
-          g4[e] = a.gate.lower_bound * sigmoidf_(ea * z);
-        } else {
-          const float sp = z > 20.0f ? z : log1pf(expf(z));
-          g4[e] = -ea * sp;
-        }
+        g4[e] = detail::kda_log_decay(a.gate, ea, z);
       }
-      beta = sigmoidf_(load1(b + r * a.ldb + h));
+      beta = sigmoid(load1(b + r * a.ldb + h));
     }
 #pragma unroll
     for (int e = 0; e < 4; ++e) sm.kt[d0 + e][i] = k4[e], sm.qt[d0 + e][i] = q4[e], sm.gt[d0 + e][i] = g4[e];

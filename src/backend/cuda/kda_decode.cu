@@ -7,13 +7,16 @@
 // kNorm the gated RMSNorm of the head (spec §6.7) is applied before the single store.
 #include "backend/cuda/check.h"
 #include "backend/cuda/kda.h"
+#include "backend/cuda/kda_gate.cuh"
 #include "backend/cuda/kernel_util.cuh"
 
 namespace k3::cuda {
 namespace {
 
 using detail::bf16;
+using detail::load1;
 using detail::load4;
+using detail::sigmoid;
 using detail::store4;
 constexpr int D = kKdaHeadDim;
 constexpr int kThreads = 256;
@@ -37,9 +40,6 @@ struct DecodeArgs {
   void* out; int64_t ldout;
 };
 
-__device__ __forceinline__ float load1(const float* p) { return *p; }
-__device__ __forceinline__ float load1(const bf16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 template <typename Tin, typename Tout, bool kNorm>
 __global__ void __launch_bounds__(kThreads) kda_decode_kernel(DecodeArgs a) {
@@ -70,20 +70,14 @@ __global__ void __launch_bounds__(kThreads) kda_decode_kernel(DecodeArgs a) {
     const float ea = expf(a.gate.a_log[h]);
     for (int d = tid - 64; d < D; d += 64) {
       const float z = load1(f + d) + a.gate.dt_bias[h * D + d];
-      float g;
-      if (a.gate.safe) {
-        g = a.gate.lower_bound * sigmoidf_(ea * z);
-      } else {
-        g = -ea * (z > 20.0f ? z : log1pf(expf(z)));
-      }
-      alpha[d] = expf(g);
+      alpha[d] = expf(detail::kda_log_decay(a.gate, ea, z));
     }
   } else if (warp == 4) {
     float x[4];
     load4(static_cast<const Tin*>(a.v) + bi * a.ldv + h * D + c0, x);
 #pragma unroll
     for (int e = 0; e < 4; ++e) vv[c0 + e] = x[e];
-    if (lane == 0) beta_s = sigmoidf_(load1(static_cast<const Tin*>(a.b) + bi * a.ldb + h));
+    if (lane == 0) beta_s = sigmoid(load1(static_cast<const Tin*>(a.b) + bi * a.ldb + h));
   }
   __syncthreads();
 
@@ -135,7 +129,7 @@ __global__ void __launch_bounds__(kThreads) kda_decode_kernel(DecodeArgs a) {
       float g[4];
       load4(static_cast<const Tin*>(a.g) + bi * a.ldg + h * D + c0, g);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) o[e] = o[e] * r * a.o_norm[c0 + e] * sigmoidf_(g[e]);
+      for (int e = 0; e < 4; ++e) o[e] = o[e] * r * a.o_norm[c0 + e] * sigmoid(g[e]);
     }
     store4(static_cast<Tout*>(a.out) + bi * a.ldout + h * D + c0, o);
   }

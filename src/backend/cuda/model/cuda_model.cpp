@@ -338,7 +338,7 @@ class CudaExecutor final : public Executor {
     m.kv_src = dev(h_kv_src);
     m.block_table = dev(h_tables);
     m.block_table_ld = pages_per_slot_;
-    logit_rows_ = dev(h_logit_rows);
+    m.logit_rows = dev(h_logit_rows);
     return m;
   }
 
@@ -351,7 +351,7 @@ class CudaExecutor final : public Executor {
     copy_rows(weights_.embed, meta.ids, x.t, nullptr, meta.rows, stream_);
     run_blocks(config_, ops, std::move(x), normed);
     const DeviceTensor picked = arena_.alloc_tensor(DType::kBF16, L, config_.hidden_size, "logit rows");
-    copy_rows(normed.t, logit_rows_, picked, nullptr, L, stream_);
+    copy_rows(normed.t, meta.logit_rows, picked, nullptr, L, stream_);
     const DeviceTensor logits = arena_.alloc_tensor(DType::kF32, L, config_.vocab_size, "logits");
     ctx.linear(weights_.lm_head, picked, logits);
     return logits;
@@ -404,7 +404,6 @@ class CudaExecutor final : public Executor {
   int32_t* device_meta_ = nullptr;
   int32_t* host_meta_ = nullptr;
   int32_t* slot_arg_ = nullptr;
-  const int32_t* logit_rows_ = nullptr;
   size_t step_mark_ = 0;
   std::vector<int32_t> free_slots_;
   std::map<int64_t, Sequence> sequences_;

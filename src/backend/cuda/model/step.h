@@ -32,6 +32,7 @@ struct StepMeta {
   const int32_t* cu_kv = nullptr;        // [n + 1]: prefix sums of seqlens
   const int32_t* kv_src = nullptr;       // [kv_rows]: cache rows of every sequence's whole context
   const int32_t* block_table = nullptr;  // [n][pages_per_slot]
+  const int32_t* logit_rows = nullptr;   // rows whose logits the step returns
   int64_t block_table_ld = 0;
 };
 

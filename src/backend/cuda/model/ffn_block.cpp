@@ -53,7 +53,10 @@ void moe_block(StepContext& ctx, const DeviceMoe& w, const DeviceTensor& x, cons
   const DeviceTensor ys = ctx.scratch(DType::kF32, R, D, "moe expert outputs");
   moe_grouped_gemm_bf16(a, w.w2, d, ys, ctx.stream);
 
-  const DeviceTensor routed = w.latent_up ? ctx.scratch(DType::kF32, T, D, "moe routed sum") : out;
+  // The routed sum goes straight into `out`, or to the latent up-projection: f32 for its norm, else
+  // bf16 as the GEMM reads it.
+  const DType routed_dtype = w.latent_norm ? DType::kF32 : DType::kBF16;
+  const DeviceTensor routed = w.latent_up ? ctx.scratch(routed_dtype, T, D, "moe routed sum") : out;
   moe_combine(ys, d, weights, routed, false, ctx.stream);
   if (w.latent_up) {
     DeviceTensor up_in = routed;

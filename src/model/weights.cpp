@@ -81,16 +81,7 @@ MlaWeights bind_mla(Binder& b, const K3Config& c, const std::string& p) {
   w.kv_a = b.linear(p + "kv_a_proj_with_mqa.weight");
   w.kv_a_norm = b.floats(p + "kv_a_layernorm.weight");
   w.kv_b = b.linear(p + "kv_b_proj.weight");
-  // Split kv_b [n_h·(d_nope+d_v), r_kv] per head into W_UK (rows 0..d_nope) and W_UV (the rest).
-  const Floats kv_b = b.floats(p + "kv_b_proj.weight");
-  const size_t nh = m.num_heads, dn = m.qk_nope_head_dim, dv = m.v_head_dim, r = m.kv_lora_rank;
-  w.w_uk.resize(nh * dn * r);
-  w.w_uv.resize(nh * dv * r);
-  for (size_t h = 0; h < nh; ++h) {
-    const float* head = kv_b.data() + h * (dn + dv) * r;
-    std::copy(head, head + dn * r, w.w_uk.begin() + h * dn * r);
-    std::copy(head + dn * r, head + (dn + dv) * r, w.w_uv.begin() + h * dv * r);
-  }
+  split_kv_b(b.floats(p + "kv_b_proj.weight"), m, w.w_uk, w.w_uv);
   w.g = b.linear_if(m.use_output_gate, p + "g_proj.weight");
   w.o = b.linear(p + "o_proj.weight");
   return w;
@@ -119,6 +110,18 @@ MoeWeights bind_moe(Binder& b, const K3Config& c, const std::string& p) {
 }
 
 }  // namespace
+
+void split_kv_b(const std::vector<float>& kv_b, const MlaConfig& m, std::vector<float>& w_uk, std::vector<float>& w_uv) {
+  const size_t nh = m.num_heads, dn = m.qk_nope_head_dim, dv = m.v_head_dim, r = m.kv_lora_rank;
+  if (kv_b.size() != nh * (dn + dv) * r) throw Error("kv_b: " + std::to_string(kv_b.size()) + " values do not match the MLA dims");
+  w_uk.resize(nh * dn * r);
+  w_uv.resize(nh * dv * r);
+  for (size_t h = 0; h < nh; ++h) {
+    const float* head = kv_b.data() + h * (dn + dv) * r;
+    std::copy(head, head + dn * r, w_uk.begin() + h * dn * r);
+    std::copy(head + dn * r, head + (dn + dv) * r, w_uv.begin() + h * dv * r);
+  }
+}
 
 ModelWeights bind_weights(const K3Config& config, const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& options) {
   if (!plan.ok()) {

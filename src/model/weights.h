@@ -73,6 +73,10 @@ struct ModelWeights {
   Linear lm_head;       // lm_head, or the embedding when tied
 };
 
+// kv_b [n_h·(d_nope + d_v), r_kv] split per head into the absorbed-form matrices (spec §5):
+// w_uk [n_h][d_nope][r_kv] (each head's first d_nope rows) and w_uv [n_h][d_v][r_kv] (the rest).
+void split_kv_b(const std::vector<float>& kv_b, const MlaConfig& m, std::vector<float>& w_uk, std::vector<float>& w_uv);
+
 // Binds every parameter of a plan without problems. `files` must outlive the weights (kernels may
 // keep views into mapped checkpoint bytes).
 ModelWeights bind_weights(const K3Config& config, const LoadPlan& plan, PlanFiles& files,

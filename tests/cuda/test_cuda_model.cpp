@@ -101,7 +101,9 @@ TEST_P(CudaModelVsCpu, PrefillAndDecodeMatchTheCpuEngine) {
   const std::vector<float> got = k3::test::prefill_logits(gpu, prompt);
   const double prefill_err = k3::test::relative_max_error(got, want);
   EXPECT_LT(prefill_err, tol) << family_name(c.family);
-  if (same_contract(c.family)) EXPECT_GE(argmax_agreement(got, want, vocab), 0.9);
+  if (same_contract(c.family)) {
+    EXPECT_GE(argmax_agreement(got, want, vocab), 0.9);
+  }
   for (float v : got) ASSERT_TRUE(std::isfinite(v));
 
   // Decode 6 tokens after a 20-token prompt: steps 1 eager, 2 captured, 3… replayed.
@@ -125,7 +127,9 @@ TEST_P(CudaModelVsCpu, PrefillAndDecodeMatchTheCpuEngine) {
   EXPECT_LT(decode_err, tol) << family_name(c.family);
   const CudaExecutorStats stats = cuda_executor_stats(gpu.executor());
   // Graphs replay decode steps where every launch shape is fixed per batch: the fast geometry.
-  if (c.size == TinySize::Small) EXPECT_GE(stats.graph_replays, 3);
+  if (c.size == TinySize::Small) {
+    EXPECT_GE(stats.graph_replays, 3);
+  }
   std::printf("[ %s %s %s ] prefill rel err %.2e, decode rel err %.2e, graph vs eager %.1e, graph replays %lld, weights %.1f MiB\n",
               family_name(c.family), c.arch == TinyArch::KimiK3 ? "kimi-k3" : "kimi-linear",
               c.size == TinySize::Small ? "small" : "tiny", prefill_err,

@@ -6,6 +6,7 @@
 #include "backend/cuda/upload.h"
 #include "core/error.h"
 #include "core/numeric.h"
+#include "model/weights.h"
 
 namespace k3::cuda {
 namespace {
@@ -29,17 +30,17 @@ class Uploader final : public WeightFiller {
       const std::vector<float> scales = decode_source(b.source("weight_scale"), files_);
       w.kind = DeviceLinear::Kind::kFp8Block;
       w.block = upload_fp8_block_weight(arena_, files_.bytes(codes).data(), scales.data(), w.n, w.k, name.c_str());
+      bytes_ += w.block.codes.bytes() + ((w.n + 127) / 128) * w.block.scale_ld * sizeof(float);
     } else if (fp8_shape && b.layout_only() && b.scheme.kind == SchemeKind::Fp8Tensor && b.part("input_scale") != nullptr) {
       w.kind = DeviceLinear::Kind::kFp8Tensor;
       w.tensor = upload_fp8_tensor_weight(arena_, files_.bytes(b.source("weight")).data(),
                                           scalar_source(b, "weight_scale", -1, files_), w.n, w.k, name.c_str());
       w.input_scale = scalar(scalar_source(b, "input_scale", -1, files_), name);
+      bytes_ += w.tensor.codes.bytes() + sizeof(float);
     } else {
       w.kind = DeviceLinear::Kind::kBf16;
-      w.bf16 = arena_.alloc_tensor(DType::kBF16, w.n, w.k, name.c_str());
-      write_bf16(i, -1, w.bf16.as<uint16_t>());
+      w.bf16 = param_bf16(i, name);
     }
-    bytes_ += linear_bytes(w);
     return w;
   }
 
@@ -49,9 +50,7 @@ class Uploader final : public WeightFiller {
     w.kind = DeviceLinear::Kind::kBf16;
     w.n = static_cast<int64_t>(plan_.params[i].shape[0]);
     w.k = static_cast<int64_t>(plan_.params[i].shape[1]);
-    w.bf16 = arena_.alloc_tensor(DType::kBF16, w.n, w.k, name.c_str());
-    write_bf16(i, -1, w.bf16.as<uint16_t>());
-    bytes_ += w.bf16.bytes();
+    w.bf16 = param_bf16(i, name);
     return w;
   }
 
@@ -103,33 +102,30 @@ class Uploader final : public WeightFiller {
   }
 
   void absorb_kv_b(const std::string& name, const MlaConfig& m, DeviceMla& w) override {
-    const std::vector<float> kv_b = floats(name);
-    const size_t nh = m.num_heads, dn = m.qk_nope_head_dim, dv = m.v_head_dim, r = m.kv_lora_rank;
-    std::vector<float> uk(nh * dn * r), uv(nh * dv * r);
-    for (size_t h = 0; h < nh; ++h) {
-      const float* head = kv_b.data() + h * (dn + dv) * r;
-      std::copy(head, head + dn * r, uk.begin() + h * dn * r);
-      std::copy(head + dn * r, head + (dn + dv) * r, uv.begin() + h * dv * r);
-    }
-    w.w_uk = matrix_bf16(uk, static_cast<int64_t>(nh * dn), static_cast<int64_t>(r), name + " W_UK");
-    w.w_uv = matrix_bf16(uv, static_cast<int64_t>(nh * dv), static_cast<int64_t>(r), name + " W_UV");
+    std::vector<float> uk, uv;
+    split_kv_b(floats(name), m, uk, uv);
+    const int64_t nh = m.num_heads, dn = m.qk_nope_head_dim, dv = m.v_head_dim, r = m.kv_lora_rank;
+    w.w_uk = matrix_bf16(uk, nh * dn, r, name + " W_UK");
+    w.w_uv = matrix_bf16(uv, nh * dv, r, name + " W_UV");
   }
 
-  DeviceTensor embedding(const std::string& name) override {
-    const size_t i = index(name);
-    const ParamSpec& s = plan_.params[i];
-    DeviceTensor t = arena_.alloc_tensor(DType::kBF16, static_cast<int64_t>(s.shape[0]), static_cast<int64_t>(s.shape[1]),
-                                         name.c_str());
-    write_bf16(i, -1, t.as<uint16_t>());
-    bytes_ += t.bytes();
-    return t;
-  }
+  DeviceTensor embedding(const std::string& name) override { return param_bf16(index(name), name); }
 
  private:
   size_t index(const std::string& name) const {
     const int64_t i = plan_.index_of(name);
     if (i < 0) throw Error(Where{"", name, ""}, "parameter is not in the load plan");
     return static_cast<size_t>(i);
+  }
+
+  // 2-D parameter i as a bf16 matrix on the device.
+  DeviceTensor param_bf16(size_t i, const std::string& name) {
+    const ParamSpec& s = plan_.params[i];
+    DeviceTensor t = arena_.alloc_tensor(DType::kBF16, static_cast<int64_t>(s.shape[0]), static_cast<int64_t>(s.shape[1]),
+                                         name.c_str());
+    write_bf16(i, -1, t.as<uint16_t>());
+    bytes_ += t.bytes();
+    return t;
   }
 
   std::vector<float> floats(const std::string& name) {
@@ -172,16 +168,6 @@ class Uploader final : public WeightFiller {
     std::vector<uint16_t> bits(v.size());
     for (size_t j = 0; j < v.size(); ++j) bits[j] = encode_bf16(v[j]);
     copy_bytes_to_device(dst, bits.data(), bits.size() * 2);
-  }
-
-  static uint64_t linear_bytes(const DeviceLinear& w) {
-    switch (w.kind) {
-      case DeviceLinear::Kind::kBf16: return w.bf16.bytes();
-      case DeviceLinear::Kind::kFp8Block: return w.block.codes.bytes() + ((w.n + 127) / 128) * w.block.scale_ld * 4;
-      case DeviceLinear::Kind::kFp8Tensor: return w.tensor.codes.bytes() + 8;
-      case DeviceLinear::Kind::kNone: break;
-    }
-    return 0;
   }
 
   Arena& arena_;

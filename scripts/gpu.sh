@@ -37,25 +37,29 @@ if [ -d .deps/pcre2/lib/pkgconfig ]; then
   export PKG_CONFIG_PATH="$PWD/.deps/pcre2/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 fi
 
-bin_test="" bin_bench=""
+bin_test="" bin_bench="" bin_k3=""
 if [ -n "$prebuilt" ]; then
-  bin_test="$prebuilt/k3_test_cuda" bin_bench="$prebuilt/k3_bench_cuda"
+  bin_test="$prebuilt/k3_test_cuda" bin_bench="$prebuilt/k3_bench_cuda" bin_k3="$prebuilt/k3"
   say "binaries: prebuilt in $prebuilt"
 else
   t0=$(date +%s)
   if cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DK3_CUDA=ON >"$logs/configure.log" 2>&1 &&
-     cmake --build "$build" -j "$(nproc)" --target k3_test_cuda k3_bench_cuda >"$logs/build.log" 2>&1; then
-    bin_test="$build/tests/k3_test_cuda" bin_bench="$build/bench/k3_bench_cuda"
+     cmake --build "$build" -j "$(nproc)" --target k3_test_cuda k3_bench_cuda k3_cli >"$logs/build.log" 2>&1; then
+    bin_test="$build/tests/k3_test_cuda" bin_bench="$build/bench/k3_bench_cuda" bin_k3="$build/k3"
     say "build: ok in $(( $(date +%s) - t0 )) s ($build)"
   else
     say "build: FAILED after $(( $(date +%s) - t0 )) s; last lines of configure.log / build.log:"
     tail -n 15 "$logs/configure.log" "$logs/build.log" 2>/dev/null | tee -a "$summary"
     if [ -z "$fallback" ]; then exit 1; fi
-    bin_test="$fallback/k3_test_cuda" bin_bench="$fallback/k3_bench_cuda"
+    bin_test="$fallback/k3_test_cuda" bin_bench="$fallback/k3_bench_cuda" bin_k3="$fallback/k3"
     say "binaries: falling back to $fallback"
   fi
 fi
 [ "$build_only" = 1 ] && exit 0
+
+# The tests read ../shared/fixtures (the peer fixture); a checkout that carries a copy in .shared
+# (git-ignored; docs/gpu.md) links it there.
+if [ ! -e ../shared ] && [ -d .shared ]; then ln -s "$PWD/.shared" ../shared 2>/dev/null || true; fi
 
 nvidia-smi >"$logs/nvidia-smi.txt" 2>&1 || true
 say "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)"
@@ -69,12 +73,15 @@ grep -E '^\[  FAILED  \] [^0-9]' "$logs/test.log" | sort -u | tee -a "$summary"
 bench_rc=0
 if [ "$run_bench" = 1 ]; then
   t0=$(date +%s)
-  "$bin_bench" "${bench_args[@]}" >"$logs/bench.log" 2>&1
+  "$bin_bench" "${bench_args[@]}" >"$logs/bench.log" 2>&1 &&
+    "$bin_bench" --moe >>"$logs/bench.log" 2>&1 &&
+    if [ -x "$bin_k3" ]; then "$bin_k3" bench --synthetic kimi-linear-48b-a3b --batch 1,8,64 --context 1024 --steps 32 \
+      --json "$logs/bench_model.json" >>"$logs/bench.log" 2>&1; fi
   bench_rc=$?
   say "bench: exit $bench_rc in $(( $(date +%s) - t0 )) s"
   cat "$logs/bench.log" | tee -a "$summary" >/dev/null
   echo; cat "$logs/bench.log"
 fi
 echo
-echo "logs: $logs (summary.txt, test.log, bench.log, configure.log, build.log, nvidia-smi.txt)"
+echo "logs: $logs (summary.txt, test.log, bench.log, bench_model.json, configure.log, build.log, nvidia-smi.txt)"
 [ "$test_rc" = 0 ] && [ "$bench_rc" = 0 ]

@@ -28,8 +28,8 @@ void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input) {
   }
   cmd->add_option("--threads", args.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--activations", args.activations,
-                  "4-bit activation numerics: weight-only (16-bit activations, default) or checkpoint (the "
-                  "checkpoint's NVFP4 W4A4 contract with its input_scale)")
+                  "CPU activation numerics of quantized weights: weight-only (float activations, default) or "
+                  "checkpoint (the checkpoint's contract: NVFP4 W4A4 with its input_scale, FP8 e4m3 activations)")
       ->check(CLI::IsMember({"weight-only", "checkpoint"}));
   cmd->add_option("--device", args.device, "cpu (default), cuda or cuda:N");
   cmd->add_option("--gpu-memory", args.gpu_memory, "CUDA memory arena: bytes, 80G, 512M or a share of free memory (90%)")

@@ -59,6 +59,53 @@ TEST_P(FormatTest, Fp8BlockAndTensorMatchReference) {
   }
 }
 
+// The FP8 activation contract: the kernel multiplies the prepared values exactly (float64 check),
+// and those are e4m3 roundings of x — within half an e4m3 step (2^-4 relative) of each value, the
+// block maximum kept — per token and 1×128 block, or with the static input_scale (saturating at
+// 448·s).
+TEST_P(FormatTest, Fp8ActivationContract) {
+  const int64_t n = 64, k = 320;
+  const std::vector<float> w = random_floats(n * k, 5, 0.05f);
+  std::vector<uint8_t> q(n * k);
+  std::vector<float> scale(((n + 127) / 128) * ((k + 127) / 128));
+  quantize_fp8_block(w.data(), n, k, 128, 128, q.data(), scale.data());
+  const std::vector<float> x = random_floats(3 * k, 6);
+  for (const float input_scale : {0.0f, 0.004f}) {
+    const auto m = make_fp8_matrix(q, scale, 128, 128, n, k, nullptr, GetParam(), Fp8Options{true, input_scale});
+    EXPECT_EQ(m->kernel_name().rfind("fp8-a8/", 0), 0u);
+    for (int64_t tokens : {1, 3}) expect_matches_float64(*m, x, tokens);
+    PreparedActivations a;
+    m->prepare(x.data(), 3, a);
+    std::vector<float> v(static_cast<size_t>(k));
+    int changed = 0;
+    for (int64_t t = 0; t < 3; ++t) {
+      a.values(t, v.data());
+      for (int64_t b = 0; b * 128 < k; ++b) {
+        const int64_t i0 = b * 128, i1 = std::min(k, (b + 1) * 128);
+        float amax = 0, vmax = 0;
+        for (int64_t i = i0; i < i1; ++i) amax = std::max(amax, std::fabs(x[t * k + i]));
+        // The block's scale, and half the smallest (subnormal) e4m3 step in value units.
+        const float s = input_scale > 0 ? input_scale : amax / 448.0f, subnormal = std::ldexp(s, -10);
+        for (int64_t i = i0; i < i1; ++i) {
+          const float xi = x[t * k + i];
+          if (std::fabs(xi) <= 448.0f * s) {
+            EXPECT_LE(std::fabs(v[i] - xi), std::ldexp(std::fabs(xi), -4) + subnormal) << i;
+          } else {
+            EXPECT_EQ(std::fabs(v[i]), 448.0f * s) << i;  // static scale: saturated
+          }
+          changed += v[i] != xi;
+          vmax = std::max(vmax, std::fabs(v[i]));
+        }
+        if (input_scale == 0) {
+          EXPECT_NEAR(vmax, amax, amax * 1e-6f) << "block max of token " << t;
+        }
+      }
+    }
+    EXPECT_GT(changed, 3 * k / 2);
+    expect_driver_matches(make_fp8_matrix(q, scale, 128, 128, n, k, nullptr, GetParam(), Fp8Options{true, input_scale}), 11);
+  }
+}
+
 struct Fp4Case {
   bool nvfp4;
   int64_t n, k;

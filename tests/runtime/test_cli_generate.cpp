@@ -114,25 +114,27 @@ TEST(CliErrors, CudaDeviceRunsOrNamesWhatIsMissing) {
       << r.err;
 }
 
-// --activations checkpoint switches NVFP4 linears to the checkpoint's W4A4 activation contract
-// (its maths is pinned in tests/cpu_kernels): the logits move — 4-bit activations on a tiny random
-// model move them a lot — and stay finite.
-TEST(CliActivations, CheckpointContractChangesNvfp4LogitsSlightly) {
-  const std::string dir = ::testing::TempDir() + "/k3_cli_w4a4";
-  std::filesystem::remove_all(dir);
-  ASSERT_EQ(test::run_k3("make-tiny --arch kimi-k3 --family modelopt-nvfp4 --out " + dir).code, 0);
-  std::vector<std::vector<float>> logits;
-  for (const std::string mode : {"weight-only", "checkpoint"}) {
-    const std::string out = dir + "/" + mode + ".npy";
-    const test::CliResult r = test::run_k3("logits --model " + dir + " --ids 5,6,7,8 --out " + out + " --activations " + mode);
-    ASSERT_EQ(r.code, 0) << r.err;
-    const NpyArray a = read_npy(out);
-    const float* p = reinterpret_cast<const float*>(a.data.data());
-    logits.emplace_back(p, p + a.numel());
+// --activations checkpoint switches quantized linears to the checkpoint's activation contract (NVFP4
+// W4A4; e4m3 activations for FP8 — the maths of both is pinned in tests/cpu_kernels): the logits
+// move — 4-bit activations on a tiny random model move them a lot — and stay finite.
+TEST(CliActivations, CheckpointContractChangesQuantizedLogits) {
+  for (const std::string family : {"modelopt-nvfp4", "modelopt-fp8", "fp8-block"}) {
+    const std::string dir = ::testing::TempDir() + "/k3_cli_contract_" + family;
+    std::filesystem::remove_all(dir);
+    ASSERT_EQ(test::run_k3("make-tiny --arch kimi-k3 --family " + family + " --out " + dir).code, 0);
+    std::vector<std::vector<float>> logits;
+    for (const std::string mode : {"weight-only", "checkpoint"}) {
+      const std::string out = dir + "/" + mode + ".npy";
+      const test::CliResult r = test::run_k3("logits --model " + dir + " --ids 5,6,7,8 --out " + out + " --activations " + mode);
+      ASSERT_EQ(r.code, 0) << r.err;
+      const NpyArray a = read_npy(out);
+      const float* p = reinterpret_cast<const float*>(a.data.data());
+      logits.emplace_back(p, p + a.numel());
+    }
+    const double diff = test::relative_max_error(logits[1], std::vector<double>(logits[0].begin(), logits[0].end()));
+    EXPECT_GT(diff, 1e-4) << family;
+    for (float v : logits[1]) ASSERT_TRUE(std::isfinite(v)) << family;
   }
-  const double diff = test::relative_max_error(logits[1], std::vector<double>(logits[0].begin(), logits[0].end()));
-  EXPECT_GT(diff, 1e-4);
-  for (float v : logits[1]) ASSERT_TRUE(std::isfinite(v));
 }
 
 }  // namespace

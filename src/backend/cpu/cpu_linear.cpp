@@ -94,9 +94,16 @@ std::unique_ptr<WeightMatrix> fast_matrix(const Binding& b, int64_t rows, int64_
     case SchemeKind::Fp8Block: {
       const SourceTensor& w = b.source("weight", expert);
       const bool block = b.scheme.kind == SchemeKind::Fp8Block;
+      // The checkpoint's activation contract: dynamic 1×128 for block FP8, the static input_scale for
+      // per-tensor FP8 (float activations where a per-tensor checkpoint has none).
+      Fp8Options fp8;
+      if (options.activation == ActivationNumerics::CheckpointContract) {
+        fp8.a8 = block || b.part("input_scale") != nullptr;
+        if (!block && fp8.a8) fp8.input_scale = scalar_source(b, "input_scale", expert, files);
+      }
       return make_fp8_matrix(files.bytes(w), decode_source(b.source("weight_scale", expert), files),
                              block ? b.scheme.block_n : rows, block ? b.scheme.block_k : cols, rows, cols, files.file(w),
-                             isa);
+                             isa, fp8);
     }
     case SchemeKind::Nvfp4:
     case SchemeKind::Mxfp4: {

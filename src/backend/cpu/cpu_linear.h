@@ -14,9 +14,11 @@
 
 namespace k3::cpu {
 
-// Activation numerics of 4-bit schemes. WeightOnly (default): activations stay float, as Hopper
-// engines run NVFP4/MXFP4. CheckpointContract: the checkpoint's W4A4 contract — activations
-// fake-quantized to NVFP4 with the static input_scale and dynamic per-16 block scales (spec §2.3).
+// Activation numerics of quantized schemes. WeightOnly (default): activations stay float, as Hopper
+// engines run NVFP4/MXFP4. CheckpointContract: the checkpoint's activation contract — NVFP4 W4A4
+// (activations fake-quantized to NVFP4 with the static input_scale and dynamic per-16 block scales,
+// spec §2.3), and for FP8 weights e4m3 activations (dynamic per token and 1×128 block for block
+// FP8, the static input_scale for ModelOpt FP8), as the CUDA backend's FP8 GEMMs compute.
 enum class ActivationNumerics { WeightOnly, CheckpointContract };
 
 struct LinearOptions {

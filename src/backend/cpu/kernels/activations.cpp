@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "backend/cpu/kernels/weight_matrix.h"
+#include "core/numeric.h"
+#include "quant/fp8/fp8.h"
 
 namespace k3::cpu {
 
@@ -11,6 +13,22 @@ void prepare_f32(const float* x, int64_t m, int64_t k, PreparedActivations& a) {
   a.m = m;
   a.k = k;
   a.f32 = x;
+}
+
+void prepare_fp8(const float* x, int64_t m, int64_t k, float static_scale, PreparedActivations& a) {
+  constexpr int64_t kBlock = 128;
+  a.owned.resize(static_cast<size_t>(m * k));
+  if (static_scale > 0.0f) {
+    for (int64_t i = 0; i < m * k; ++i) a.owned[i] = decode_e4m3fn(encode_e4m3fn_sat(x[i] / static_scale)) * static_scale;
+  } else {
+    std::vector<uint8_t> codes(static_cast<size_t>(k));
+    std::vector<float> scales(static_cast<size_t>((k + kBlock - 1) / kBlock));
+    for (int64_t t = 0; t < m; ++t) {
+      quantize_fp8_block(x + t * k, 1, k, 1, kBlock, codes.data(), scales.data());
+      dequant_fp8_block(codes.data(), scales.data(), 1, k, 1, kBlock, a.owned.data() + t * k);
+    }
+  }
+  prepare_f32(a.owned.data(), m, k, a);
 }
 
 void prepare_fixed16(const float* x, int64_t m, int64_t k, int64_t block, PreparedActivations& a) {

@@ -86,8 +86,9 @@ class HalfMatrix final : public WeightMatrix {
 class Fp8Matrix final : public WeightMatrix {
  public:
   Fp8Matrix(std::span<const uint8_t> codes, std::vector<float> scale, int64_t block_n, int64_t block_k, int64_t rows,
-            int64_t cols, KeepAlive keep_alive, CpuIsa isa)
+            int64_t cols, KeepAlive keep_alive, CpuIsa isa, const Fp8Options& options)
       : WeightMatrix(rows, cols, isa),
+        options_(options),
         q_(codes.data()),
         scale_(std::move(scale)),
         block_n_(block_n),
@@ -102,7 +103,13 @@ class Fp8Matrix final : public WeightMatrix {
     }
     for (float& s : scale_) s *= kE4m3ViaF16Scale;  // the row dots return values / 2^8
   }
-  void prepare(const float* x, int64_t m, PreparedActivations& a) const override { prepare_f32(x, m, cols(), a); }
+  void prepare(const float* x, int64_t m, PreparedActivations& a) const override {
+    if (options_.a8) {
+      prepare_fp8(x, m, cols(), options_.input_scale, a);
+    } else {
+      prepare_f32(x, m, cols(), a);
+    }
+  }
   void dot_rows(const PreparedActivations& a, int64_t r0, int64_t r1, float* y, int64_t ldy) const override {
     const int64_t k = cols();
     for_rows_and_tokens(a, r0, r1, y, ldy, [&](int64_t r, const float* x) {
@@ -117,9 +124,10 @@ class Fp8Matrix final : public WeightMatrix {
     }
   }
   uint64_t weight_bytes() const override { return static_cast<uint64_t>(rows() * cols()) + scale_.size() * 4; }
-  std::string kernel_name() const override { return std::string("fp8/") + isa_name(isa()); }
+  std::string kernel_name() const override { return std::string(options_.a8 ? "fp8-a8/" : "fp8/") + isa_name(isa()); }
 
  private:
+  Fp8Options options_;
   const uint8_t* q_;
   std::vector<float> scale_;  // × kE4m3ViaF16Scale
   int64_t block_n_, block_k_, k_blocks_;
@@ -138,8 +146,9 @@ std::unique_ptr<WeightMatrix> make_half_matrix(std::span<const uint8_t> w, bool 
 }
 std::unique_ptr<WeightMatrix> make_fp8_matrix(std::span<const uint8_t> codes, std::vector<float> scale, int64_t block_n,
                                               int64_t block_k, int64_t rows, int64_t cols, KeepAlive keep_alive,
-                                              CpuIsa isa) {
-  return std::make_unique<Fp8Matrix>(codes, std::move(scale), block_n, block_k, rows, cols, std::move(keep_alive), isa);
+                                              CpuIsa isa, const Fp8Options& options) {
+  return std::make_unique<Fp8Matrix>(codes, std::move(scale), block_n, block_k, rows, cols, std::move(keep_alive), isa,
+                                     options);
 }
 
 }  // namespace k3::cpu

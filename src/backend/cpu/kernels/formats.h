@@ -23,9 +23,15 @@ std::unique_ptr<WeightMatrix> make_half_matrix(std::span<const uint8_t> w, bool 
                                                KeepAlive keep_alive, CpuIsa isa);
 // FP8 E4M3 codes [rows, cols] read in place × float multipliers per block_n×block_k tile, scale
 // row-major [cdiv(rows, block_n), cdiv(cols, block_k)] (per tensor: block_n = rows, block_k = cols).
+// Activations f32, or with `a8` the checkpoint's FP8 activation contract (prepare_fp8): static with
+// input_scale > 0 (ModelOpt FP8), else dynamic per token and 1×128 block (FP8_PB_WO, DeepSeek).
+struct Fp8Options {
+  bool a8 = false;
+  float input_scale = 0.0f;
+};
 std::unique_ptr<WeightMatrix> make_fp8_matrix(std::span<const uint8_t> codes, std::vector<float> scale, int64_t block_n,
                                               int64_t block_k, int64_t rows, int64_t cols, KeepAlive keep_alive,
-                                              CpuIsa isa);
+                                              CpuIsa isa, const Fp8Options& options = {});
 // E2M1 codes two per byte along K (element 2i in the low nibble) [rows, cols/2] with one scale
 // byte per `block` columns [rows, cols/block]: NVFP4 (E4M3 per 16, global weight_scale_2 as
 // output_scale) or MXFP4 (E8M0 per 32, output_scale 1). Repacked at load into fp4_dot.h's layout.

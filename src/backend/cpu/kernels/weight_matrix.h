@@ -31,7 +31,8 @@ enum class ActivationForm {
 struct PreparedActivations {
   ActivationForm form = ActivationForm::F32;
   int64_t m = 0, k = 0;
-  const float* f32 = nullptr;     // F32: the caller's x [m, k]
+  const float* f32 = nullptr;     // F32: the caller's x [m, k], or `owned`
+  std::vector<float> owned;       // F32 values a prepare changed (the FP8 activation contract)
   std::vector<int16_t> q16;       // Fixed16: codes [m, k]
   std::vector<int8_t> q;          // Int8*: codes [m, k]
   std::vector<float> scale;       // Fixed16, Int8*: [m, k / block] (per token: block = k)
@@ -50,6 +51,10 @@ void prepare_fixed16(const float* x, int64_t m, int64_t k, int64_t block, Prepar
 // Symmetric int8 per block: scale = amax / 127, code = round-half-even(x / scale) (all-zero block:
 // scale 0, codes 0). block = k gives one scale per token. k % 16 == 0, k % block == 0.
 void prepare_int8(const float* x, int64_t m, int64_t k, int64_t block, ActivationForm form, PreparedActivations& a);
+// The FP8 activation contract (what the GPU's FP8 GEMMs compute with), form F32 with the values
+// e4m3(x / s) · s: s = static_scale (ModelOpt FP8 input_scale) when > 0, else per token and 1×128
+// block the producer rule of quant/fp8 quantize_fp8_block (s = amax/448, an all-zero block 1).
+void prepare_fp8(const float* x, int64_t m, int64_t k, float static_scale, PreparedActivations& a);
 // ModelSlim W8A8 static (quant-formats §4.2), form Int8PerToken with every token's scale `scale`:
 // code = clamp(round-half-even(x / scale) + zero, -128, 127). k % 16 == 0.
 void prepare_int8_static(const float* x, int64_t m, int64_t k, float scale, int32_t zero, PreparedActivations& a);

@@ -28,9 +28,10 @@ void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input) {
   }
   cmd->add_option("--threads", args.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--activations", args.activations,
-                  "CPU activation numerics of quantized weights: weight-only (float activations, default) or "
-                  "checkpoint (the checkpoint's contract: NVFP4 W4A4 with its input_scale, FP8 e4m3 activations)")
-      ->check(CLI::IsMember({"weight-only", "checkpoint"}));
+                  "CPU activation numerics: weight-only (float activations, default), checkpoint (the "
+                  "checkpoint's contract: NVFP4 W4A4 with its input_scale, FP8 e4m3 activations) or bf16 (every "
+                  "linear's input rounded to bf16, as the CUDA backend computes)")
+      ->check(CLI::IsMember({"weight-only", "checkpoint", "bf16"}));
   cmd->add_option("--device", args.device, "cpu (default), cuda or cuda:N");
   cmd->add_option("--gpu-memory", args.gpu_memory, "CUDA memory arena: bytes, 80G, 512M or a share of free memory (90%)")
       ->capture_default_str();
@@ -97,13 +98,14 @@ LoadedModel load_model(const ModelArgs& args) {
   }
   EngineOptions options;
   options.threads = args.threads;
-  options.linear.activation =
-      args.activations == "checkpoint" ? cpu::ActivationNumerics::CheckpointContract : cpu::ActivationNumerics::WeightOnly;
+  options.linear.activation = args.activations == "checkpoint" ? cpu::ActivationNumerics::CheckpointContract
+                              : args.activations == "bf16"     ? cpu::ActivationNumerics::Bf16Inputs
+                                                               : cpu::ActivationNumerics::WeightOnly;
   const int device = parse_device(args.device);
   if (device >= 0) {
 #ifdef K3_HAVE_CUDA
     if (options.linear.activation != cpu::ActivationNumerics::WeightOnly) {
-      throw Error(Where{"", "", "--activations"}, "'checkpoint' is not available on the CUDA backend yet");
+      throw Error(Where{"", "", "--activations"}, "'" + args.activations + "' applies to the CPU backend only");
     }
     cuda::CudaOptions cuda;
     cuda.device = device;

@@ -25,7 +25,7 @@ struct ModelArgs {
   std::string ids;
   std::optional<std::string> prompt;  // --prompt TEXT
   int threads = 0;                    // 0 = all cores
-  std::string activations = "weight-only";  // --activations weight-only|checkpoint (4-bit numerics)
+  std::string activations = "weight-only";  // --activations weight-only|checkpoint|bf16 (CPU numerics)
   std::string device = "cpu";         // --device cpu | cuda | cuda:N
   std::string gpu_memory = "90%";     // --gpu-memory: the CUDA arena
   int64_t max_sequences = 8;          // --max-sequences: CUDA state slots

@@ -65,6 +65,24 @@ inline TinyCheckpoint make_tiny_conditioned(FamilyId family, TinyArch arch, uint
   return {dir, doc, std::move(master)};
 }
 
+// make_tiny_conditioned with the routing pinned: the correction bias (selection only, spec §7.1) of
+// the first top-k experts raised far above every score, the routing weights still from the unbiased
+// scores. Comparisons across numerics (GPU vs CPU, bf16 vs float inputs) use it: on random weights
+// rounding noise flips MoE top-k choices, and one flipped expert moves a token's logits by O(1).
+inline TinyCheckpoint make_tiny_pinned_routing(FamilyId family, TinyArch arch, uint64_t seed,
+                                               TinySize size = TinySize::Tiny) {
+  const K3Config config = parse_k3_config(parse_json(tiny_config_json(arch, size).dump(), "config.json"));
+  const size_t top_k = static_cast<size_t>(config.moe->experts_per_token);
+  auto pin = [top_k](MasterWeights& master) {
+    for (auto& [name, values] : master.values) {
+      if (name.find("e_score_correction_bias") == std::string::npos) continue;
+      std::fill(values.begin(), values.end(), 0.0f);
+      std::fill(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(std::min(top_k, values.size())), 100.0f);
+    }
+  };
+  return make_tiny_conditioned(family, arch, seed, size, pin, "pinned_");
+}
+
 // A deterministic prompt of n ids in [0, vocab).
 inline std::vector<int64_t> test_prompt(int64_t n, int64_t vocab, int64_t salt = 0) {
   std::vector<int64_t> ids;

@@ -137,5 +137,23 @@ TEST(CliActivations, CheckpointContractChangesQuantizedLogits) {
   }
 }
 
+TEST(CliActivations, Bf16RoundsTheLinearInputs) {
+  const std::string dir = ::testing::TempDir() + "/k3_cli_bf16_inputs";
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(test::run_k3("make-tiny --arch kimi-linear --out " + dir).code, 0);
+  std::vector<std::vector<float>> logits;
+  for (const std::string mode : {"weight-only", "bf16"}) {
+    const std::string out = dir + "/" + mode + ".npy";
+    const test::CliResult r = test::run_k3("logits --model " + dir + " --ids 5,6,7,8 --out " + out + " --activations " + mode);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const NpyArray a = read_npy(out);
+    const float* p = reinterpret_cast<const float*>(a.data.data());
+    logits.emplace_back(p, p + a.numel());
+  }
+  const double diff = test::relative_max_error(logits[1], std::vector<double>(logits[0].begin(), logits[0].end()));
+  EXPECT_GT(diff, 1e-5);
+  EXPECT_LT(diff, 0.2);
+}
+
 }  // namespace
 }  // namespace k3

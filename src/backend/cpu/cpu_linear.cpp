@@ -3,12 +3,15 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "backend/cpu/kernels/formats.h"
 #include "backend/cpu/kernels/modelslim_matrix.h"
 #include "backend/cpu/kernels/tile_gemm.h"
 #include "backend/cpu/kernels/weight_matrix.h"
 #include "core/error.h"
+#include "core/numeric.h"
 #include "quant/ggml/ggml_dequant.h"
 
 namespace k3::cpu {
@@ -138,8 +141,10 @@ std::unique_ptr<WeightMatrix> fast_matrix(const Binding& b, int64_t rows, int64_
 
 }  // namespace
 
-std::unique_ptr<CpuLinear> make_cpu_linear(const Binding& binding, const ParamSpec& spec, PlanFiles& files, int64_t expert,
-                                           const LinearOptions& options) {
+namespace {
+
+std::unique_ptr<CpuLinear> make_unwrapped_linear(const Binding& binding, const ParamSpec& spec, PlanFiles& files,
+                                                 int64_t expert, const LinearOptions& options) {
   const int64_t rows = static_cast<int64_t>(spec.shape[spec.shape.size() - 2]);
   const int64_t cols = static_cast<int64_t>(spec.shape.back());
   if (auto fast = fast_matrix(binding, rows, cols, files, expert, options, selected_isa())) {
@@ -147,6 +152,37 @@ std::unique_ptr<CpuLinear> make_cpu_linear(const Binding& binding, const ParamSp
   }
   if (expert < 0) return make_f32_linear(materialize(binding, spec, files), rows, cols);
   return make_f32_linear(materialize_expert(binding, spec, files, expert), rows, cols);
+}
+
+// ActivationNumerics::Bf16Inputs: the input rounded to bf16, then the wrapped linear as usual.
+class Bf16InputLinear final : public CpuLinear {
+ public:
+  explicit Bf16InputLinear(std::unique_ptr<CpuLinear> inner)
+      : CpuLinear(inner->rows(), inner->cols()), inner_(std::move(inner)) {}
+  void forward(const float* x, int64_t m, float* y) const override { inner_->forward(rounded(x, m).data(), m, y); }
+  void forward_accumulators(const float* x, int64_t m, float* y) const override {
+    inner_->forward_accumulators(rounded(x, m).data(), m, y);
+  }
+  float output_scale() const override { return inner_->output_scale(); }
+  uint64_t weight_bytes() const override { return inner_->weight_bytes(); }
+  std::string kernel_name() const override { return inner_->kernel_name() + "+bf16-inputs"; }
+
+ private:
+  std::vector<float> rounded(const float* x, int64_t m) const {
+    std::vector<float> r(static_cast<size_t>(m * cols()));
+    for (size_t i = 0; i < r.size(); ++i) r[i] = decode_bf16(encode_bf16(x[i]));
+    return r;
+  }
+  std::unique_ptr<CpuLinear> inner_;
+};
+
+}  // namespace
+
+std::unique_ptr<CpuLinear> make_cpu_linear(const Binding& binding, const ParamSpec& spec, PlanFiles& files, int64_t expert,
+                                           const LinearOptions& options) {
+  auto linear = make_unwrapped_linear(binding, spec, files, expert, options);
+  if (options.activation == ActivationNumerics::Bf16Inputs) return std::make_unique<Bf16InputLinear>(std::move(linear));
+  return linear;
 }
 
 }  // namespace k3::cpu

@@ -19,7 +19,12 @@ namespace k3::cpu {
 // (activations fake-quantized to NVFP4 with the static input_scale and dynamic per-16 block scales,
 // spec §2.3), and for FP8 weights e4m3 activations (dynamic per token and 1×128 block for block
 // FP8, the static input_scale for ModelOpt FP8), as the CUDA backend's FP8 GEMMs compute.
-enum class ActivationNumerics { WeightOnly, CheckpointContract };
+enum class ActivationNumerics {
+  WeightOnly,          // float activations into every weight format (the default)
+  CheckpointContract,  // the checkpoint's activation quantisation (NVFP4 W4A4, FP8 e4m3)
+  Bf16Inputs,          // every linear's input rounded to bf16 first (RNE), as the CUDA backend's GEMMs
+                       // take it: reproduces the GPU's rounding of GEMM inputs on the CPU
+};
 
 struct LinearOptions {
   ActivationNumerics activation = ActivationNumerics::WeightOnly;

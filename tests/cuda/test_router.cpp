@@ -114,6 +114,7 @@ INSTANTIATE_TEST_SUITE_P(
                       RouterCase{"softmax no renorm", params(64, 6, 1, 1, false, false, 1.0f), false, 50},
                       RouterCase{"kimi-linear 256/8 one group", params(256, 8, 1, 1, true, true, 2.446f), false, 33},
                       RouterCase{"1024 experts, k 64", params(1024, 64, 1, 1, true, true, 1.0f), false, 9},
+                      RouterCase{"400 experts (16 slots per lane), ties", params(400, 10, 1, 1, true, true, 1.0f), true, 30},
                       RouterCase{"odd E, softmax ties", params(100, 7, 1, 1, false, true, 1.0f), true, 40},
                       RouterCase{"groups all kept", params(64, 6, 4, 4, true, true, 1.0f), true, 20}), test::CaseIndexName());
 

@@ -2,9 +2,11 @@
 // attend_absorbed in backend/cpu/mla.cpp):
 //   mla_absorb_q:   q_abs[b][h] = [W_UK[h]ᵀ q_nope[b][h] | q_pe[b][h]]        (bf16 out)
 //   mla_unabsorb_o: out[b][h·128 + e] = (W_UV[h] o_lat[b][h])[e] · sigmoid(g)  (output gate fused)
-// Both are batched GEMV-like (B ≤ a few hundred tokens) and read each head's 128 × 512 bf16 matrix
-// once per CTA: absorb keeps 8 sequences' q_nope in shared memory and each thread two latent
-// columns; unabsorb keeps one W_UV row per warp in registers and loops over the sequences.
+// Both are batched GEMV-like (B ≤ a few hundred tokens). absorb: a CTA takes one head, 8 sequences
+// and 128 latent columns; its 16 row groups each load 8 rows × 8 columns of W_UK per thread at once
+// (all in flight: at decode the kernel is bound by load latency, not bytes), multiply them with the
+// q_nope values in shared memory, and sum their partials in a fixed order. unabsorb keeps one W_UV
+// row per warp in registers and loops over the sequences.
 #include <string>
 
 #include "backend/cuda/check.h"
@@ -16,36 +18,60 @@ namespace k3::cuda {
 namespace {
 
 using namespace mla_detail;
-constexpr int kAbsorbBatch = 8;
+using detail::kVec;
+constexpr int kAbsorbBatch = 8;                              // sequences per CTA
+constexpr int kAbsorbCols = 128;                             // latent columns per CTA
+constexpr int kAbsorbColThreads = kAbsorbCols / kVec;        // 16: 8 columns each
+constexpr int kAbsorbRowGroups = 16;                         // over the 128 nope rows
+constexpr int kAbsorbRows = kMlaNope / kAbsorbRowGroups;     // 8 rows per thread
+constexpr int kAbsorbThreads = kAbsorbColThreads * kAbsorbRowGroups;  // 256
+constexpr size_t kAbsorbSmem = sizeof(float) * kAbsorbRowGroups * kAbsorbBatch * kAbsorbCols;  // 64 KiB
 
 template <typename Tq>
-__global__ void __launch_bounds__(256) absorb_q_kernel(const Tq* __restrict__ q, int64_t ldq, const bf16* __restrict__ w,
-                                                       int64_t ldw, bf16* __restrict__ out, int64_t ldo, int batch) {
+__global__ void __launch_bounds__(kAbsorbThreads) absorb_q_kernel(const Tq* __restrict__ q, int64_t ldq,
+                                                                  const bf16* __restrict__ w, int64_t ldw,
+                                                                  bf16* __restrict__ out, int64_t ldo, int batch) {
+  extern __shared__ float partial[];  // [row group][sequence][column]
   __shared__ float qs[kAbsorbBatch][kMlaNope];
-  const int h = blockIdx.x, b0 = blockIdx.y * kAbsorbBatch, tid = threadIdx.x;
+  const int h = blockIdx.x, b0 = blockIdx.y * kAbsorbBatch, col0 = blockIdx.z * kAbsorbCols, tid = threadIdx.x;
   const int nb = min(kAbsorbBatch, batch - b0);
-  for (int idx = tid; idx < kAbsorbBatch * kMlaNope; idx += 256) {
+  const int ct = tid % kAbsorbColThreads, g = tid / kAbsorbColThreads;
+  float wv[kAbsorbRows][kVec];
+  const bf16* wg = w + (static_cast<int64_t>(h) * kMlaNope + g * kAbsorbRows) * ldw + col0 + ct * kVec;
+#pragma unroll
+  for (int r = 0; r < kAbsorbRows; ++r) detail::load8(wg + r * ldw, wv[r]);
+  for (int idx = tid; idx < kAbsorbBatch * kMlaNope; idx += kAbsorbThreads) {
     const int bb = idx / kMlaNope, e = idx % kMlaNope;
     qs[bb][e] = bb < nb ? load_val(q + static_cast<int64_t>(b0 + bb) * ldq + h * kMlaQk + e) : 0.0f;
   }
   __syncthreads();
-  const int c = tid * 2;
-  float acc[kAbsorbBatch][2] = {};
-  const bf16* wh = w + static_cast<int64_t>(h) * kMlaNope * ldw + c;
-#pragma unroll 4
-  for (int e = 0; e < kMlaNope; ++e) {
-    const __nv_bfloat162 w2 = *reinterpret_cast<const __nv_bfloat162*>(wh + e * ldw);
-    const float w0 = __low2float(w2), w1 = __high2float(w2);
 #pragma unroll
-    for (int bb = 0; bb < kAbsorbBatch; ++bb) {
-      acc[bb][0] = fmaf(w0, qs[bb][e], acc[bb][0]);
-      acc[bb][1] = fmaf(w1, qs[bb][e], acc[bb][1]);
+  for (int bb = 0; bb < kAbsorbBatch; ++bb) {
+    float acc[kVec] = {};
+#pragma unroll
+    for (int r = 0; r < kAbsorbRows; ++r) {
+      const float qv = qs[bb][g * kAbsorbRows + r];
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) acc[k] = fmaf(wv[r][k], qv, acc[k]);
     }
+    float* p = partial + (g * kAbsorbBatch + bb) * kAbsorbCols + ct * kVec;
+    *reinterpret_cast<float4*>(p) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    *reinterpret_cast<float4*>(p + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
   }
-  for (int bb = 0; bb < nb; ++bb) {
-    bf16* o = out + static_cast<int64_t>(b0 + bb) * ldo + static_cast<int64_t>(h) * kMlaRow;
-    *reinterpret_cast<uint32_t*>(o + c) = pack_bf16(acc[bb][0], acc[bb][1]);
-    if (tid < kMlaRope) o[kMlaRank + tid] = __float2bfloat16_rn(load_val(q + static_cast<int64_t>(b0 + bb) * ldq + h * kMlaQk + kMlaNope + tid));
+  __syncthreads();
+  for (int o = tid; o < nb * kAbsorbCols; o += kAbsorbThreads) {
+    const int bb = o / kAbsorbCols, c = o % kAbsorbCols;
+    float sum = 0.0f;
+    for (int gg = 0; gg < kAbsorbRowGroups; ++gg) sum += partial[(gg * kAbsorbBatch + bb) * kAbsorbCols + c];
+    out[static_cast<int64_t>(b0 + bb) * ldo + static_cast<int64_t>(h) * kMlaRow + col0 + c] = __float2bfloat16_rn(sum);
+  }
+  if (blockIdx.z == 0) {
+    for (int o = tid; o < nb * kMlaRope; o += kAbsorbThreads) {
+      const int bb = o / kMlaRope, e = o % kMlaRope;
+      const int64_t b = b0 + bb;
+      out[b * ldo + static_cast<int64_t>(h) * kMlaRow + kMlaRank + e] =
+          __float2bfloat16_rn(load_val(q + b * ldq + h * kMlaQk + kMlaNope + e));
+    }
   }
 }
 
@@ -79,6 +105,16 @@ __global__ void __launch_bounds__(256) unabsorb_o_kernel(const float* __restrict
   }
 }
 
+template <typename Tq>
+void launch_absorb(dim3 grid, const DeviceTensor& q, const DeviceTensor& w_uk, const DeviceTensor& q_abs, int64_t B,
+                   cudaStream_t stream) {
+  K3_CUDA_CHECK(cudaFuncSetAttribute(absorb_q_kernel<Tq>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(kAbsorbSmem)));
+  absorb_q_kernel<Tq><<<grid, kAbsorbThreads, kAbsorbSmem, stream>>>(q.as<const Tq>(), q.ld, w_uk.as<const bf16>(),
+                                                                      w_uk.ld, q_abs.as<bf16>(), q_abs.ld,
+                                                                      static_cast<int>(B));
+}
+
 }  // namespace
 
 void mla_absorb_q(const DeviceTensor& q, const DeviceTensor& w_uk, const DeviceTensor& q_abs, cudaStream_t stream) {
@@ -88,20 +124,15 @@ void mla_absorb_q(const DeviceTensor& q, const DeviceTensor& w_uk, const DeviceT
   expect_shape(w_uk, H * kMlaNope, kMlaRank, "mla_absorb_q w_uk");
   expect_dtype(q_abs, DType::kBF16, "mla_absorb_q q_abs");
   expect_shape(q_abs, B, H * kMlaRow, "mla_absorb_q q_abs");
-  if ((w_uk.ld % 2) != 0 || (q_abs.ld % 2) != 0 || reinterpret_cast<uintptr_t>(w_uk.data) % 4 != 0 ||
-      reinterpret_cast<uintptr_t>(q_abs.data) % 4 != 0) {
-    throw Error("mla_absorb_q: needs 4-byte aligned rows");
-  }
+  if (!vec8_ok(w_uk)) throw Error("mla_absorb_q: w_uk needs 16-byte aligned rows, got " + w_uk.describe());
+  if (q.dtype != DType::kBF16 && q.dtype != DType::kF32) throw Error("mla_absorb_q: f32 or bf16 q, got " + q.describe());
   if (B == 0) return;
-  const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>((B + kAbsorbBatch - 1) / kAbsorbBatch));
+  const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>((B + kAbsorbBatch - 1) / kAbsorbBatch),
+                  kMlaRank / kAbsorbCols);
   if (q.dtype == DType::kBF16) {
-    absorb_q_kernel<bf16><<<grid, 256, 0, stream>>>(q.as<const bf16>(), q.ld, w_uk.as<const bf16>(), w_uk.ld,
-                                                    q_abs.as<bf16>(), q_abs.ld, static_cast<int>(B));
-  } else if (q.dtype == DType::kF32) {
-    absorb_q_kernel<float><<<grid, 256, 0, stream>>>(q.as<const float>(), q.ld, w_uk.as<const bf16>(), w_uk.ld,
-                                                     q_abs.as<bf16>(), q_abs.ld, static_cast<int>(B));
+    launch_absorb<bf16>(grid, q, w_uk, q_abs, B, stream);
   } else {
-    throw Error("mla_absorb_q: f32 or bf16 q, got " + q.describe());
+    launch_absorb<float>(grid, q, w_uk, q_abs, B, stream);
   }
   K3_CUDA_CHECK_LAUNCH("absorb_q_kernel");
 }

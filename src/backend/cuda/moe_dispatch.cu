@@ -216,9 +216,13 @@ __global__ void __launch_bounds__(kGatherWarps * 32)
   }
 }
 
-// One CTA per token; the token's k picks (rows and weights) staged in shared memory first.
+// Grid (token, column block): each thread owns one 8-column vector of one token; the token's k
+// picks (rows and weights) are staged in shared memory first. The picks' loads go out kPicksInFlight
+// at a time before their FMAs, which still run in pick order j = 0…k−1 (the result does not depend on
+// the batching).
 constexpr int kCombineThreads = 128;
 constexpr int kMaxTopK = 256;
+constexpr int kPicksInFlight = 8;
 
 template <typename Ty, typename To>
 __global__ void __launch_bounds__(kCombineThreads)
@@ -233,23 +237,31 @@ __global__ void __launch_bounds__(kCombineThreads)
     wts[j] = weights[static_cast<int64_t>(t) * ldw + j];
   }
   __syncthreads();
-  To* dst = out + static_cast<int64_t>(t) * ldo;
-  for (int c = threadIdx.x * kVec; c < cols; c += kCombineThreads * kVec) {
-    float acc[kVec] = {};
-    for (int j = 0; j < top_k; ++j) {
-      float v[kVec];
-      detail::load8(ys + static_cast<int64_t>(rows[j]) * ldy + c, v);
+  const int c = (blockIdx.y * kCombineThreads + threadIdx.x) * kVec;
+  if (c >= cols) return;
+  To* dst = out + static_cast<int64_t>(t) * ldo + c;
+  float old[kVec];
+  if (accumulate) detail::load8(dst, old);
+  float acc[kVec] = {};
+  for (int j0 = 0; j0 < top_k; j0 += kPicksInFlight) {
+    float v[kPicksInFlight][kVec];
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) acc[i] = fmaf(wts[j], v[i], acc[i]);
+    for (int u = 0; u < kPicksInFlight; ++u) {
+      if (j0 + u < top_k) detail::load8(ys + static_cast<int64_t>(rows[j0 + u]) * ldy + c, v[u]);
     }
-    if (accumulate) {
-      float old[kVec];
-      detail::load8(dst + c, old);
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) acc[i] = old[i] + acc[i];
+    for (int u = 0; u < kPicksInFlight; ++u) {
+      if (j0 + u < top_k) {
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) acc[i] = fmaf(wts[j0 + u], v[u][i], acc[i]);
+      }
     }
-    detail::store8(dst + c, acc);
   }
+  if (accumulate) {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) acc[i] = old[i] + acc[i];
+  }
+  detail::store8(dst, acc);
 }
 
 void check_dispatch(const MoeDispatch& d, const char* what) {
@@ -351,7 +363,8 @@ namespace {
 template <typename Ty, typename To>
 void launch_combine(const DeviceTensor& ys, const MoeDispatch& d, const DeviceTensor& weights, const DeviceTensor& out,
                     bool accumulate, cudaStream_t stream) {
-  moe_combine_kernel<Ty, To><<<static_cast<unsigned>(d.tokens), kCombineThreads, 0, stream>>>(
+  const unsigned col_blocks = static_cast<unsigned>((out.cols / kVec + kCombineThreads - 1) / kCombineThreads);
+  moe_combine_kernel<Ty, To><<<dim3(static_cast<unsigned>(d.tokens), col_blocks), kCombineThreads, 0, stream>>>(
       ys.as<const Ty>(), ys.ld, d.pick_row, weights.as<const float>(), weights.ld, out.as<To>(), out.ld,
       static_cast<int>(d.top_k), static_cast<int>(out.cols), accumulate);
   K3_CUDA_CHECK_LAUNCH("moe_combine_kernel");

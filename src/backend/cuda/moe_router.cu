@@ -1,7 +1,8 @@
 // MoE router (CPU reference: route() in backend/cpu/moe.cpp). Two kernels:
 //   warp (no group restriction, E <= 1024, the Kimi-K3 case): one warp per token, expert e in lane
-//     e % 32, slot e / 32 of registers; each lane keeps its best untaken expert and only the lane
-//     that lost its best rescans, so a pick is one 5-step shuffle arg-max.
+//     e % 32, slot e / 32 of registers (8, 16 or 32 slots, the fewest that hold E); each lane keeps
+//     its best untaken expert and only the lane that lost its best rescans, as a pairwise tree over
+//     its slots (log2 depth, not a serial chain), so a pick is one 5-step shuffle arg-max.
 //   block (any config): one CTA per token, scores and biased choices in shared memory, DeepSeek
 //     group selection, then k rounds of a block arg-max.
 // Both pick under the order (choice descending, expert index ascending), exactly the CPU's stable
@@ -27,9 +28,10 @@ __device__ __forceinline__ bool before(float av, int ai, float bv, int bi) {
   return ai != kNone && (bi == kNone || av > bv || (av == bv && ai < bi));
 }
 
-constexpr int kWarpSlots = 32;  // experts per lane: E <= 1024
+constexpr int kMaxWarpSlots = 32;  // experts per lane: E <= 1024
 constexpr int kWarpsPerCta = 4;
 
+template <int kSlots>
 __global__ void __launch_bounds__(32 * kWarpsPerCta) route_warp_kernel(RouterParams p, int64_t tokens,
                                                                        const float* __restrict__ logits, int64_t ldl,
                                                                        const float* __restrict__ bias,
@@ -42,49 +44,63 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) route_warp_kernel(RouterPar
   if (t >= tokens) return;  // whole warp
   const int E = static_cast<int>(p.experts);
   const float* l = logits + t * ldl;
-  float s[kWarpSlots], choice[kWarpSlots];
+  float s[kSlots], choice[kSlots];
   uint32_t taken = 0;  // bit i: slot i picked or absent
 #pragma unroll
-  for (int i = 0; i < kWarpSlots; ++i) {
+  for (int i = 0; i < kSlots; ++i) {
     const int e = lane + 32 * i;
     s[i] = e < E ? l[e] : -INFINITY;
     if (e >= E) taken |= 1u << i;
   }
   if (p.sigmoid) {
 #pragma unroll
-    for (int i = 0; i < kWarpSlots; ++i) s[i] = 1.0f / (1.0f + expf(-s[i]));
+    for (int i = 0; i < kSlots; ++i) s[i] = 1.0f / (1.0f + expf(-s[i]));
   } else {
     float mx = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < kWarpSlots; ++i) mx = fmaxf(mx, s[i]);
+    for (int i = 0; i < kSlots; ++i) mx = fmaxf(mx, s[i]);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
     float sum = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kWarpSlots; ++i) sum += (s[i] = expf(s[i] - mx));  // absent slots: exp(-inf) = 0
+    for (int i = 0; i < kSlots; ++i) sum += (s[i] = expf(s[i] - mx));  // absent slots: exp(-inf) = 0
     sum = detail::warp_sum(sum);
 #pragma unroll
-    for (int i = 0; i < kWarpSlots; ++i) s[i] /= sum;
+    for (int i = 0; i < kSlots; ++i) s[i] /= sum;
   }
 #pragma unroll
-  for (int i = 0; i < kWarpSlots; ++i) {
+  for (int i = 0; i < kSlots; ++i) {
     const int e = lane + 32 * i;
     choice[i] = s[i] + (bias != nullptr && e < E ? bias[e] : 0.0f);
   }
-  // This lane's best untaken slot; slots scan in ascending expert order, so strict > keeps the
-  // lower index among equals.
+  // This lane's best untaken slot: a pairwise tree under the total order `before`, so the result
+  // is the serial scan's (ties to the lower index) at log2(kSlots) depth.
   auto local_best = [&](float& bv, int& bi, float& bs) {
-    bv = 0.0f;
-    bi = kNone;
-    bs = 0.0f;
+    float v[kSlots], sc[kSlots];
+    int id[kSlots];
 #pragma unroll
-    for (int i = 0; i < kWarpSlots; ++i) {
-      if (!((taken >> i) & 1u) && before(choice[i], lane + 32 * i, bv, bi)) {
-        bv = choice[i];
-        bi = lane + 32 * i;
-        bs = s[i];
+    for (int i = 0; i < kSlots; ++i) {
+      v[i] = choice[i];
+      sc[i] = s[i];
+      id[i] = (taken >> i) & 1u ? kNone : lane + 32 * i;
+    }
+    constexpr int kLevels = kSlots == 32 ? 5 : kSlots == 16 ? 4 : 3;
+    static_assert(kSlots == 1 << kLevels);
+#pragma unroll
+    for (int level = 1; level <= kLevels; ++level) {
+      const int w = kSlots >> level;  // a constant once the loop is unrolled
+#pragma unroll
+      for (int i = 0; i < kSlots / 2; ++i) {
+        if (i < w && before(v[i + w], id[i + w], v[i], id[i])) {
+          v[i] = v[i + w];
+          id[i] = id[i + w];
+          sc[i] = sc[i + w];
+        }
       }
     }
+    bv = v[0];
+    bi = id[0];
+    bs = sc[0];
   };
   float mv, ms;
   int mi;
@@ -108,10 +124,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) route_warp_kernel(RouterPar
       picked_s[warp][k] = bs;
     }
     if (bi == mi) {  // this lane owned the winner: drop it and find its next best
-#pragma unroll
-      for (int i = 0; i < kWarpSlots; ++i) {
-        if (lane + 32 * i == bi) taken |= 1u << i;
-      }
+      taken |= 1u << (bi >> 5);
       local_best(mv, mi, ms);
     }
   }
@@ -128,6 +141,16 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) route_warp_kernel(RouterPar
       out_i[k] = picked_id[warp][k];
     }
   }
+}
+
+template <int kSlots>
+void launch_route_warp(const RouterParams& p, const DeviceTensor& logits, const float* bias, const DeviceTensor& ids,
+                       const DeviceTensor& weights, cudaStream_t stream) {
+  const int64_t blocks = (logits.rows + kWarpsPerCta - 1) / kWarpsPerCta;
+  route_warp_kernel<kSlots><<<static_cast<unsigned>(blocks), 32 * kWarpsPerCta, 0, stream>>>(
+      p, logits.rows, logits.as<const float>(), logits.ld, bias, ids.as<int32_t>(), ids.ld, weights.as<float>(),
+      weights.ld);
+  K3_CUDA_CHECK_LAUNCH("route_warp_kernel");
 }
 
 __global__ void __launch_bounds__(kThreads) route_kernel(RouterParams p, const float* __restrict__ logits,
@@ -276,14 +299,16 @@ void moe_route(const RouterParams& p, const DeviceTensor& logits, const float* b
   }
   if (logits.rows == 0) return;
   const bool grouped = p.groups > 1 && p.topk_group < p.groups;
-  const bool warp_ok = !grouped && p.experts <= 32 * kWarpSlots;
+  const bool warp_ok = !grouped && p.experts <= 32 * kMaxWarpSlots;
   if (kernel == RouterKernel::kWarp && !warp_ok) throw Error("moe_route: the warp kernel takes E <= 1024, no groups");
   if (kernel != RouterKernel::kBlock && warp_ok) {
-    const int64_t blocks = (logits.rows + kWarpsPerCta - 1) / kWarpsPerCta;
-    route_warp_kernel<<<static_cast<unsigned>(blocks), 32 * kWarpsPerCta, 0, stream>>>(
-        p, logits.rows, logits.as<const float>(), logits.ld, bias, ids.as<int32_t>(), ids.ld, weights.as<float>(),
-        weights.ld);
-    K3_CUDA_CHECK_LAUNCH("route_warp_kernel");
+    if (p.experts <= 32 * 8) {
+      launch_route_warp<8>(p, logits, bias, ids, weights, stream);
+    } else if (p.experts <= 32 * 16) {
+      launch_route_warp<16>(p, logits, bias, ids, weights, stream);
+    } else {
+      launch_route_warp<kMaxWarpSlots>(p, logits, bias, ids, weights, stream);
+    }
     return;
   }
   const size_t smem = static_cast<size_t>(p.experts) * (2 * sizeof(float) + 1);

@@ -17,8 +17,9 @@
 // rows), and the whole routed layer (dispatch → gather → GEMM1 → SiLU → GEMM2 → combine); plus a
 // compute-bound reference ("dense": 8 experts, ~1024 rows each, 4096-wide).
 //
-// Run: k3_bench_cuda [--reps N] [--arena 75%] [--quick] [--moe] [--moe-tiles]
+// Run: k3_bench_cuda [--reps N] [--arena 75%] [--quick] [--moe] [--moe-tiles] [--memory]
 //   --moe        the MoE section only;  --moe-tiles  time every grouped-GEMM tile height, not only kAuto
+//   --memory     the copy ceiling and the memory-bound table only
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -239,7 +240,8 @@ void bench_gemms(Arena& arena, Blas& blas, Stream& stream, const RandomPool& fp8
   }
 }
 
-void bench_ceilings(Arena& arena, Blas& blas, Stream& stream, const RandomPool& fp8_pool, const RandomPool& bf16_pool) {
+void bench_ceilings(Arena& arena, Blas& blas, Stream& stream, const RandomPool& fp8_pool, const RandomPool& bf16_pool,
+                    bool gemms) {
   std::printf("\n== ceilings on this device (same binary) ==\n");
   const size_t mark = arena.mark();
   {
@@ -253,6 +255,7 @@ void bench_ceilings(Arena& arena, Blas& blas, Stream& stream, const RandomPool& 
     std::printf("device-to-device copy 2 GiB: %.2f TB/s (read + write)\n", 2.0 * bytes / (ms * 1e-3) / 1e12);
   }
   arena.reset(mark);
+  if (!gemms) return;
   const int64_t S = 8192;
   const DeviceTensor x = arena.alloc_tensor(DType::kBF16, S, S, "x");
   const DeviceTensor w = arena.alloc_tensor(DType::kBF16, S, S, "w");
@@ -477,7 +480,7 @@ void bench_moe(Arena& arena, Stream& stream, const RandomPool& bf16_pool, bool a
 
 int run(int argc, char** argv) {
   std::string arena_size = "75%";  // the Kimi-K3 MoE banks alone take 59 GB
-  bool quick = false, moe_only = false, moe_tiles = false;
+  bool quick = false, moe_only = false, moe_tiles = false, memory_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
@@ -490,8 +493,10 @@ int run(int argc, char** argv) {
       moe_only = true;
     } else if (a == "--moe-tiles") {
       moe_tiles = true;
+    } else if (a == "--memory") {
+      memory_only = true;
     } else {
-      std::fprintf(stderr, "usage: k3_bench_cuda [--reps N] [--arena SIZE] [--quick] [--moe] [--moe-tiles]\n");
+      std::fprintf(stderr, "usage: k3_bench_cuda [--reps N] [--arena SIZE] [--quick] [--moe] [--moe-tiles] [--memory]\n");
       return 2;
     }
   }
@@ -510,8 +515,13 @@ int run(int argc, char** argv) {
   Blas blas(arena);
   const RandomPool fp8_pool(arena, DType::kE4M3, size_t{64} << 20);
   const RandomPool bf16_pool(arena, DType::kBF16, size_t{64} << 20);
+  if (memory_only) {
+    bench_ceilings(arena, blas, stream, fp8_pool, bf16_pool, false);
+    bench_memory_bound(arena, stream, bf16_pool);
+    return 0;
+  }
   if (!moe_only) {
-    bench_ceilings(arena, blas, stream, fp8_pool, bf16_pool);
+    bench_ceilings(arena, blas, stream, fp8_pool, bf16_pool, true);
     bench_memory_bound(arena, stream, bf16_pool);
     const std::vector<Shape> shapes = {{"q/k/v/g", 12288, 7168}, {"o", 7168, 12288}, {"q_b", 18432, 1536}};
     const std::vector<int64_t> ms =

@@ -75,6 +75,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Quant1x128Test,
                          ::testing::Values(std::make_tuple(1, 7168, DType::kBF16), std::make_tuple(7, 7168, DType::kF32),
                                            std::make_tuple(64, 12288, DType::kBF16),
                                            std::make_tuple(130, 1536, DType::kBF16),
+                                           std::make_tuple(37, 7168, DType::kBF16),  // a part-filled warp and CTA
                                            std::make_tuple(9, 200, DType::kF32),  // a partial last block
                                            std::make_tuple(3, 384, DType::kBF16)));  // an odd block count
 

@@ -131,6 +131,9 @@ INSTANTIATE_TEST_SUITE_P(Candidates, AttnResTest,
                                            std::make_tuple(9, 2, DType::kF32, DType::kBF16, 7168),
                                            std::make_tuple(16, 5, DType::kF32, DType::kF32, 7168),
                                            std::make_tuple(5, 7, DType::kBF16, DType::kBF16, 1000),
+                                           // more rows than resident CTAs: each streams several rows
+                                           std::make_tuple(9, 600, DType::kBF16, DType::kBF16, 7168),
+                                           std::make_tuple(3, 500, DType::kF32, DType::kF32, 1000),
                                            // wider than the one-pass kernel takes: falls back
                                            std::make_tuple(3, 2, DType::kBF16, DType::kF32, 12288)));
 

@@ -1,15 +1,20 @@
-// AttnRes mix + RMSNorm, one CTA per row (the CPU reference is cpu::attn_res_mix_norm). Two
-// algorithms (AttnResAlgo):
-//   one pass (default, rows up to 8192): the candidates are read once. Each candidate's slice sits in
-//     registers while the block reduces its two sums (Σ v·c, Σ v²) — one barrier per candidate,
-//     the partials double-buffered by parity — and the next candidate's load is already in flight;
-//     the softmax is online (running max and sum, the mix rescaled when the max grows), the mix
-//     stays in registers, and c sits in shared memory.
+// AttnRes mix + RMSNorm (the CPU reference is cpu::attn_res_mix_norm). Two algorithms (AttnResAlgo):
+//   one pass (default, rows up to 8192): the candidates are read once. A persistent CTA walks its
+//     rows (blockIdx.x, + gridDim.x, …) and streams their candidate rows, one after another across
+//     row boundaries, through kStages shared-memory buffers filled by bulk copies (bulk_copy.cuh):
+//     kStages − 1 candidate rows are always in flight while one is read. Each thread takes its slice
+//     of a candidate into registers once; the block reduces the two sums (Σ v·c, Σ v²) — one barrier
+//     per candidate, the partials double-buffered by parity — and the buffer read before that
+//     barrier is refilled right after it. The softmax is online (running max and sum, the mix
+//     rescaled when the max grows); the mix and the thread's slice of c stay in registers.
 //   two pass (rows up to 32768): pass 1 reads every candidate for its sums (warp partials parked in
 //     shared memory, one barrier for all candidates); pass 2 reads them again (from L2 when it can:
 //     a row of 9 bf16 candidates of 7168 is 129 KB) to form the mix.
 // The one-pass mix is Σ_j e_j·v_j / Σ_j e_j with e_j = exp(s_j − running max): the CPU's
 // Σ_j (exp(s_j − max)/sum)·v_j up to fp32 rounding.
+#include <algorithm>
+
+#include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/ops.h"
@@ -22,6 +27,7 @@ using detail::kVec;
 constexpr int kIters = 4;
 constexpr int kMaxWarps = 32;
 constexpr int kOnePassThreads = 256;
+constexpr int kStages = 4;  // candidate rows in shared memory (one pass)
 
 template <typename Tin>
 struct Candidates {
@@ -30,115 +36,134 @@ struct Candidates {
 };
 
 template <typename Tin, typename Tout>
-__global__ void __launch_bounds__(kOnePassThreads, 2) attn_res_one_pass_kernel(Candidates<Tin> cand, int count,
+__global__ void __launch_bounds__(kOnePassThreads, sizeof(Tin) == 2 ? 2 : 1) attn_res_one_pass_kernel(Candidates<Tin> cand, int count,
                                                                               const float* __restrict__ c,
                                                                               const float* __restrict__ norm_w,
                                                                               float eps, Tout* __restrict__ y,
-                                                                              int64_t ldy, int n) {
-  extern __shared__ float c_s[];  // n floats
+                                                                              int64_t ldy, int rows, int n) {
+  extern __shared__ __align__(16) unsigned char stage_bytes[];  // kStages candidate rows of n values
+  Tin* const stage = reinterpret_cast<Tin*>(stage_bytes);
+  __shared__ uint64_t full[kStages];
   __shared__ float partial[2][2][kOnePassThreads / 32];
   __shared__ float scratch[32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  const int64_t row = blockIdx.x;
-
-  detail::Packed8<Tin> cur[kIters], next[kIters];
+  const int my_rows = (rows - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+  const int items = my_rows * count;  // item t: candidate t % count of this CTA's row t / count
+  const unsigned row_bytes = static_cast<unsigned>(n) * sizeof(Tin);
+  auto issue = [&](int t) {  // thread 0
+    if (t >= items) return;
+    const int r = t / count, j = t - r * count, s = t % kStages;
+    const int64_t row = blockIdx.x + static_cast<int64_t>(r) * gridDim.x;
+    bulk::arrive_expect(&full[s], row_bytes);
+    bulk::copy(stage + static_cast<int64_t>(s) * n, cand.p[j] + row * cand.ld[j], row_bytes, &full[s]);
+  };
+  if (threadIdx.x == 0) {
 #pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const int i = (it * blockDim.x + threadIdx.x) * kVec;
-    if (i < n) next[it].load(cand.p[0] + row * cand.ld[0] + i);
-  }
-  for (int i = threadIdx.x * 4; i < n; i += blockDim.x * 4) {
-    *reinterpret_cast<float4*>(c_s + i) = *reinterpret_cast<const float4*>(c + i);
+    for (int s = 0; s < kStages; ++s) bulk::init(&full[s]);
+    bulk::fence_init();
   }
   __syncthreads();
-
-  float mix[kIters][kVec];
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) mix[it][k] = 0.0f;
-  }
-  float run_max = -INFINITY, run_sum = 0.0f;
-  for (int j = 0; j < count; ++j) {
-#pragma unroll
-    for (int it = 0; it < kIters; ++it) cur[it] = next[it];
-    if (j + 1 < count) {
-      const Tin* v = cand.p[j + 1] + row * cand.ld[j + 1];
-#pragma unroll
-      for (int it = 0; it < kIters; ++it) {
-        const int i = (it * blockDim.x + threadIdx.x) * kVec;
-        if (i < n) next[it].load(v + i);
-      }
-    }
-    float dot = 0.0f, ss = 0.0f;
-#pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-      const int i = (it * blockDim.x + threadIdx.x) * kVec;
-      if (i < n) {
-        float a[kVec];
-        cur[it].unpack(a);
-        const float4 c0 = *reinterpret_cast<const float4*>(c_s + i);
-        const float4 c1 = *reinterpret_cast<const float4*>(c_s + i + 4);
-        const float cv[kVec] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          dot += a[k] * cv[k];
-          ss += a[k] * a[k];
-        }
-      }
-    }
-    dot = detail::warp_sum(dot);
-    ss = detail::warp_sum(ss);
-    const int slot = j & 1;  // the slot written two candidates ago was read before the last barrier
-    if (lane == 0) {
-      partial[slot][0][warp] = dot;
-      partial[slot][1][warp] = ss;
-    }
-    __syncthreads();
-    dot = 0.0f;
-    ss = 0.0f;
-    for (int w = 0; w < warps; ++w) {  // the same order in every thread: every thread agrees on s_j
-      dot += partial[slot][0][w];
-      ss += partial[slot][1][w];
-    }
-    const float score = dot * (1.0f / sqrtf(ss / static_cast<float>(n) + eps));
-    const float new_max = fmaxf(run_max, score);
-    const float rescale = expf(run_max - new_max);  // 0 at the first candidate
-    const float e = expf(score - new_max);
-    run_sum = run_sum * rescale + e;
-    run_max = new_max;
-#pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-      float a[kVec];
-      cur[it].unpack(a);
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) mix[it][k] = mix[it][k] * rescale + e * a[k];
-    }
+  if (threadIdx.x == 0) {
+    for (int t = 0; t < kStages - 1; ++t) issue(t);
   }
 
-  const float inv_sum = 1.0f / run_sum;
-  float ss = 0.0f;
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const int i = (it * blockDim.x + threadIdx.x) * kVec;
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      mix[it][k] = i < n ? mix[it][k] * inv_sum : 0.0f;
-      ss += mix[it][k] * mix[it][k];
-    }
-  }
-  ss = detail::block_sum(ss, scratch);
-  const float r = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
-  Tout* yr = y + row * ldy;
+  float cv[kIters][kVec];
 #pragma unroll
   for (int it = 0; it < kIters; ++it) {
     const int i = (it * blockDim.x + threadIdx.x) * kVec;
     if (i < n) {
-      float wv[kVec], out[kVec];
-      detail::load8(norm_w + i, wv);
+      detail::load8(c + i, cv[it]);
+    } else {
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) out[k] = mix[it][k] * r * wv[k];
-      detail::store8(yr + i, out);
+      for (int k = 0; k < kVec; ++k) cv[it][k] = 0.0f;
+    }
+  }
+
+  for (int r = 0, t = 0; r < my_rows; ++r) {
+    float mix[kIters][kVec];
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) mix[it][k] = 0.0f;
+    }
+    float run_max = -INFINITY, run_sum = 0.0f;
+    for (int j = 0; j < count; ++j, ++t) {
+      const int s = t % kStages;
+      bulk::wait(&full[s], static_cast<unsigned>(t / kStages) & 1u);
+      detail::Packed8<Tin> cur[kIters];
+      float dot = 0.0f, ss = 0.0f;
+#pragma unroll
+      for (int it = 0; it < kIters; ++it) {
+        const int i = (it * blockDim.x + threadIdx.x) * kVec;
+        if (i < n) {
+          cur[it].load(stage + static_cast<int64_t>(s) * n + i);
+          float a[kVec];
+          cur[it].unpack(a);
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) {
+            dot += a[k] * cv[it][k];
+            ss += a[k] * a[k];
+          }
+        }
+      }
+      dot = detail::warp_sum(dot);
+      ss = detail::warp_sum(ss);
+      const int slot = t & 1;  // the slot written two candidates ago was read before the last barrier
+      if (lane == 0) {
+        partial[slot][0][warp] = dot;
+        partial[slot][1][warp] = ss;
+      }
+      __syncthreads();
+      // Every thread is past its reads of the previous candidate's buffer: refill it.
+      if (threadIdx.x == 0) issue(t + kStages - 1);
+      dot = 0.0f;
+      ss = 0.0f;
+      for (int w = 0; w < warps; ++w) {  // the same order in every thread: every thread agrees on s_j
+        dot += partial[slot][0][w];
+        ss += partial[slot][1][w];
+      }
+      const float score = dot * (1.0f / sqrtf(ss / static_cast<float>(n) + eps));
+      const float new_max = fmaxf(run_max, score);
+      const float rescale = expf(run_max - new_max);  // 0 at the first candidate
+      const float e = expf(score - new_max);
+      run_sum = run_sum * rescale + e;
+      run_max = new_max;
+#pragma unroll
+      for (int it = 0; it < kIters; ++it) {
+        const int i = (it * blockDim.x + threadIdx.x) * kVec;
+        if (i < n) {
+          float a[kVec];
+          cur[it].unpack(a);
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) mix[it][k] = mix[it][k] * rescale + e * a[k];
+        }
+      }
+    }
+
+    const float inv_sum = 1.0f / run_sum;
+    float ss = 0.0f;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int i = (it * blockDim.x + threadIdx.x) * kVec;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        mix[it][k] = i < n ? mix[it][k] * inv_sum : 0.0f;
+        ss += mix[it][k] * mix[it][k];
+      }
+    }
+    ss = detail::block_sum(ss, scratch);
+    const float rn = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+    Tout* yr = y + (blockIdx.x + static_cast<int64_t>(r) * gridDim.x) * ldy;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int i = (it * blockDim.x + threadIdx.x) * kVec;
+      if (i < n) {
+        float wv[kVec], out[kVec];
+        detail::load8(norm_w + i, wv);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) out[k] = mix[it][k] * rn * wv[k];
+        detail::store8(yr + i, out);
+      }
     }
   }
 }
@@ -250,13 +275,18 @@ void launch(std::span<const DeviceTensor> candidates, const float* c, const floa
   const int vectors = (n + kVec - 1) / kVec;
   const int threads = ((vectors + kIters - 1) / kIters + 31) / 32 * 32;
   if (algo == AttnResAlgo::kOnePass && threads <= kOnePassThreads) {
-    const size_t smem = static_cast<size_t>(n) * sizeof(float);
+    const auto kernel = attn_res_one_pass_kernel<Tin, Tout>;
+    const size_t smem = static_cast<size_t>(kStages) * n * sizeof(Tin);
     if (smem > 48 * 1024) {
-      K3_CUDA_CHECK(cudaFuncSetAttribute(attn_res_one_pass_kernel<Tin, Tout>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      K3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     }
-    attn_res_one_pass_kernel<Tin, Tout><<<static_cast<unsigned>(y.rows), threads, smem, stream>>>(
-        cand, count, c, norm_w, eps, y.as<Tout>(), y.ld, n);
+    int dev = 0, sms = 0, per_sm = 0;
+    K3_CUDA_CHECK(cudaGetDevice(&dev));
+    K3_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    K3_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+    const int64_t ctas = std::min<int64_t>(y.rows, static_cast<int64_t>(std::max(per_sm, 1)) * sms);
+    kernel<<<static_cast<unsigned>(ctas), threads, smem, stream>>>(cand, count, c, norm_w, eps, y.as<Tout>(), y.ld,
+                                                                   static_cast<int>(y.rows), n);
     K3_CUDA_CHECK_LAUNCH("attn_res_one_pass_kernel");
   } else {
     attn_res_two_pass_kernel<Tin, Tout><<<static_cast<unsigned>(y.rows), threads, 0, stream>>>(
@@ -283,6 +313,7 @@ void attn_res_mix_norm(std::span<const DeviceTensor> candidates, const float* c,
     throw Error("attn_res_mix_norm: needs cols % 8 == 0 and 16-byte aligned rows and weights, got " + y.describe());
   }
   if (y.cols > 32768) throw Error("attn_res_mix_norm: rows wider than 32768 are not supported, got " + y.describe());
+  if (y.rows > INT32_MAX / kMaxAttnResCandidates) throw Error("attn_res_mix_norm: too many rows, got " + y.describe());
   if (y.rows == 0 || y.cols == 0) return;
   const bool xf = tin == DType::kF32, yf = y.dtype == DType::kF32;
   if ((!xf && tin != DType::kBF16) || (!yf && y.dtype != DType::kBF16)) {

@@ -1,7 +1,9 @@
 // FP8 E4M3 activation quantisation in front of the FP8 GEMMs.
-// 1×128: a warp quantises one row's two 128-blocks (16 lanes × 8 values each: 16-byte loads, a
-// 4-step shuffle max per block); a CTA's 8 warps take 8 consecutive rows of the same K-blocks, so
-// the scales, stored token-contiguous for cuBLASLt (scales[b·M + m]), leave as 32-byte runs.
+// 1×128: a warp quantises four consecutive rows' two 128-blocks (16 lanes × 8 values per block and
+// row: 16-byte loads, a 4-step shuffle max per block); the four rows' loads are issued before any
+// reduction, so each thread keeps 64 bytes in flight. A CTA's 8 warps take 32 consecutive rows of
+// the same K-blocks, so the scales, stored token-contiguous for cuBLASLt (scales[b·M + m]), leave as
+// 16-byte runs per warp and 128-byte runs per CTA.
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -16,7 +18,9 @@ namespace {
 
 using detail::bf16;
 using detail::kVec;
-constexpr int kRowsPerCta = 8;
+constexpr int kWarps = 8;
+constexpr int kRowsPerWarp = 4;
+constexpr int kRowsPerCta = kWarps * kRowsPerWarp;
 
 __device__ __forceinline__ uint2 encode8(const float (&v)[kVec], float scale) {
   uint32_t w[2];
@@ -36,33 +40,45 @@ __device__ __forceinline__ uint2 encode8(const float (&v)[kVec], float scale) {
 }
 
 template <typename Tin>
-__global__ void __launch_bounds__(32 * kRowsPerCta) quant_1x128_kernel(const Tin* __restrict__ x, int64_t ldx,
-                                                                       uint8_t* __restrict__ q, int64_t ldq,
-                                                                       float* __restrict__ scales, int Mx, int Mq,
-                                                                       int K) {
-  const int lane = threadIdx.x, half = lane >> 4;
-  const int m = blockIdx.y * kRowsPerCta + threadIdx.y;
-  const int b = blockIdx.x * 2 + half;  // this half-warp's K-block
-  const int col = b * 128 + (lane & 15) * kVec;
-  if (m >= Mq) return;  // whole warp leaves together
-  float v[kVec];
+__global__ void __launch_bounds__(32 * kWarps) quant_1x128_kernel(const Tin* __restrict__ x, int64_t ldx,
+                                                                  uint8_t* __restrict__ q, int64_t ldq,
+                                                                  float* __restrict__ scales, int Mx, int Mq, int K) {
+  const int lane = threadIdx.x, sub = lane & 15;
+  const int m0 = blockIdx.y * kRowsPerCta + threadIdx.y * kRowsPerWarp;
+  const int b = blockIdx.x * 2 + (lane >> 4);  // this half-warp's K-block
+  const int col = b * 128 + sub * kVec;
+  if (m0 >= Mq) return;  // whole warp leaves together
   const bool active = col < K;
-  float amax = 0.0f;
-  if (active && m < Mx) {
-    detail::load8(x + static_cast<int64_t>(m) * ldx + col, v);
+  float v[kRowsPerWarp][kVec];
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) amax = fmaxf(amax, fabsf(v[k]));
-  } else {
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    if (active && m0 + r < Mx) {
+      detail::load8(x + static_cast<int64_t>(m0 + r) * ldx + col, v[r]);
+    } else {
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) v[k] = 0.0f;  // padding rows: zero codes, scale 1
+      for (int k = 0; k < kVec; ++k) v[r][k] = 0.0f;  // padding rows: zero codes, scale 1
+    }
   }
+  float scale[kRowsPerWarp];
 #pragma unroll
-  for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-  const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
-  if (active) {
-    *reinterpret_cast<uint2*>(q + static_cast<int64_t>(m) * ldq + col) = encode8(v, scale);
-    if ((lane & 15) == 0) scales[static_cast<int64_t>(b) * Mq + m] = scale;
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) amax = fmaxf(amax, fabsf(v[r][k]));
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+    scale[r] = amax > 0.0f ? amax / 448.0f : 1.0f;
   }
+  if (!active) return;
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    if (m0 + r < Mq) *reinterpret_cast<uint2*>(q + static_cast<int64_t>(m0 + r) * ldq + col) = encode8(v[r], scale[r]);
+  }
+  // Lane r of each half stores row m0 + r's scale of the half's block.
+  float mine = scale[0];
+#pragma unroll
+  for (int r = 1; r < kRowsPerWarp; ++r) mine = sub == r ? scale[r] : mine;
+  if (sub < kRowsPerWarp && m0 + sub < Mq) scales[static_cast<int64_t>(b) * Mq + m0 + sub] = mine;
 }
 
 template <typename Tin>
@@ -103,7 +119,7 @@ void quantize_fp8_1x128(const DeviceTensor& x, const DeviceTensor& q, float* sca
   const int Mx = static_cast<int>(x.rows), M = static_cast<int>(q.rows), K = static_cast<int>(x.cols);
   const int kblocks = (K + 127) / 128;
   const dim3 grid((kblocks + 1) / 2, (M + kRowsPerCta - 1) / kRowsPerCta);
-  const dim3 block(32, kRowsPerCta);
+  const dim3 block(32, kWarps);
   if (x.dtype == DType::kF32) {
     quant_1x128_kernel<float><<<grid, block, 0, stream>>>(x.as<const float>(), x.ld, q.as<uint8_t>(), q.ld, scales, Mx, M, K);
   } else {

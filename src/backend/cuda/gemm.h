@@ -1,4 +1,4 @@
-// GEMMs of the CUDA backend, all through cuBLASLt, all y[M,N] = x[M,K] · W[N,K]ᵀ with W row-major as
+// GEMMs of the CUDA backend, through cuBLASLt (and our small-M bf16 kernel), all y[M,N] = x[M,K] · W[N,K]ᵀ with W row-major as
 // checkpoints store it and bf16 output (f32 output too for bf16 inputs):
 //   bf16        bf16 x, bf16 W
 //   fp8_tensor  e4m3 x and W with one fp32 dequant multiplier each (ModelOpt FP8)
@@ -59,6 +59,13 @@ inline int64_t fp8_1x128_scale_count(int64_t m, int64_t k) { return (k + 127) / 
 // accepted. The FP8_PB_WO path pads the activation rows to this (zero codes, scale 1).
 inline constexpr int64_t kFp8BlockRowAlign = 8;
 inline int64_t fp8_block_padded_rows(int64_t m) { return (m + kFp8BlockRowAlign - 1) / kFp8BlockRowAlign * kFp8BlockRowAlign; }
+
+// Small-M bf16 GEMM, our kernel (gemv_bf16.cu): y[M,N] = x[M,K] · W[N,K]ᵀ for 1 ≤ M ≤ kGemvMaxRows,
+// x and W bf16 (K % 8 == 0, 16-byte aligned rows), y bf16 or f32, fp32 accumulation. At decode a
+// GEMM is a stream over W; this reads each weight byte once with many loads in flight, where
+// cuBLASLt's small-M kernels stay latency-bound on the smaller projections.
+inline constexpr int64_t kGemvMaxRows = 8;
+void gemv_bf16(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& y, cudaStream_t stream);
 
 class Blas {
  public:

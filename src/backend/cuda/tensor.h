@@ -54,4 +54,11 @@ struct DeviceTensor {
 void expect_dtype(const DeviceTensor& t, DType want, const char* what);
 void expect_shape(const DeviceTensor& t, int64_t rows, int64_t cols, const char* what);
 
+// True when every row of t starts on a 16-byte boundary and cols is a multiple of 8, as the 8-wide
+// vector kernels need.
+inline bool vec8_ok(const DeviceTensor& t) {
+  const size_t es = dtype_size(t.dtype);
+  return t.cols % 8 == 0 && (reinterpret_cast<uintptr_t>(t.data) % 16) == 0 && (t.ld * es) % 16 == 0;
+}
+
 }  // namespace k3::cuda

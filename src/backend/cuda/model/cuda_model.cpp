@@ -32,7 +32,13 @@ void StepContext::linear(const DeviceLinear& w, const DeviceTensor& x, const Dev
   const bool widen = w.kind != DeviceLinear::Kind::kBf16 && y.dtype == DType::kF32;
   const DeviceTensor yb = widen ? scratch(DType::kBF16, y.rows, y.cols, "fp8 GEMM output") : y;
   switch (w.kind) {
-    case DeviceLinear::Kind::kBf16: blas.bf16(xb, w.bf16, yb, stream); break;
+    case DeviceLinear::Kind::kBf16:
+      if (xb.rows <= kGemvMaxRows && vec8_ok(xb) && vec8_ok(w.bf16)) {
+        gemv_bf16(xb, w.bf16, yb, stream);  // decode: a stream over W
+      } else {
+        blas.bf16(xb, w.bf16, yb, stream);
+      }
+      break;
     case DeviceLinear::Kind::kFp8Block: linear_fp8_pb_wo(blas, arena, xb, w.block, yb, stream); break;
     case DeviceLinear::Kind::kFp8Tensor: linear_fp8_tensor(blas, arena, xb, w.input_scale, w.tensor, yb, stream); break;
     case DeviceLinear::Kind::kNone: break;

@@ -19,7 +19,7 @@
 //
 // Run: k3_bench_cuda [--reps N] [--arena 75%] [--quick] [--moe] [--moe-tiles] [--memory]
 //   --moe        the MoE section only;  --moe-tiles  time every grouped-GEMM tile height, not only kAuto
-//   --memory     the copy ceiling and the memory-bound table only
+//   --memory     the copy ceiling and the memory-bound table only;  --gemv  the decode bf16 GEMMs only
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -233,6 +233,45 @@ void bench_gemms(Arena& arena, Blas& blas, Stream& stream, const RandomPool& fp8
       row.pbwo_ms = t[2];
       row.quant_ms = t[3];
       print_gemm_row(row, N, K);
+      std::fflush(stdout);
+    }
+    K3_CUDA_CHECK(cudaDeviceSynchronize());
+    arena.reset(mark);
+  }
+}
+
+// Decode-class bf16 GEMMs (M ≤ kGemvMaxRows): cuBLASLt against our gemv_bf16, interleaved, on the
+// projections of the Kimi-Linear-48B-A3B (hidden 2304) and Kimi-K3 (7168) shapes; GB/s of the bf16
+// weight bytes, weights rotating over >= 256 MiB.
+void bench_gemv(Arena& arena, Blas& blas, Stream& stream, const RandomPool& bf16_pool) {
+  std::printf("\n== decode bf16 GEMM y[M,N] = x[M,K]·W[N,K]^T: cuBLASLt vs gemv_bf16; median of %d interleaved rounds ==\n",
+              g_reps);
+  std::printf("%-16s %3s | %9s %8s %6s | %9s %8s %6s\n", "shape NxK", "M", "cublas us", "W GB/s", "%3.83", "gemv us",
+              "W GB/s", "%3.83");
+  const std::vector<Shape> shapes = {{"lin q/k/v", 4096, 2304}, {"lin o", 2304, 4096}, {"lin shared up", 1024, 2304},
+                                     {"k3 q/k/v/g", 12288, 7168}, {"k3 o", 7168, 12288}, {"k3 q_b", 18432, 1536}};
+  for (const Shape& s : shapes) {
+    const size_t mark = arena.mark();
+    const int64_t N = s.n, K = s.k;
+    const int copies = static_cast<int>(std::max<size_t>(2, (kRotateBytes + 2 * N * K - 1) / (2 * N * K)));
+    std::vector<DeviceTensor> w(static_cast<size_t>(copies));
+    for (int c = 0; c < copies; ++c) {
+      w[c] = arena.alloc_tensor(DType::kBF16, N, K, "w bf16");
+      bf16_pool.fill(w[c].data, w[c].bytes(), c);
+    }
+    const DeviceTensor x_all = arena.alloc_tensor(DType::kBF16, kGemvMaxRows, K, "x");
+    bf16_pool.fill(x_all.data, x_all.bytes(), 99);
+    const DeviceTensor y_all = arena.alloc_tensor(DType::kBF16, kGemvMaxRows, N, "y");
+    for (int64_t M : {1, 2, 4, 8}) {
+      const DeviceTensor x = x_all.row_slice(0, M), y = y_all.row_slice(0, M);
+      const std::vector<double> t =
+          time_interleaved(stream, {{"cublas", [&](int i) { blas.bf16(x, w[i % copies], y, stream); }},
+                                    {"gemv", [&](int i) { gemv_bf16(x, w[i % copies], y, stream); }}});
+      const double gb = 2.0 * static_cast<double>(N) * K / 1e9;
+      const double c_gbs = gb / (t[0] * 1e-3), g_gbs = gb / (t[1] * 1e-3);
+      std::printf("%-16s %3lld | %9.1f %8.0f %5.0f%% | %9.1f %8.0f %5.0f%%\n", (std::string(s.name) + " " + std::to_string(N) + "x" + std::to_string(K)).c_str(),
+                  static_cast<long long>(M), t[0] * 1e3, c_gbs, 100.0 * c_gbs / (kReadCeilingTBs * 1e3), t[1] * 1e3,
+                  g_gbs, 100.0 * g_gbs / (kReadCeilingTBs * 1e3));
       std::fflush(stdout);
     }
     K3_CUDA_CHECK(cudaDeviceSynchronize());
@@ -480,7 +519,7 @@ void bench_moe(Arena& arena, Stream& stream, const RandomPool& bf16_pool, bool a
 
 int run(int argc, char** argv) {
   std::string arena_size = "75%";  // the Kimi-K3 MoE banks alone take 59 GB
-  bool quick = false, moe_only = false, moe_tiles = false, memory_only = false;
+  bool quick = false, moe_only = false, moe_tiles = false, memory_only = false, gemv_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
@@ -495,8 +534,10 @@ int run(int argc, char** argv) {
       moe_tiles = true;
     } else if (a == "--memory") {
       memory_only = true;
+    } else if (a == "--gemv") {
+      gemv_only = true;
     } else {
-      std::fprintf(stderr, "usage: k3_bench_cuda [--reps N] [--arena SIZE] [--quick] [--moe] [--moe-tiles] [--memory]\n");
+      std::fprintf(stderr, "usage: k3_bench_cuda [--reps N] [--arena SIZE] [--quick] [--moe] [--moe-tiles] [--memory] [--gemv]\n");
       return 2;
     }
   }
@@ -515,6 +556,10 @@ int run(int argc, char** argv) {
   Blas blas(arena);
   const RandomPool fp8_pool(arena, DType::kE4M3, size_t{64} << 20);
   const RandomPool bf16_pool(arena, DType::kBF16, size_t{64} << 20);
+  if (gemv_only) {
+    bench_gemv(arena, blas, stream, bf16_pool);
+    return 0;
+  }
   if (memory_only) {
     bench_ceilings(arena, blas, stream, fp8_pool, bf16_pool, false);
     bench_memory_bound(arena, stream, bf16_pool);
@@ -527,6 +572,7 @@ int run(int argc, char** argv) {
     const std::vector<int64_t> ms =
         quick ? std::vector<int64_t>{1, 1024} : std::vector<int64_t>{1, 8, 64, 256, 1024, 4096, 8192};
     bench_gemms(arena, blas, stream, fp8_pool, bf16_pool, shapes, ms);
+    bench_gemv(arena, blas, stream, bf16_pool);
   }
   bench_moe(arena, stream, bf16_pool, moe_tiles);
   std::printf("\narena peak %.2f GiB; GEMM plans cached: %zu\n", static_cast<double>(arena.peak()) / (1 << 30),

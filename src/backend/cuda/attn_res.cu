@@ -6,7 +6,10 @@
 //     of a candidate into registers once; the block reduces the two sums (Σ v·c, Σ v²) — one barrier
 //     per candidate, the partials double-buffered by parity — and the buffer read before that
 //     barrier is refilled right after it. The softmax is online (running max and sum, the mix
-//     rescaled when the max grows); the mix and the thread's slice of c stay in registers.
+//     rescaled only when the max grows); the mix stays in registers and c in shared memory, which
+//     leaves ≤ 96 registers a thread: 3 CTAs (rows in flight) per multiprocessor at n = 7168.
+//     H200, 9 × 8192×7168 bf16: 3, 4 or 6 stages and 2 or 3 CTAs per multiprocessor all take
+//     420–441 µs (≈ 73% of 3.83 TB/s), so bytes in flight are not what limits it (not profiled yet).
 //   two pass (rows up to 32768): pass 1 reads every candidate for its sums (warp partials parked in
 //     shared memory, one barrier for all candidates); pass 2 reads them again (from L2 when it can:
 //     a row of 9 bf16 candidates of 7168 is 129 KB) to form the mix.
@@ -25,9 +28,10 @@ namespace {
 using detail::bf16;
 using detail::kVec;
 constexpr int kIters = 4;
+static_assert(kIters == 4, "the one-pass sums combine four chains");
 constexpr int kMaxWarps = 32;
 constexpr int kOnePassThreads = 256;
-constexpr int kStages = 4;  // candidate rows in shared memory (one pass)
+constexpr int kStages = 3;  // candidate rows in shared memory (one pass)
 
 template <typename Tin>
 struct Candidates {
@@ -36,13 +40,14 @@ struct Candidates {
 };
 
 template <typename Tin, typename Tout>
-__global__ void __launch_bounds__(kOnePassThreads, sizeof(Tin) == 2 ? 2 : 1) attn_res_one_pass_kernel(Candidates<Tin> cand, int count,
+__global__ void __maxnreg__(96) attn_res_one_pass_kernel(Candidates<Tin> cand, int count,
                                                                               const float* __restrict__ c,
                                                                               const float* __restrict__ norm_w,
                                                                               float eps, Tout* __restrict__ y,
                                                                               int64_t ldy, int rows, int n) {
-  extern __shared__ __align__(16) unsigned char stage_bytes[];  // kStages candidate rows of n values
-  Tin* const stage = reinterpret_cast<Tin*>(stage_bytes);
+  extern __shared__ __align__(16) unsigned char smem[];  // c (n floats), then kStages candidate rows
+  float* const c_s = reinterpret_cast<float*>(smem);
+  Tin* const stage = reinterpret_cast<Tin*>(smem + static_cast<size_t>(n) * sizeof(float));
   __shared__ uint64_t full[kStages];
   __shared__ float partial[2][2][kOnePassThreads / 32];
   __shared__ float scratch[32];
@@ -67,17 +72,10 @@ __global__ void __launch_bounds__(kOnePassThreads, sizeof(Tin) == 2 ? 2 : 1) att
     for (int t = 0; t < kStages - 1; ++t) issue(t);
   }
 
-  float cv[kIters][kVec];
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const int i = (it * blockDim.x + threadIdx.x) * kVec;
-    if (i < n) {
-      detail::load8(c + i, cv[it]);
-    } else {
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) cv[it][k] = 0.0f;
-    }
+  for (int i = threadIdx.x * 4; i < n; i += blockDim.x * 4) {
+    *reinterpret_cast<float4*>(c_s + i) = *reinterpret_cast<const float4*>(c + i);
   }
+  __syncthreads();
 
   for (int r = 0, t = 0; r < my_rows; ++r) {
     float mix[kIters][kVec];
@@ -91,21 +89,25 @@ __global__ void __launch_bounds__(kOnePassThreads, sizeof(Tin) == 2 ? 2 : 1) att
       const int s = t % kStages;
       bulk::wait(&full[s], static_cast<unsigned>(t / kStages) & 1u);
       detail::Packed8<Tin> cur[kIters];
-      float dot = 0.0f, ss = 0.0f;
+      float dots[kIters], sss[kIters];  // independent chains, summed in a fixed order
 #pragma unroll
       for (int it = 0; it < kIters; ++it) {
         const int i = (it * blockDim.x + threadIdx.x) * kVec;
+        dots[it] = 0.0f;
+        sss[it] = 0.0f;
         if (i < n) {
           cur[it].load(stage + static_cast<int64_t>(s) * n + i);
-          float a[kVec];
+          float a[kVec], cv[kVec];
           cur[it].unpack(a);
+          detail::load8(c_s + i, cv);
 #pragma unroll
           for (int k = 0; k < kVec; ++k) {
-            dot += a[k] * cv[it][k];
-            ss += a[k] * a[k];
+            dots[it] += a[k] * cv[k];
+            sss[it] += a[k] * a[k];
           }
         }
       }
+      float dot = (dots[0] + dots[1]) + (dots[2] + dots[3]), ss = (sss[0] + sss[1]) + (sss[2] + sss[3]);
       dot = detail::warp_sum(dot);
       ss = detail::warp_sum(ss);
       const int slot = t & 1;  // the slot written two candidates ago was read before the last barrier
@@ -118,16 +120,26 @@ __global__ void __launch_bounds__(kOnePassThreads, sizeof(Tin) == 2 ? 2 : 1) att
       if (threadIdx.x == 0) issue(t + kStages - 1);
       dot = 0.0f;
       ss = 0.0f;
-      for (int w = 0; w < warps; ++w) {  // the same order in every thread: every thread agrees on s_j
-        dot += partial[slot][0][w];
-        ss += partial[slot][1][w];
+#pragma unroll
+      for (int w = 0; w < kOnePassThreads / 32; ++w) {  // the same order in every thread: all agree on s_j
+        if (w < warps) {
+          dot += partial[slot][0][w];
+          ss += partial[slot][1][w];
+        }
       }
       const float score = dot * (1.0f / sqrtf(ss / static_cast<float>(n) + eps));
-      const float new_max = fmaxf(run_max, score);
-      const float rescale = expf(run_max - new_max);  // 0 at the first candidate
-      const float e = expf(score - new_max);
-      run_sum = run_sum * rescale + e;
-      run_max = new_max;
+      const float e = expf(score - fmaxf(run_max, score));
+      if (score > run_max) {  // the same branch in every thread; otherwise the rescale is exp(0) = 1
+        const float rescale = expf(run_max - score);  // 0 at the first candidate
+        run_sum *= rescale;
+        run_max = score;
+#pragma unroll
+        for (int it = 0; it < kIters; ++it) {
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) mix[it][k] *= rescale;
+        }
+      }
+      run_sum += e;
 #pragma unroll
       for (int it = 0; it < kIters; ++it) {
         const int i = (it * blockDim.x + threadIdx.x) * kVec;
@@ -135,7 +147,7 @@ __global__ void __launch_bounds__(kOnePassThreads, sizeof(Tin) == 2 ? 2 : 1) att
           float a[kVec];
           cur[it].unpack(a);
 #pragma unroll
-          for (int k = 0; k < kVec; ++k) mix[it][k] = mix[it][k] * rescale + e * a[k];
+          for (int k = 0; k < kVec; ++k) mix[it][k] += e * a[k];
         }
       }
     }
@@ -276,7 +288,7 @@ void launch(std::span<const DeviceTensor> candidates, const float* c, const floa
   const int threads = ((vectors + kIters - 1) / kIters + 31) / 32 * 32;
   if (algo == AttnResAlgo::kOnePass && threads <= kOnePassThreads) {
     const auto kernel = attn_res_one_pass_kernel<Tin, Tout>;
-    const size_t smem = static_cast<size_t>(kStages) * n * sizeof(Tin);
+    const size_t smem = static_cast<size_t>(n) * (sizeof(float) + kStages * sizeof(Tin));
     if (smem > 48 * 1024) {
       K3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     }

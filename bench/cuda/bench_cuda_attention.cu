@@ -8,8 +8,9 @@
 // Working sets smaller than 4× the 60 MB L2 rotate over disjoint copies, so each call reads cold
 // data.
 //
-// Run: k3_bench_cuda_attention [--reps N] [--quick] [--profile] [--no-bulk]
+// Run: k3_bench_cuda_attention [--reps N] [--quick] [--profile] [--no-bulk] [--kda-prefill]
 // --profile: one untimed call of every variant of one case per table, for a profiler (ncu).
+// --kda-prefill: the KDA prefill table only.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -40,6 +41,7 @@ int g_reps = 20;
 bool g_quick = false;
 bool g_profile = false;  // one call per kernel variant of one case per table (for ncu)
 bool g_bulk = true;      // time the bulk-copy (TMA) variants
+bool g_kda_prefill_only = false;
 
 __device__ __forceinline__ uint64_t splitmix(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -120,14 +122,15 @@ void bench_copy(Arena& arena, Stream& stream) {
 // ---- KDA prefill -----------------------------------------------------------------------------
 void bench_kda_prefill(Arena& arena, Stream& stream) {
   std::printf("\n== KDA chunked prefill, one sequence, D = 128, bf16 q/k/v/f/b in, bf16 o out, fp32 state ==\n");
-  std::printf("   intra = gates + norms + in-chunk WY (SIMT fp32); inter = sequential chunk pass: fp32 FMA or tf32\n"
-              "   WMMA, tiles by 16-byte cp.async or by bulk copies (TMA); total = intra + the fastest inter\n");
-  std::printf("%6s %4s | %8s | %8s %8s %8s %8s | %9s %7s | %8s %8s\n", "T", "H", "intra us", "fma cp", "fma bulk",
-              "tf32 cp", "tf32 blk", "total us", "TF/s", "conv us", "norm us");
+  std::printf("   intra = gates + norms + in-chunk WY (SIMT fp32); inter = sequential chunk pass (kda_prefill − intra):\n"
+              "   fp32 FMA with 16 / 32 state columns per CTA (bulk copies), FMA with the default columns and\n"
+              "   16-byte cp.async, tf32 WMMA (bulk); total = kda_prefill with its defaults (FMA, bulk, auto columns)\n");
+  std::printf("%6s %4s | %8s | %8s %8s %8s %8s | %9s %7s | %8s %8s\n", "T", "H", "intra us", "fma16", "fma32",
+              "fma cp", "tf32", "total us", "TF/s", "conv us", "norm us");
   struct Case {
     int T, H;
   };
-  std::vector<Case> cases = {{2048, 12}, {2048, 32}, {2048, 96}, {8192, 32}, {8192, 96}};
+  std::vector<Case> cases = {{2048, 12}, {2048, 32}, {2048, 96}, {8192, 12}, {8192, 32}, {8192, 96}};
   if (g_quick) cases = {{2048, 12}, {8192, 32}};
   if (g_profile) cases = {{2048, 96}};
   for (const Case& c : cases) {
@@ -164,20 +167,15 @@ void bench_kda_prefill(Arena& arena, Stream& stream) {
                                1.0f / std::sqrt(128.0f), static_cast<int>(H), pool.recurrent,
                                static_cast<float*>(ws), o.data, o.ld};
     const double intra = time_ms(stream, [&](int) { kda_detail::launch_chunk_intra(pa, true, stream); });
-    double inter[4];
-    const KdaInterMath maths[4] = {KdaInterMath::kSimt, KdaInterMath::kSimt, KdaInterMath::kTf32, KdaInterMath::kTf32};
-    const KdaLoads loads[4] = {KdaLoads::kCpAsync, KdaLoads::kBulk, KdaLoads::kCpAsync, KdaLoads::kBulk};
-    for (int m = 0; m < 4; ++m) {
-      if (!g_bulk && loads[m] == KdaLoads::kBulk) {
-        inter[m] = std::nan("");
-        continue;
-      }
-      inter[m] = time_ms(stream, [&](int) { kda_prefill(batch, q, k, v, f, b, gate, pool, ws, o, stream, maths[m], loads[m]); }) -
-                 intra;
-    }
-    double best = inter[0];
-    for (double x : inter) best = x < best ? x : best;  // NaN (skipped) never wins
-    const double total = intra + best;
+    auto prefill = [&](KdaInterMath math, KdaLoads loads, KdaInterCols cols) {
+      return time_ms(stream, [&](int) { kda_prefill(batch, q, k, v, f, b, gate, pool, ws, o, stream, math, loads, cols); });
+    };
+    const KdaLoads dflt = g_bulk ? KdaLoads::kBulk : KdaLoads::kCpAsync;
+    const double inter[4] = {prefill(KdaInterMath::kSimt, dflt, KdaInterCols::k16) - intra,
+                             prefill(KdaInterMath::kSimt, dflt, KdaInterCols::k32) - intra,
+                             prefill(KdaInterMath::kSimt, KdaLoads::kCpAsync, KdaInterCols::kAuto) - intra,
+                             prefill(KdaInterMath::kTf32, dflt, KdaInterCols::kAuto) - intra};
+    const double total = prefill(KdaInterMath::kSimt, dflt, KdaInterCols::kAuto);
     const double conv = time_ms(stream, [&](int) { kda_short_conv(batch, x, conv_w.as<float>(), pool, y, stream); });
     const double norm = time_ms(stream, [&](int) { kda_gated_rms_norm(o, g, onorm.as<float>(), 1e-5f, out, stream); });
     // FLOPs per (chunk, head): intra A/Aqk 2·2·(C(C+1)/2)·D + solve 2·(C(C−1)/2)·2D; inter 6·C·D² + C²·D.
@@ -372,8 +370,10 @@ int main(int argc, char** argv) {
       g_profile = true;
     } else if (std::strcmp(argv[i], "--no-bulk") == 0) {
       g_bulk = false;
+    } else if (std::strcmp(argv[i], "--kda-prefill") == 0) {
+      g_kda_prefill_only = true;
     } else {
-      std::fprintf(stderr, "usage: k3_bench_cuda_attention [--reps N] [--quick] [--profile] [--no-bulk]\n");
+      std::fprintf(stderr, "usage: k3_bench_cuda_attention [--reps N] [--quick] [--profile] [--no-bulk] [--kda-prefill]\n");
       return 2;
     }
   }
@@ -389,6 +389,10 @@ int main(int argc, char** argv) {
     K3_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     Arena arena(0, std::min<size_t>(free_b - (size_t{2} << 30), static_cast<size_t>(g_profile ? 8 : 24) << 30));
     Stream stream;
+    if (g_kda_prefill_only) {
+      bench_kda_prefill(arena, stream);
+      return 0;
+    }
     bench_copy(arena, stream);
     bench_kda_prefill(arena, stream);
     bench_kda_decode(arena, stream);

@@ -178,7 +178,7 @@ struct GpuKda {
   // Conv → chunked prefill → gated norm over packed sequences; returns y [T, P].
   std::vector<float> prefill(const KdaLayer& L, const Proj& p, const std::vector<int>& lens,
                              const std::vector<int32_t>& slots, DType io, KdaInterMath math,
-                             KdaLoads loads = KdaLoads::kCpAsync) {
+                             KdaLoads loads = KdaLoads::kCpAsync, KdaInterCols cols = KdaInterCols::kAuto) {
     Arena& a = test::arena();
     const int64_t T = p.q.rows, P = L.P;
     std::vector<int32_t> cu{0};
@@ -202,7 +202,7 @@ struct GpuKda {
     poison(o);
     void* ws = a.alloc(kda_prefill_workspace_bytes(batch, L.H), "kda workspace");
     kda_prefill(batch, y.col_slice(0, P), y.col_slice(P, P), y.col_slice(2 * P, P), f, b, gate, pool, ws, o, nullptr,
-                math, loads);
+                math, loads, cols);
     const DeviceTensor out = a.alloc_tensor(io, T, P, "y");
     poison(out);
     kda_gated_rms_norm(o, g, o_norm.as<float>(), eps, out, nullptr);
@@ -266,6 +266,7 @@ struct KdaCase {
   DType io;
   KdaInterMath math;
   KdaLoads loads;
+  KdaInterCols cols;
 };
 
 double out_tol(const KdaCase& c) {
@@ -280,7 +281,7 @@ TEST_P(KdaPipeline, PrefillContinuedPrefillAndDecodeMatchCpu) {
   test::ArenaScope scope;
   const KdaCase c = GetParam();
   const uint64_t seed = seed_or(1000 + (c.safe ? 1 : 0) + (c.io == DType::kBF16 ? 2 : 0) + (c.math == KdaInterMath::kTf32 ? 4 : 0) +
-                                (c.loads == KdaLoads::kBulk ? 8 : 0));
+                                (c.loads == KdaLoads::kBulk ? 8 : 0) + (c.cols == KdaInterCols::k16 ? 16 : 0));
   SCOPED_TRACE("seed " + std::to_string(seed));
   Gen g(seed);
   const KdaLayer L = make_layer(4, c.safe, g);
@@ -311,14 +312,14 @@ TEST_P(KdaPipeline, PrefillContinuedPrefillAndDecodeMatchCpu) {
   Tensor x1(rows, L.hidden);
   x1.data = g.normal(x1.data.size(), 1.0f);
   const Tensor ref1 = cpu_mixer(L, x1, lens1, st, which);
-  expect_close(gpu.prefill(L, project(L, x1), lens1, slots, c.io, c.math, c.loads), ref1.data, tol, "prefill");
+  expect_close(gpu.prefill(L, project(L, x1), lens1, slots, c.io, c.math, c.loads, c.cols), ref1.data, tol, "prefill");
   check_states("after prefill");
 
   rows = std::accumulate(lens2.begin(), lens2.end(), int64_t{0});
   Tensor x2(rows, L.hidden);
   x2.data = g.normal(x2.data.size(), 1.0f);
   const Tensor ref2 = cpu_mixer(L, x2, lens2, st, which);
-  expect_close(gpu.prefill(L, project(L, x2), lens2, slots, c.io, c.math, c.loads), ref2.data, tol, "continued prefill");
+  expect_close(gpu.prefill(L, project(L, x2), lens2, slots, c.io, c.math, c.loads, c.cols), ref2.data, tol, "continued prefill");
   check_states("after the continued prefill");
 
   const std::vector<int> ones(lens1.size(), 1);
@@ -334,16 +335,19 @@ TEST_P(KdaPipeline, PrefillContinuedPrefillAndDecodeMatchCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, KdaPipeline,
-                         ::testing::Values(KdaCase{true, DType::kF32, KdaInterMath::kSimt, KdaLoads::kCpAsync},
-                                           KdaCase{false, DType::kF32, KdaInterMath::kSimt, KdaLoads::kBulk},
-                                           KdaCase{true, DType::kBF16, KdaInterMath::kSimt, KdaLoads::kBulk},
-                                           KdaCase{true, DType::kF32, KdaInterMath::kTf32, KdaLoads::kBulk},
-                                           KdaCase{false, DType::kBF16, KdaInterMath::kTf32, KdaLoads::kCpAsync}),
+                         ::testing::Values(KdaCase{true, DType::kF32, KdaInterMath::kSimt, KdaLoads::kCpAsync, KdaInterCols::k32},
+                                           KdaCase{true, DType::kF32, KdaInterMath::kSimt, KdaLoads::kBulk, KdaInterCols::k16},
+                                           KdaCase{false, DType::kF32, KdaInterMath::kSimt, KdaLoads::kBulk, KdaInterCols::k32},
+                                           KdaCase{false, DType::kF32, KdaInterMath::kSimt, KdaLoads::kCpAsync, KdaInterCols::k16},
+                                           KdaCase{true, DType::kBF16, KdaInterMath::kSimt, KdaLoads::kBulk, KdaInterCols::kAuto},
+                                           KdaCase{true, DType::kF32, KdaInterMath::kTf32, KdaLoads::kBulk, KdaInterCols::kAuto},
+                                           KdaCase{false, DType::kBF16, KdaInterMath::kTf32, KdaLoads::kCpAsync, KdaInterCols::kAuto}),
                          [](const ::testing::TestParamInfo<KdaCase>& info) {
                            const KdaCase& c = info.param;
                            return std::string(c.safe ? "k3gate" : "softplus") + (c.io == DType::kBF16 ? "_bf16" : "_f32") +
                                   (c.math == KdaInterMath::kTf32 ? "_tf32" : "_fma") +
-                                  (c.loads == KdaLoads::kBulk ? "_bulk" : "_cpasync");
+                                  (c.loads == KdaLoads::kBulk ? "_bulk" : "_cpasync") +
+                                  (c.cols == KdaInterCols::k16 ? "_cols16" : c.cols == KdaInterCols::k32 ? "_cols32" : "");
                          });
 
 // Prefill of n tokens then one decode step gives the same last output and state as a prefill of the

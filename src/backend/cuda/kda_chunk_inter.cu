@@ -3,8 +3,12 @@
 
 namespace k3::cuda::kda_detail {
 
-void launch_chunk_inter_simt(const PrefillArgs& a, bool out_bf16, bool bulk_copy, cudaStream_t stream) {
-  inter::launch<false>(a, out_bf16, bulk_copy, stream);
+void launch_chunk_inter_simt(const PrefillArgs& a, bool out_bf16, bool bulk_copy, int cols, cudaStream_t stream) {
+  if (cols == 16) {
+    inter::launch<16, false>(a, out_bf16, bulk_copy, stream);
+  } else {
+    inter::launch<32, false>(a, out_bf16, bulk_copy, stream);
+  }
 }
 
 }  // namespace k3::cuda::kda_detail

@@ -5,7 +5,7 @@
 namespace k3::cuda::kda_detail {
 
 void launch_chunk_inter_tf32(const PrefillArgs& a, bool out_bf16, bool bulk_copy, cudaStream_t stream) {
-  inter::launch<true>(a, out_bf16, bulk_copy, stream);
+  inter::launch<32, true>(a, out_bf16, bulk_copy, stream);
 }
 
 }  // namespace k3::cuda::kda_detail

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "backend/cuda/check.h"
 #include "backend/cuda/kda.h"
 #include "backend/cuda/kda_internal.h"
 #include "core/error.h"
@@ -16,6 +17,16 @@ bool aligned_rows(const DeviceTensor& t) {  // as vec8_ok (kernel_util.cuh, devi
   const size_t es = dtype_size(t.dtype);
   return t.cols % 8 == 0 && (reinterpret_cast<uintptr_t>(t.data) % 16) == 0 && (t.ld * es) % 16 == 0;
 }
+// The sequential pass has one CTA per (sequence, head, column block): 16 columns when twice the
+// CTAs of 32 still fit one wave (each chunk's chain is shorter: T = 2048, H = 12 takes 192 µs
+// instead of 301 on the H200), else 32 (H = 32: 302 µs instead of 381).
+int inter_cols(KdaInterCols cols, int64_t seq_heads) {
+  if (cols != KdaInterCols::kAuto) return cols == KdaInterCols::k16 ? 16 : 32;
+  int dev = 0, sms = 0;
+  K3_CUDA_CHECK(cudaGetDevice(&dev));
+  K3_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return seq_heads * (D / 16) <= sms ? 16 : 32;
+}
 }  // namespace
 
 size_t kda_prefill_workspace_bytes(const KdaBatch& batch, int64_t heads) {
@@ -24,7 +35,8 @@ size_t kda_prefill_workspace_bytes(const KdaBatch& batch, int64_t heads) {
 
 void kda_prefill(const KdaBatch& batch, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                  const DeviceTensor& f, const DeviceTensor& b, const KdaGate& gate, const KdaStatePool& pool,
-                 void* workspace, const DeviceTensor& o, cudaStream_t stream, KdaInterMath math, KdaLoads loads) {
+                 void* workspace, const DeviceTensor& o, cudaStream_t stream, KdaInterMath math, KdaLoads loads,
+                 KdaInterCols cols) {
   if (pool.head_dim != D) throw Error("kda_prefill: head dim " + std::to_string(pool.head_dim) + " is not built (128)");
   if (batch.cu_seqlens == nullptr) throw Error("kda_prefill: needs cu_seqlens");
   const int64_t H = pool.heads, P = pool.proj_dim(), T = batch.total_rows;
@@ -43,6 +55,7 @@ void kda_prefill(const KdaBatch& batch, const DeviceTensor& q, const DeviceTenso
   }
   if (gate.a_log == nullptr || gate.dt_bias == nullptr) throw Error("kda_prefill: gate parameters missing");
   if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) throw Error("kda_prefill: workspace must be 16-byte aligned");
+  if (math == KdaInterMath::kTf32 && cols == KdaInterCols::k16) throw Error("kda_prefill: the tf32 inter pass takes 32 columns");
   if (batch.n == 0 || T == 0) return;
   PrefillArgs a{batch, q.data, q.ld, k.data, k.ld, v.data, v.ld, f.data, f.ld, b.data, b.ld, gate,
                 1.0f / std::sqrt(static_cast<float>(D)), static_cast<int>(H), pool.recurrent,
@@ -52,7 +65,7 @@ void kda_prefill(const KdaBatch& batch, const DeviceTensor& q, const DeviceTenso
   if (math == KdaInterMath::kTf32) {
     launch_chunk_inter_tf32(a, o.dtype == DType::kBF16, bulk_copy, stream);
   } else {
-    launch_chunk_inter_simt(a, o.dtype == DType::kBF16, bulk_copy, stream);
+    launch_chunk_inter_simt(a, o.dtype == DType::kBF16, bulk_copy, inter_cols(cols, batch.n * H), stream);
   }
 }
 

@@ -2,6 +2,7 @@
 // shapes where a GEMM is a stream over W. One warp per output row n: each lane loads 16 bytes (8 values)
 // of W's row per step, kStepsInFlight steps at once (streaming loads that bypass L1), and multiplies
 // them with the same 8 columns of every x row (x is small and shared by all warps: it stays in L1).
+// Measured (docs/performance.md): ahead of cuBLASLt at M = 1 on every decode shape, behind it from M = 4.
 // fp32 accumulation per lane, then one warp reduction per x row.
 #include <cuda_bf16.h>
 
@@ -17,7 +18,9 @@ namespace {
 using detail::bf16;
 using detail::kVec;
 constexpr int kWarps = 8;  // output rows per CTA
-constexpr int kStepsInFlight = 4;
+// Weight loads a lane keeps in flight: more for one or two x rows, where the kernel is bound by load
+// latency; fewer above, where the x loads from L1 and the FMAs share the issue slots.
+constexpr int steps_in_flight(int m) { return m <= 2 ? 8 : 4; }
 
 __device__ __forceinline__ uint4 load_streaming(const bf16* p) {
   uint4 r;
@@ -45,6 +48,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_bf16_kernel(const bf16* __re
   if (n >= n_rows) return;  // whole warp
   const bf16* wr = w + static_cast<int64_t>(n) * ldw;
   float acc[M] = {};
+  constexpr int kStepsInFlight = steps_in_flight(M);
   constexpr int kSpan = 32 * kVec;  // columns one warp step covers
   for (int k0 = lane * kVec; k0 < k; k0 += kSpan * kStepsInFlight) {
     uint4 raw[kStepsInFlight];

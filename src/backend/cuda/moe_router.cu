@@ -1,8 +1,8 @@
 // MoE router (CPU reference: route() in backend/cpu/moe.cpp). Two kernels:
 //   warp (no group restriction, E <= 1024, the Kimi-K3 case): one warp per token, expert e in lane
 //     e % 32, slot e / 32 of registers (8, 16 or 32 slots, the fewest that hold E); each lane keeps
-//     its best untaken expert and only the lane that lost its best rescans, as a pairwise tree over
-//     its slots (log2 depth, not a serial chain), so a pick is one 5-step shuffle arg-max.
+//     its best untaken expert and only the lane that lost its best rescans, so a pick is one 5-step
+//     shuffle arg-max.
 //   block (any config): one CTA per token, scores and biased choices in shared memory, DeepSeek
 //     group selection, then k rounds of a block arg-max.
 // Both pick under the order (choice descending, expert index ascending), exactly the CPU's stable
@@ -73,34 +73,21 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) route_warp_kernel(RouterPar
     const int e = lane + 32 * i;
     choice[i] = s[i] + (bias != nullptr && e < E ? bias[e] : 0.0f);
   }
-  // This lane's best untaken slot: a pairwise tree under the total order `before`, so the result
-  // is the serial scan's (ties to the lower index) at log2(kSlots) depth.
+  // This lane's best untaken slot; slots scan in ascending expert order, so strict > keeps the
+  // lower index among equals. (A pairwise tree over the slots measured slower on the H200: 32 vs
+  // 21 µs for one Kimi-K3 token — the copies it needs outweigh the shorter dependency chain.)
   auto local_best = [&](float& bv, int& bi, float& bs) {
-    float v[kSlots], sc[kSlots];
-    int id[kSlots];
+    bv = 0.0f;
+    bi = kNone;
+    bs = 0.0f;
 #pragma unroll
     for (int i = 0; i < kSlots; ++i) {
-      v[i] = choice[i];
-      sc[i] = s[i];
-      id[i] = (taken >> i) & 1u ? kNone : lane + 32 * i;
-    }
-    constexpr int kLevels = kSlots == 32 ? 5 : kSlots == 16 ? 4 : 3;
-    static_assert(kSlots == 1 << kLevels);
-#pragma unroll
-    for (int level = 1; level <= kLevels; ++level) {
-      const int w = kSlots >> level;  // a constant once the loop is unrolled
-#pragma unroll
-      for (int i = 0; i < kSlots / 2; ++i) {
-        if (i < w && before(v[i + w], id[i + w], v[i], id[i])) {
-          v[i] = v[i + w];
-          id[i] = id[i + w];
-          sc[i] = sc[i + w];
-        }
+      if (!((taken >> i) & 1u) && before(choice[i], lane + 32 * i, bv, bi)) {
+        bv = choice[i];
+        bi = lane + 32 * i;
+        bs = s[i];
       }
     }
-    bv = v[0];
-    bi = id[0];
-    bs = sc[0];
   };
   float mv, ms;
   int mi;

@@ -78,13 +78,13 @@ void kda_short_conv(const KdaBatch& batch, const DeviceTensor& x, const float* w
 // 16-byte cp.async or by Hopper bulk copies, and the state columns per CTA of the sequential pass
 // (kAuto: 16 when sequences·heads·8 CTAs fit one wave of the SMs, else 32; tf32: 32 only).
 enum class KdaInterMath { kSimt, kTf32 };
-enum class KdaLoads { kCpAsync, kBulk };
+enum class KdaLoads { kAuto, kCpAsync, kBulk };  // kAuto: cp.async with 16 columns, else bulk
 enum class KdaInterCols { kAuto, k16, k32 };
 size_t kda_prefill_workspace_bytes(const KdaBatch& batch, int64_t heads);
 void kda_prefill(const KdaBatch& batch, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                  const DeviceTensor& f, const DeviceTensor& b, const KdaGate& gate, const KdaStatePool& pool,
                  void* workspace, const DeviceTensor& o, cudaStream_t stream,
-                 KdaInterMath math = KdaInterMath::kSimt, KdaLoads loads = KdaLoads::kBulk,
+                 KdaInterMath math = KdaInterMath::kSimt, KdaLoads loads = KdaLoads::kAuto,
                  KdaInterCols cols = KdaInterCols::kAuto);
 
 // One token per sequence (rows = batch.n, cu_seqlens ignored): gates, L2 norm, the delta-rule

@@ -13,10 +13,6 @@ namespace k3::cuda {
 using namespace kda_detail;
 
 namespace {
-bool aligned_rows(const DeviceTensor& t) {  // as vec8_ok (kernel_util.cuh, device-side header)
-  const size_t es = dtype_size(t.dtype);
-  return t.cols % 8 == 0 && (reinterpret_cast<uintptr_t>(t.data) % 16) == 0 && (t.ld * es) % 16 == 0;
-}
 // The sequential pass has one CTA per (sequence, head, column block): 16 columns when twice the
 // CTAs of 32 still fit one wave (each chunk's chain is shorter: T = 2048, H = 12 takes 192 µs
 // instead of 301 on the H200), else 32 (H = 32: 302 µs instead of 381).
@@ -51,7 +47,7 @@ void kda_prefill(const KdaBatch& batch, const DeviceTensor& q, const DeviceTenso
   if (t != DType::kF32 && t != DType::kBF16) throw Error("kda_prefill: f32 or bf16 inputs, got " + q.describe());
   if (o.dtype != DType::kF32 && o.dtype != DType::kBF16) throw Error("kda_prefill: f32 or bf16 o, got " + o.describe());
   for (const DeviceTensor* x : {&q, &k, &f}) {
-    if (!aligned_rows(*x)) throw Error("kda_prefill: needs 16-byte aligned rows, got " + x->describe());
+    if (!vec8_ok(*x)) throw Error("kda_prefill: needs 16-byte aligned rows, got " + x->describe());
   }
   if (gate.a_log == nullptr || gate.dt_bias == nullptr) throw Error("kda_prefill: gate parameters missing");
   if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) throw Error("kda_prefill: workspace must be 16-byte aligned");
@@ -61,11 +57,13 @@ void kda_prefill(const KdaBatch& batch, const DeviceTensor& q, const DeviceTenso
                 1.0f / std::sqrt(static_cast<float>(D)), static_cast<int>(H), pool.recurrent,
                 static_cast<float*>(workspace), o.data, o.ld};
   launch_chunk_intra(a, t == DType::kBF16, stream);
-  const bool bulk_copy = loads == KdaLoads::kBulk;
   if (math == KdaInterMath::kTf32) {
-    launch_chunk_inter_tf32(a, o.dtype == DType::kBF16, bulk_copy, stream);
+    launch_chunk_inter_tf32(a, o.dtype == DType::kBF16, loads != KdaLoads::kCpAsync, stream);
   } else {
-    launch_chunk_inter_simt(a, o.dtype == DType::kBF16, bulk_copy, inter_cols(cols, batch.n * H), stream);
+    const int ncols = inter_cols(cols, batch.n * H);
+    // kAuto: cp.async tiles with 16 columns (T = 2048, H = 12: 321 vs 330 µs), bulk copies with 32 (~1 % ahead).
+    const bool bulk_copy = loads == KdaLoads::kBulk || (loads == KdaLoads::kAuto && ncols == 32);
+    launch_chunk_inter_simt(a, o.dtype == DType::kBF16, bulk_copy, ncols, stream);
   }
 }
 

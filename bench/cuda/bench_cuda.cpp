@@ -17,9 +17,16 @@
 // rows), and the whole routed layer (dispatch → gather → GEMM1 → SiLU → GEMM2 → combine); plus a
 // compute-bound reference ("dense": 8 experts, ~1024 rows each, 4096-wide).
 //
-// Run: k3_bench_cuda [--reps N] [--arena 75%] [--quick] [--moe] [--moe-tiles] [--memory]
+// 4-bit experts (backend/cuda/moe_w4.h, --moe-w4): the Kimi-K3 routed layer (896 experts, top-16,
+// GEMM1 [w1|w3] 3584 → 2×3072, GEMM2 3072 → 3584) with NVFP4 and MXFP4 banks at T = 1 … 4096, each
+// kernel (auto, and every tile: m16 = decode class, m64 / m128 = prefill class) timed interleaved with
+// the bf16 grouped GEMM on the same routings; TB/s on the packed bytes (codes + block scales) of the
+// experts hit, TF/s over real rows, and the speed-up over bf16.
+//
+// Run: k3_bench_cuda [--reps N] [--arena 75%] [--quick] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4]
 //   --moe        the MoE section only;  --moe-tiles  time every grouped-GEMM tile height, not only kAuto
 //   --memory     the copy ceiling and the memory-bound table only;  --gemv  the decode bf16 GEMMs only
+//   --moe-w4     the 4-bit expert section only
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -35,6 +42,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/moe.h"
+#include "backend/cuda/moe_w4.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/stream.h"
 #include "backend/cuda/upload.h"
@@ -418,8 +426,40 @@ void print_moe_row(const char* model, int64_t T, int64_t R, double hit, const ch
   }
 }
 
+constexpr int kRoutings = 8;
+
+// kRoutings random routings of T tokens (k distinct experts per token), dispatched; hit = the mean
+// number of distinct experts they touch.
+struct Routings {
+  std::vector<MoeDispatch> d;
+  std::vector<DeviceTensor> ids;
+  double hit = 0;
+};
+
+Routings make_routings(Arena& arena, Stream& stream, std::mt19937_64& gen, int64_t T, int64_t k, int64_t E) {
+  Routings rt;
+  std::vector<int32_t> pool(static_cast<size_t>(E));
+  std::iota(pool.begin(), pool.end(), 0);
+  for (int r = 0; r < kRoutings; ++r) {
+    std::vector<int32_t> h(static_cast<size_t>(T * k));
+    std::vector<char> seen(static_cast<size_t>(E), 0);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < k; ++j) {
+        std::swap(pool[j], pool[std::uniform_int_distribution<int64_t>(j, E - 1)(gen)]);
+        h[t * k + j] = pool[j];
+        seen[pool[j]] = 1;
+      }
+    }
+    rt.hit += static_cast<double>(std::count(seen.begin(), seen.end(), 1)) / kRoutings;
+    rt.ids.push_back(arena.alloc_tensor(DType::kI32, T, k, "moe ids"));
+    copy_bytes_to_device(rt.ids.back().data, h.data(), h.size() * sizeof(int32_t));
+    rt.d.push_back(moe_dispatch_view(arena.alloc(moe_dispatch_bytes(T, k, E), "moe dispatch"), T, k, E));
+    moe_dispatch(rt.ids.back(), rt.d.back(), stream);
+  }
+  return rt;
+}
+
 void bench_moe(Arena& arena, Stream& stream, const RandomPool& bf16_pool, bool all_tiles) {
-  constexpr int kRoutings = 8;
   std::printf("\n== MoE, bf16 expert banks, random routing (k distinct experts per token; %d routings rotated over"
               " the timed calls); GEMM1 [w1|w3] N = 2·inter, K = hidden, bf16 out; GEMM2 w2 N = hidden, K = inter;"
               " W GB = weight bytes of the experts hit (mean over the routings); TF/s over real rows ==\n",
@@ -457,27 +497,10 @@ void bench_moe(Arena& arena, Stream& stream, const RandomPool& bf16_pool, bool a
     for (int64_t T : s.tokens) {
       const size_t tmark = arena.mark();
       const int64_t R = T * k;
-      std::vector<MoeDispatch> d;
-      std::vector<DeviceTensor> ids;
-      double hit = 0;
-      std::vector<int32_t> pool(static_cast<size_t>(E));
-      std::iota(pool.begin(), pool.end(), 0);
-      for (int r = 0; r < kRoutings; ++r) {
-        std::vector<int32_t> h(static_cast<size_t>(R));
-        std::vector<char> seen(static_cast<size_t>(E), 0);
-        for (int64_t t = 0; t < T; ++t) {
-          for (int64_t j = 0; j < k; ++j) {  // k distinct experts per token
-            std::swap(pool[j], pool[std::uniform_int_distribution<int64_t>(j, E - 1)(gen)]);
-            h[t * k + j] = pool[j];
-            seen[pool[j]] = 1;
-          }
-        }
-        hit += static_cast<double>(std::count(seen.begin(), seen.end(), 1)) / kRoutings;
-        ids.push_back(arena.alloc_tensor(DType::kI32, T, k, "moe ids"));
-        copy_bytes_to_device(ids.back().data, h.data(), h.size() * sizeof(int32_t));
-        d.push_back(moe_dispatch_view(arena.alloc(moe_dispatch_bytes(T, k, E), "moe dispatch"), T, k, E));
-        moe_dispatch(ids.back(), d.back(), stream);
-      }
+      const Routings rt = make_routings(arena, stream, gen, T, k, E);
+      const std::vector<MoeDispatch>& d = rt.d;
+      const std::vector<DeviceTensor>& ids = rt.ids;
+      const double hit = rt.hit;
       std::vector<float> wv(static_cast<size_t>(R), 1.0f / static_cast<float>(k));
       const DeviceTensor weights = upload_f32(arena, wv.data(), T, k, DType::kF32, "moe weights");
       const DeviceTensor xs = xs_all.row_slice(0, R), gu = gu_all.row_slice(0, R), hs = hs_all.row_slice(0, R);
@@ -517,9 +540,115 @@ void bench_moe(Arena& arena, Stream& stream, const RandomPool& bf16_pool, bool a
   }
 }
 
+// ---- MoE, 4-bit experts ----------------------------------------------------------------------------
+
+void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
+  const int64_t E = 896, k = 16, H = 3584, I = 3072;
+  const std::vector<int64_t> tokens = {1, 8, 64, 512, 4096};
+  const int64_t t_max = tokens.back(), r_max = t_max * k;
+  std::printf("\n== MoE, 4-bit experts (W4A16), Kimi-K3 layer: %lld experts, top-%lld, GEMM1 [w1|w3] %lld -> 2x%lld,"
+              " GEMM2 %lld -> %lld, bf16 out; random routing (%d rotated); GB = bytes of the experts hit (packed codes"
+              " + block scales for 4-bit, bf16 weights for bf16); x bf16 = speed-up over the bf16 grouped GEMM ==\n",
+              static_cast<long long>(E), static_cast<long long>(k), static_cast<long long>(H),
+              static_cast<long long>(I), static_cast<long long>(I), static_cast<long long>(H), kRoutings);
+  const size_t free_b = arena.capacity() - arena.used();
+  const double w4_need = 2.0 * E * 3 * I * H * (0.5 + 1.0 / 16);
+  const double bf16_need = 2.0 * E * 3 * I * H;
+  const double act_need = 2.0 * (r_max * (2 * H + 3 * I) + t_max * H);
+  if (w4_need + act_need > static_cast<double>(free_b) * 0.98) {
+    std::printf("skipped: needs %.1f GB of arena, %.1f GB free (--arena)\n", (w4_need + act_need) / 1e9,
+                static_cast<double>(free_b) / 1e9);
+    return;
+  }
+  const bool with_bf16 = w4_need + bf16_need + act_need <= static_cast<double>(free_b) * 0.98;
+  if (!with_bf16) std::printf("(bf16 banks left out: not enough arena; --arena)\n");
+  const size_t mark = arena.mark();
+  DeviceTensor bf1, bf2;
+  if (with_bf16) {
+    bf1 = arena.alloc_tensor(DType::kBF16, E * 2 * I, H, "moe bf16 w1|w3");
+    bf2 = arena.alloc_tensor(DType::kBF16, E * H, I, "moe bf16 w2");
+    bf16_pool.fill(bf1.data, bf1.bytes(), 41);
+    bf16_pool.fill(bf2.data, bf2.bytes(), 42);
+  }
+  // Random codes; every block scale 1.0 (scale values do not change the kernels' work).
+  struct Banks {
+    W4Format f;
+    MoeW4Bank g1, g2;
+  };
+  std::vector<Banks> banks;
+  for (W4Format f : {W4Format::kNvfp4, W4Format::kMxfp4}) {
+    Banks b{f, moe_w4_alloc(arena, f, E, 2 * I, H, 2, "moe w4 w1|w3"), moe_w4_alloc(arena, f, E, H, I, 1, "moe w4 w2")};
+    const int scale_one = f == W4Format::kNvfp4 ? 9 << 3 : 127;
+    for (const MoeW4Bank* m : {&b.g1, &b.g2}) {
+      bf16_pool.fill(m->codes, m->code_bytes(), 45 + banks.size());
+      K3_CUDA_CHECK(cudaMemset(m->scales, scale_one, m->scale_bytes()));
+      const std::vector<float> ones(static_cast<size_t>(m->experts * m->parts), 1.0f);
+      moe_w4_upload_out_scale(*m, ones.data());
+    }
+    banks.push_back(b);
+  }
+  const DeviceTensor x = arena.alloc_tensor(DType::kBF16, t_max, H, "moe x");
+  const DeviceTensor xs_all = arena.alloc_tensor(DType::kBF16, r_max, H, "moe xs");
+  const DeviceTensor gu_all = arena.alloc_tensor(DType::kBF16, r_max, 2 * I, "moe gate|up");
+  const DeviceTensor hs_all = arena.alloc_tensor(DType::kBF16, r_max, I, "moe act");
+  const DeviceTensor ys_all = arena.alloc_tensor(DType::kBF16, r_max, H, "moe ys");
+  bf16_pool.fill(x.data, x.bytes(), 43);
+  bf16_pool.fill(hs_all.data, hs_all.bytes(), 44);
+  std::printf("%5s %6s %6s | %-5s %-6s %-9s | %9s %7s %7s %6s %7s %6s %7s\n", "T", "rows", "hit", "gemm", "format",
+              "kernel", "us", "GB", "TB/s", "%3.83", "TF/s", "%797", "x bf16");
+  std::mt19937_64 gen(2024);
+  for (int64_t T : tokens) {
+    const size_t tmark = arena.mark();
+    const int64_t R = T * k;
+    const Routings rt = make_routings(arena, stream, gen, T, k, E);
+    const DeviceTensor xs = xs_all.row_slice(0, R), gu = gu_all.row_slice(0, R), hs = hs_all.row_slice(0, R);
+    const DeviceTensor ys = ys_all.row_slice(0, R);
+    moe_gather(x.row_slice(0, T), rt.d[0], xs, stream);
+    const std::string chosen = tile_name(moe_w4_tile_for(R, E));
+    for (int gemm = 1; gemm <= 2; ++gemm) {
+      const DeviceTensor& in = gemm == 1 ? xs : hs;
+      const DeviceTensor& out = gemm == 1 ? gu : ys;
+      const int64_t N = gemm == 1 ? 2 * I : H, K = gemm == 1 ? H : I;
+      const double flop = 2.0 * R * N * K;
+      std::vector<std::pair<const char*, std::function<void(int)>>> fns;
+      std::vector<std::pair<std::string, double>> what;  // row labels and their bytes
+      if (with_bf16) {
+        const DeviceTensor& w = gemm == 1 ? bf1 : bf2;
+        fns.emplace_back("bf16", [&, w](int i) { moe_grouped_gemm_bf16(in, w, rt.d[i % kRoutings], out, stream); });
+        what.emplace_back("bf16   auto=" + std::string(tile_name(moe_tile_for(R, E))), rt.hit * N * K * 2.0);
+      }
+      for (const Banks& b : banks) {
+        const MoeW4Bank& w = gemm == 1 ? b.g1 : b.g2;
+        const double bytes = rt.hit * N * K * (0.5 + 1.0 / w4_group(b.f));
+        for (MoeTile tile : {MoeTile::kAuto, MoeTile::kM16, MoeTile::kM64, MoeTile::kM128}) {
+          fns.emplace_back(w4_format_name(b.f),
+                           [&, w, tile](int i) { moe_grouped_gemm_w4(in, w, rt.d[i % kRoutings], out, stream, tile); });
+          what.emplace_back(std::string(w4_format_name(b.f)) + "  " +
+                                (tile == MoeTile::kAuto ? "auto=" + chosen : std::string(tile_name(tile))),
+                            bytes);
+        }
+      }
+      const std::vector<double> ms = time_interleaved(stream, fns);
+      for (size_t f = 0; f < fns.size(); ++f) {
+        const double s = ms[f] * 1e-3, tbs = what[f].second / s / 1e12, tf = flop / s / 1e12;
+        const std::string label = what[f].first;
+        std::printf("%5lld %6lld %6.1f | gemm%d %-16s | %9.1f %7.3f %7.2f %5.0f%% %7.1f %5.1f%% %7.2f\n",
+                    static_cast<long long>(T), static_cast<long long>(R), rt.hit, gemm, label.c_str(), ms[f] * 1e3,
+                    what[f].second / 1e9, tbs, 100.0 * tbs / kReadCeilingTBs, tf, 100.0 * tf / kBf16CeilingTF,
+                    with_bf16 ? ms[0] / ms[f] : std::nan(""));
+      }
+      std::fflush(stdout);
+    }
+    K3_CUDA_CHECK(cudaStreamSynchronize(stream));
+    arena.reset(tmark);
+  }
+  arena.reset(mark);
+}
+
 int run(int argc, char** argv) {
   std::string arena_size = "75%";  // the Kimi-K3 MoE banks alone take 59 GB
-  bool quick = false, moe_only = false, moe_tiles = false, memory_only = false, gemv_only = false;
+  bool quick = false, moe_only = false, moe_tiles = false, memory_only = false, gemv_only = false,
+       moe_w4_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
@@ -532,12 +661,14 @@ int run(int argc, char** argv) {
       moe_only = true;
     } else if (a == "--moe-tiles") {
       moe_tiles = true;
+    } else if (a == "--moe-w4") {
+      moe_w4_only = true;
     } else if (a == "--memory") {
       memory_only = true;
     } else if (a == "--gemv") {
       gemv_only = true;
     } else {
-      std::fprintf(stderr, "usage: k3_bench_cuda [--reps N] [--arena SIZE] [--quick] [--moe] [--moe-tiles] [--memory] [--gemv]\n");
+      std::fprintf(stderr, "usage: k3_bench_cuda [--reps N] [--arena SIZE] [--quick] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4]\n");
       return 2;
     }
   }
@@ -563,6 +694,10 @@ int run(int argc, char** argv) {
   if (memory_only) {
     bench_ceilings(arena, blas, stream, fp8_pool, bf16_pool, false);
     bench_memory_bound(arena, stream, bf16_pool);
+    return 0;
+  }
+  if (moe_w4_only) {
+    bench_moe_w4(arena, stream, bf16_pool);
     return 0;
   }
   if (!moe_only) {

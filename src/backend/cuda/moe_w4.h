@@ -1,0 +1,82 @@
+// 4-bit routed-expert GEMMs, W4A16 (issue 6): NVFP4 (E2M1 codes, E4M3 scale per 16 columns, FP32
+// global scale) and MXFP4 (E2M1 codes, E8M0 scale per 32) expert banks stay packed in GPU memory and
+// are dequantised in registers inside grouped GEMMs over a MoE dispatch (moe.h); activations bf16,
+// fp32 accumulation on tensor cores (mma.sync m16n8k16 bf16).
+//
+// Layout: repacked at upload from the checkpoint's [N, K/2] codes (even column in the low nibble) and
+// [N, K/group] scales into 16-row × 64-column tiles ordered as the kernels' mma fragments
+// (moe_w4_layout.h); byte counts and each expert's offsets are the checkpoint's.
+//
+// Scale contract (spec §3.4: every factor once):
+//   block scales (E4M3 / E8M0) — inside the in-register dequantisation of each weight;
+//   out_scale[e·parts + p] (f32) — once, on the fp32 accumulator in the epilogue, for output columns
+//     [p·N/parts, (p+1)·N/parts) of expert e. For W4A16 it is NVFP4's weight_scale_2 of that matrix
+//     (GEMM1 [w1|w3]: parts = 2, gate then up) and 1 for MXFP4; a caller folding an alpha (a1·scale_2,
+//     spec §3.2) stores the product instead. Nothing else is applied.
+//
+// Kernels (one template over a format trait, moe_w4_gemm.cuh), chosen from shapes by moe_w4_tile_for:
+//   kM16   decode class: ≤ 16 sorted rows of one expert per CTA, 128 weight rows per CTA; the weight
+//          tile is the mma A operand (rows of W on the m16 side, tokens on the n8 side), so each
+//          packed byte is read from HBM once per expert and met by all of that expert's rows;
+//   kM64, kM128  prefill class: 64 / 128 rows of one expert per CTA, same dequantisation, tensor cores
+//          busy (n8 fragments past the expert's rows are skipped).
+// No host synchronisation, grids sized by the dispatch's bounds: graph-capturable (moe.h).
+// Host-only header.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/arena.h"
+#include "backend/cuda/moe.h"
+#include "backend/cuda/tensor.h"
+
+namespace k3::cuda {
+
+enum class W4Format : uint8_t { kNvfp4, kMxfp4 };
+const char* w4_format_name(W4Format f);
+int w4_group(W4Format f);  // columns per block scale: 16 or 32
+
+// A stacked bank of E experts, each N×K, in device memory (moe_w4_layout.h).
+struct MoeW4Bank {
+  W4Format format = W4Format::kNvfp4;
+  int64_t experts = 0, n = 0, k = 0;
+  int64_t parts = 1;             // output column ranges with their own per-expert scale (N % (16·parts) == 0)
+  uint8_t* codes = nullptr;      // E·N·K/2 bytes
+  uint8_t* scales = nullptr;     // E·N·K/group bytes
+  float* out_scale = nullptr;    // [E·parts]
+
+  int64_t rows() const { return experts * n; }
+  size_t code_bytes() const { return static_cast<size_t>(rows() * k / 2); }
+  size_t scale_bytes() const { return static_cast<size_t>(rows() * k / w4_group(format)); }
+};
+
+// Checkpoint bytes → bank layout for `rows` consecutive bank rows (rows % 16 == 0, k % 64 == 0):
+// codes [rows, k/2] (element 2i in the low nibble of byte i), scales [rows, k/group] (E4M3 for NVFP4,
+// E8M0 for MXFP4), written to dst_codes [rows·k/2] and dst_scales [rows·k/group] — the bank's bytes
+// from row offset row0 on (codes + row0·k/2, scales + row0·k/group), row0 % 16 == 0. Exact: the
+// dequantised values are unchanged. Throws on NaN scales and on MXFP4 scales above 2^8.
+void moe_w4_repack(W4Format f, const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t k,
+                   uint8_t* dst_codes, uint8_t* dst_scales);
+
+// A bank's device buffers from the arena (contents undefined until uploaded).
+MoeW4Bank moe_w4_alloc(Arena& arena, W4Format f, int64_t experts, int64_t n, int64_t k, int64_t parts,
+                       const char* what);
+// Repacks checkpoint bytes of bank rows [row0, row0 + rows) on the host and copies them in (load time).
+void moe_w4_upload_rows(const MoeW4Bank& bank, int64_t row0, const uint8_t* codes, const uint8_t* scales,
+                        int64_t rows);
+// out_scale from the host: [E·parts] floats.
+void moe_w4_upload_out_scale(const MoeW4Bank& bank, const float* host);
+
+// The host-side kernel choice from the shapes alone (never the counts): kM16 (decode class) while
+// experts see few rows, then the prefill-class tile heights.
+MoeTile moe_w4_tile_for(int64_t rows, int64_t experts);
+
+// ys[r] = out_scale(e, part) · xs[r] · dequant(W_e)ᵀ for every expert e and sorted row r of e:
+// xs bf16 [R, K] (moe_gather), ys bf16 or f32 [R, N], 16-byte aligned rows. `tile` forces a kernel.
+void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
+                         cudaStream_t stream, MoeTile tile = MoeTile::kAuto);
+
+}  // namespace k3::cuda

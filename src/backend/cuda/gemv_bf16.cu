@@ -22,14 +22,6 @@ constexpr int kWarps = 8;  // output rows per CTA
 // latency; fewer above, where the x loads from L1 and the FMAs share the issue slots.
 constexpr int steps_in_flight(int m) { return m <= 2 ? 8 : 4; }
 
-__device__ __forceinline__ uint4 load_streaming(const bf16* p) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
-
 __device__ __forceinline__ void unpack(const uint4& raw, float (&v)[kVec]) {
   const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
@@ -55,7 +47,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_bf16_kernel(const bf16* __re
 #pragma unroll
     for (int s = 0; s < kStepsInFlight; ++s) {
       const int c = k0 + s * kSpan;
-      if (c < k) raw[s] = load_streaming(wr + c);
+      if (c < k) raw[s] = detail::load_streaming16(wr + c);
     }
 #pragma unroll
     for (int s = 0; s < kStepsInFlight; ++s) {

@@ -95,6 +95,16 @@ __device__ __forceinline__ void store8(bf16* p, const float (&v)[kVec]) {
   *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// 16 bytes from global memory read once (weights streamed past the cache): non-coherent, no L1
+// allocation. p 16-byte aligned.
+__device__ __forceinline__ uint4 load_streaming16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
 // One value as float, and back (bf16 rounded to nearest even).
 __device__ __forceinline__ float load1(const float* p) { return *p; }
 __device__ __forceinline__ float load1(const bf16* p) { return __bfloat162float(*p); }

@@ -23,6 +23,7 @@
 #include <cuda_bf16.h>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/mla_util.cuh"
 #include "backend/cuda/moe_w4_internal.h"
 #include "backend/cuda/moe_w4_layout.h"
@@ -54,14 +55,6 @@ struct Cfg {
   static constexpr int kXChunks = BT * BK / 8;  // 16-byte activation chunks per stage
   static_assert(NT % 2 == 0, "tokens in ldmatrix.x4 pairs of n8 fragments");
 };
-
-__device__ __forceinline__ uint4 ld_stream16(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 template <int N>
 struct ScaleRegs {
@@ -138,7 +131,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
       if (m < mvalid) {
-        wbuf[p][m] = ld_stream16(wc + (static_cast<int64_t>(m) * kchunks + c) * kChunkCodeBytes);
+        wbuf[p][m] = detail::load_streaming16(wc + (static_cast<int64_t>(m) * kchunks + c) * kChunkCodeBytes);
         sbuf[p][m] = ld_scales<T::kScaleWords>(ws + (static_cast<int64_t>(m) * kchunks + c) * kSB);
       }
     }

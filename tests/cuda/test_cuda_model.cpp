@@ -32,9 +32,11 @@ struct ModelCase {
 // Whether the GPU and CPU run one activation contract. They do not where the GPU's FP8 GEMMs
 // quantise activations to e4m3 (fp8-block, ModelOpt FP8, the FP8_PB_WO attention of modelopt-mixed)
 // while its experts, dequantised to bf16 until issue 6, do not — no CPU mode is that mix — nor where
-// the CPU runs its 4-bit kernels' 16-bit fixed-point or int8 / Q8 activations (ModelSlim, GGUF).
+// the CPU runs int8 / Q8 activations (ModelSlim, GGUF). NVFP4 / MXFP4 weight-only (W4A16) is one
+// contract: the GPU's packed expert kernels and the CPU's 4-bit kernels both take the activations at
+// 16 bits (bf16 on the GPU, 16-bit fixed point per block on the CPU).
 bool same_contract(FamilyId family) {
-  return family == FamilyId::Bf16 || family == FamilyId::CompressedTensorsMxfp4;
+  return family == FamilyId::Bf16 || family == FamilyId::CompressedTensorsMxfp4 || family == FamilyId::ModelOptNvfp4;
 }
 
 // Relative max logit error bounds from the H200 runs of 2026-11-29 (seed 11, pinned routing) with
@@ -115,14 +117,21 @@ TEST_P(CudaModelVsCpu, PrefillAndDecodeMatchTheCpuEngine) {
   EXPECT_EQ(graph_err, 0.0);
   EXPECT_LT(decode_err, tol) << family_name(c.family);
   const CudaExecutorStats stats = cuda_executor_stats(gpu.executor());
+  // NVFP4 / MXFP4 experts stay packed on the GPU (the W4A16 kernels), never silently bf16.
+  const bool fp4_experts = c.family == FamilyId::ModelOptNvfp4 || c.family == FamilyId::ModelOptMixed ||
+                           c.family == FamilyId::CompressedTensorsMxfp4;
+  if (fp4_experts && c.size == TinySize::Small) {
+    EXPECT_GT(stats.packed_expert_banks, 0);
+  }
   // Graphs replay decode steps where every launch shape is fixed per batch: the fast geometry.
   if (c.size == TinySize::Small) {
     EXPECT_GE(stats.graph_replays, 3);
   }
-  std::printf("[ %s %s %s ] prefill rel err %.2e, decode rel err %.2e, graph vs eager %.1e, graph replays %lld, weights %.1f MiB\n",
+  std::printf("[ %s %s %s ] prefill rel err %.2e, decode rel err %.2e, graph vs eager %.1e, graph replays %lld, packed expert banks %lld, weights %.1f MiB\n",
               family_name(c.family), c.arch == TinyArch::KimiK3 ? "kimi-k3" : "kimi-linear",
               c.size == TinySize::Small ? "small" : "tiny", prefill_err,
-              decode_err, graph_err, static_cast<long long>(stats.graph_replays), stats.weight_bytes / 1048576.0);
+              decode_err, graph_err, static_cast<long long>(stats.graph_replays),
+              static_cast<long long>(stats.packed_expert_banks), stats.weight_bytes / 1048576.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, CudaModelVsCpu,
@@ -134,6 +143,8 @@ INSTANTIATE_TEST_SUITE_P(Families, CudaModelVsCpu,
                                            ModelCase{FamilyId::ModelOptFp8, TinyArch::KimiLinear},
                                            ModelCase{FamilyId::ModelOptMixed, TinyArch::KimiK3},
                                            ModelCase{FamilyId::CompressedTensorsMxfp4, TinyArch::KimiK3},
+                                           ModelCase{FamilyId::CompressedTensorsMxfp4, TinyArch::KimiLinear},
+                                           ModelCase{FamilyId::ModelOptNvfp4, TinyArch::KimiK3},
                                            ModelCase{FamilyId::ModelSlimW4A8, TinyArch::KimiK3},
                                            ModelCase{FamilyId::Gguf, TinyArch::KimiLinear},
                                            ModelCase{FamilyId::Bf16, TinyArch::KimiK3, TinySize::Tiny},

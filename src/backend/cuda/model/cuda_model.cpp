@@ -33,7 +33,7 @@ void StepContext::linear(const DeviceLinear& w, const DeviceTensor& x, const Dev
   const DeviceTensor yb = widen ? scratch(DType::kBF16, y.rows, y.cols, "fp8 GEMM output") : y;
   switch (w.kind) {
     case DeviceLinear::Kind::kBf16:
-      if (xb.rows <= kGemvMaxRows && vec8_ok(xb) && vec8_ok(w.bf16)) {
+      if (xb.rows <= kGemvModelRows && vec8_ok(xb) && vec8_ok(w.bf16)) {
         gemv_bf16(xb, w.bf16, yb, stream);  // decode: a stream over W
       } else {
         blas.bf16(xb, w.bf16, yb, stream);
@@ -164,6 +164,7 @@ class CudaExecutor final : public Executor {
       : options_(o), config_(config), device_(select(o.device)), arena_(o.device, parse_memory(o)),
         weights_(weights(arena_)), blas_(arena_) {
     stats_.weight_bytes = weights_.bytes;
+    for (const DeviceLayer& l : weights_.layers) stats_.packed_expert_banks += l.moe.w13.packed() + l.moe.w2.packed();
     cudaDeviceProp prop{};
     K3_CUDA_CHECK(cudaGetDeviceProperties(&prop, o.device));
     multiprocessors_ = prop.multiProcessorCount;

@@ -33,6 +33,7 @@ std::unique_ptr<Executor> make_synthetic_cuda_executor(const CudaOptions& option
 // Statistics of an executor made here (tests and benchmarks): weight bytes, graph replays.
 struct CudaExecutorStats {
   uint64_t weight_bytes = 0;
+  int64_t packed_expert_banks = 0;  // routed-expert banks kept NVFP4 / MXFP4 (the rest are bf16)
   int64_t graph_replays = 0, graph_captures = 0, eager_steps = 0;
 };
 CudaExecutorStats cuda_executor_stats(const Executor& executor);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "backend/cuda/upload.h"
 #include "core/error.h"
@@ -54,7 +55,7 @@ class Uploader final : public WeightFiller {
     return w;
   }
 
-  DeviceTensor experts(const std::string& first, const std::string& second) override {
+  DeviceExperts experts(const std::string& first, const std::string& second) override {
     const size_t i1 = index(first);
     const ParamSpec& s1 = plan_.params[i1];
     const int64_t E = static_cast<int64_t>(s1.shape[0]), n1 = static_cast<int64_t>(s1.shape[1]);
@@ -69,14 +70,19 @@ class Uploader final : public WeightFiller {
       }
       n2 = static_cast<int64_t>(s2.shape[1]);
     }
-    DeviceTensor bank = arena_.alloc_tensor(DType::kBF16, E * (n1 + n2), K, first.c_str());
-    uint16_t* base = bank.as<uint16_t>();
+    DeviceExperts bank;
+    if (const std::optional<W4Format> f = packed_w4_format(i1, n1, K, E); f && (n2 == 0 || packed_w4_format(i2, n2, K, E) == f)) {
+      bank.w4 = packed_bank(*f, first, i1, n1, n2 > 0 ? i2 : i1, n2, E, K);
+      return bank;
+    }
+    bank.bf16 = arena_.alloc_tensor(DType::kBF16, E * (n1 + n2), K, first.c_str());
+    uint16_t* base = bank.bf16.as<uint16_t>();
     for (int64_t e = 0; e < E; ++e) {
       uint16_t* dst = base + e * (n1 + n2) * K;
       write_bf16(i1, e, dst);
       if (n2 > 0) write_bf16(i2, e, dst + n1 * K);
     }
-    bytes_ += bank.bytes();
+    bytes_ += bank.bf16.bytes();
     return bank;
   }
 
@@ -116,6 +122,42 @@ class Uploader final : public WeightFiller {
     const int64_t i = plan_.index_of(name);
     if (i < 0) throw Error(Where{"", name, ""}, "parameter is not in the load plan");
     return static_cast<size_t>(i);
+  }
+
+  // The W4A16 kernels' format when bank parameter i (E experts of n×K) is NVFP4 or MXFP4 as stored,
+  // one source tensor per expert, in shapes the kernels take; nullopt: it goes bf16.
+  std::optional<W4Format> packed_w4_format(size_t i, int64_t n, int64_t k, int64_t experts) const {
+    const Binding& b = plan_.bindings[i];
+    if (!b.layout_only() || n % 16 != 0 || k % 64 != 0) return std::nullopt;
+    const SourcePart* w = b.part("weight");
+    if (w == nullptr || static_cast<int64_t>(w->tensors.size()) != experts) return std::nullopt;
+    if (b.scheme.kind == SchemeKind::Nvfp4) return W4Format::kNvfp4;
+    if (b.scheme.kind == SchemeKind::Mxfp4) return W4Format::kMxfp4;
+    return std::nullopt;
+  }
+
+  // Banks i1 (n1 rows per expert) and i2 (n2, 0 for none) packed per expert as [first_e ; second_e],
+  // the codes and block scales as stored (repacked into the kernels' tiles); out_scale per (expert,
+  // part) = NVFP4's weight_scale_2 of that part's matrix (1 for MXFP4) — the only per-tensor factor of
+  // the W4A16 contract, applied once in the GEMM epilogue (moe_w4.h).
+  MoeW4Bank packed_bank(W4Format f, const std::string& name, size_t i1, int64_t n1, size_t i2, int64_t n2, int64_t E,
+                        int64_t K) {
+    const int64_t parts = n2 > 0 ? 2 : 1;
+    if (n2 > 0 && n1 != n2) throw Error(Where{"", name, "shape"}, "w1 and w3 differ in rows");
+    const MoeW4Bank bank = moe_w4_alloc(arena_, f, E, n1 + n2, K, parts, name.c_str());
+    std::vector<float> out_scale(static_cast<size_t>(E * parts), 1.0f);
+    for (int64_t e = 0; e < E; ++e) {
+      for (int64_t p = 0; p < parts; ++p) {
+        const Binding& b = plan_.bindings[p == 0 ? i1 : i2];
+        const int64_t rows = p == 0 ? n1 : n2;
+        moe_w4_upload_rows(bank, e * (n1 + n2) + p * n1, files_.bytes(b.source("weight", e)).data(),
+                           files_.bytes(b.source("weight_scale", e)).data(), rows);
+        if (f == W4Format::kNvfp4) out_scale[static_cast<size_t>(e * parts + p)] = scalar_source(b, "weight_scale_2", e, files_);
+      }
+    }
+    moe_w4_upload_out_scale(bank, out_scale.data());
+    bytes_ += bank.code_bytes() + bank.scale_bytes() + out_scale.size() * sizeof(float);
+    return bank;
   }
 
   // 2-D parameter i as a bf16 matrix on the device.

@@ -17,6 +17,7 @@
 
 #include "backend/cuda/arena.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/moe_w4.h"
 #include "backend/cuda/tensor.h"
 #include "model/config.h"
 #include "quant/plan/load_plan.h"
@@ -55,13 +56,21 @@ struct DeviceMlp {
   DeviceLinear gate, up, down;
 };
 
+// A routed-expert bank, stacked per expert: bf16 rows, or NVFP4 / MXFP4 kept packed for the W4A16
+// grouped GEMMs (moe_w4.h; issue 6), whose out_scale carries each expert's global scale.
+struct DeviceExperts {
+  DeviceTensor bf16;  // bf16 [E·N, K] when not packed
+  MoeW4Bank w4;       // when packed()
+  bool packed() const { return w4.codes != nullptr; }
+};
+
 struct DeviceMoe {
   DeviceLinear router;                    // bf16, f32 logits
   DeviceVector correction_bias = nullptr;  // [E] (zeros without one)
   DeviceLinear latent_down, latent_up;
   DeviceVector latent_norm = nullptr;
-  DeviceTensor w13;  // bf16 [E·2I, D]: per expert [w1 (I rows) ; w3 (I rows)]
-  DeviceTensor w2;   // bf16 [E·D, I]
+  DeviceExperts w13;  // [E·2I, D]: per expert [w1 (I rows) ; w3 (I rows)]
+  DeviceExperts w2;   // [E·D, I]
   DeviceMlp shared;
 };
 
@@ -97,9 +106,9 @@ class WeightFiller {
   virtual DeviceTensor embedding(const std::string& name) = 0;  // bf16 [vocab, hidden]
   virtual DeviceLinear linear(const std::string& name) = 0;     // in the GEMM form its scheme allows
   virtual DeviceLinear bf16_linear(const std::string& name) = 0;  // bf16 whatever its scheme
-  // Banks [E, N₁, K] and [E, N₂, K] stacked per expert as bf16 [E·(N₁+N₂), K]: rows e·(N₁+N₂) … are
+  // Banks [E, N₁, K] and [E, N₂, K] stacked per expert as [E·(N₁+N₂), K]: rows e·(N₁+N₂) … are
   // [first_e ; second_e]. `second` may be empty (one bank).
-  virtual DeviceTensor experts(const std::string& first, const std::string& second) = 0;
+  virtual DeviceExperts experts(const std::string& first, const std::string& second) = 0;
   virtual DeviceVector vector(const std::string& name, VectorRole role) = 0;
   virtual DeviceVector zeros(int64_t n, const std::string& what) = 0;
   // The AttnRes score vector c = {prefix}_norm.weight ⊙ {prefix}_proj.weight[0] (spec §3.1).

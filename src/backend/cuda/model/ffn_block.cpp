@@ -2,14 +2,28 @@
 // gated MLP, and the MoE layer — fp32 router logits, the one-kernel router, optional latent
 // down-projection, expert dispatch and two grouped GEMMs around the gated activation, the weighted
 // combine, latent norm and up-projection, shared experts on the full-width input.
-// Experts are bf16 here (device_weights.h), so GEMM1 returns dequantised values and the activation's
-// gate/up alphas are 1 (the quantised-expert kernels of issue 6 pass their per-expert alphas).
+// Experts are bf16 or NVFP4 / MXFP4 kept packed (device_weights.h): either way GEMM1 returns
+// dequantised values — the packed kernels apply each expert's global scale (gate and up separately) in
+// their epilogue — so the activation's gate/up alphas are 1 and no scale is applied twice.
 #include "backend/cuda/model/rows.h"
 #include "backend/cuda/model/step.h"
 #include "backend/cuda/moe.h"
+#include "backend/cuda/moe_w4.h"
 #include "backend/cuda/ops.h"
 
 namespace k3::cuda {
+namespace {
+
+void expert_gemm(const DeviceTensor& xs, const DeviceExperts& w, const MoeDispatch& d, const DeviceTensor& ys,
+                 cudaStream_t stream) {
+  if (w.packed()) {
+    moe_grouped_gemm_w4(xs, w.w4, d, ys, stream);
+  } else {
+    moe_grouped_gemm_bf16(xs, w.bf16, d, ys, stream);
+  }
+}
+
+}  // namespace
 
 void mlp_block(StepContext& ctx, const DeviceMlp& w, const DeviceTensor& x, const DeviceTensor& out) {
   const int64_t T = x.rows, I = w.gate.n;
@@ -46,12 +60,12 @@ void moe_block(StepContext& ctx, const DeviceMoe& w, const DeviceTensor& x, cons
   const DeviceTensor xs = ctx.scratch(DType::kBF16, R, D, "moe sorted rows");
   moe_gather(z, d, xs, ctx.stream);
   const DeviceTensor gate_up = ctx.scratch(DType::kBF16, R, 2 * I, "moe gate|up");
-  moe_grouped_gemm_bf16(xs, w.w13, d, gate_up, ctx.stream);
+  expert_gemm(xs, w.w13, d, gate_up, ctx.stream);
   const DeviceTensor a = ctx.scratch(DType::kBF16, R, I, "moe activation");
   gated_activation(gated_activation_params(ctx.config.activation), gate_up.col_slice(0, I), gate_up.col_slice(I, I), a,
                    ctx.stream);
   const DeviceTensor ys = ctx.scratch(DType::kF32, R, D, "moe expert outputs");
-  moe_grouped_gemm_bf16(a, w.w2, d, ys, ctx.stream);
+  expert_gemm(a, w.w2, d, ys, ctx.stream);
 
   // The routed sum goes straight into `out`, or to the latent up-projection: f32 for its norm, else
   // bf16 as the GEMM reads it.

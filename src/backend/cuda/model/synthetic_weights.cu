@@ -87,12 +87,13 @@ class Generator final : public WeightFiller {
     return w;
   }
 
-  DeviceTensor experts(const std::string& first, const std::string& second) override {
+  DeviceExperts experts(const std::string& first, const std::string& second) override {
     const ParamSpec& s = spec(first);
     const int64_t E = dim(s, 0), K = dim(s, 2);
     const int64_t rows_per_expert = dim(s, 1) + (second.empty() ? 0 : dim(spec(second), 1));
-    const DeviceTensor bank = alloc(DType::kBF16, E * rows_per_expert, K, first);
-    fill(bank, matrix_draw(K));
+    DeviceExperts bank;
+    bank.bf16 = alloc(DType::kBF16, E * rows_per_expert, K, first);
+    fill(bank.bf16, matrix_draw(K));
     return bank;
   }
 

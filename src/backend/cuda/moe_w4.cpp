@@ -65,8 +65,12 @@ void moe_w4_repack(W4Format f, const uint8_t* codes, const uint8_t* scales, int6
   }
   const int64_t chunks = k / w4::kChunk, blocks = k / fb.group;
   const int bpc = w4::blocks_per_chunk(fb), sbytes = w4::scale_bytes_per_chunk(fb);
-  std::vector<BlockScale> bs(static_cast<size_t>(w4::kRowGroup * bpc));
+  // Every scale checked first (the errors), so that the repack below, parallel over row groups (a
+  // whole Kimi-K3 bank is gigabytes), cannot throw inside the parallel region.
+  for (int64_t i = 0; i < rows * blocks; ++i) bank_scale(f, scales[i]);
+#pragma omp parallel for schedule(static)
   for (int64_t g0 = 0; g0 < rows; g0 += w4::kRowGroup) {
+    std::vector<BlockScale> bs(static_cast<size_t>(w4::kRowGroup * bpc));
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t tile = g0 / w4::kRowGroup * chunks + c;
       uint8_t* ds = dst_scales + tile * sbytes;

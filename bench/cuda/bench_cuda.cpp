@@ -23,10 +23,15 @@
 // the bf16 grouped GEMM on the same routings; TB/s on the packed bytes (codes + block scales) of the
 // experts hit, TF/s over real rows, and the speed-up over bf16.
 //
-// Run: k3_bench_cuda [--reps N] [--arena 75%] [--quick] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4]
+// ModelSlim W4A8 experts (backend/cuda/moe_w4a8.h, --moe-w4a8): the same Kimi-K3 layer with int4 banks
+// (per channel, and per group of 256) times int8 per-row activations; the quantisation kernel and each
+// GEMM kernel (auto and every tile) timed interleaved with the bf16 grouped GEMM; TB/s on the packed
+// bytes (codes + fp32 scales) of the experts hit, TOPS over real rows, speed-up over bf16.
+//
+// Run: k3_bench_cuda [--reps N] [--arena 75%] [--quick] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4] [--moe-w4a8]
 //   --moe        the MoE section only;  --moe-tiles  time every grouped-GEMM tile height, not only kAuto
 //   --memory     the copy ceiling and the memory-bound table only;  --gemv  the decode bf16 GEMMs only
-//   --moe-w4     the 4-bit expert section only
+//   --moe-w4     the 4-bit expert section only;  --moe-w4a8  the W4A8 expert section only
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -43,6 +48,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/moe_w4.h"
+#include "backend/cuda/moe_w4a8.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/stream.h"
 #include "backend/cuda/upload.h"
@@ -645,10 +651,128 @@ void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
   arena.reset(mark);
 }
 
+// ---- MoE, ModelSlim W4A8 experts ----------------------------------------------------------------------
+
+void bench_moe_w4a8(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
+  const int64_t E = 896, k = 16, H = 3584, I = 3072;
+  const std::vector<int64_t> tokens = {1, 8, 64, 512, 4096};
+  const std::vector<int64_t> group_sizes = {0, 256};  // per channel, per group of 256
+  const int64_t t_max = tokens.back(), r_max = t_max * k;
+  std::printf("\n== MoE, ModelSlim W4A8 experts (int4 x int8 per row, mma s8), Kimi-K3 layer: %lld experts, top-%lld,"
+              " GEMM1 [w1|w3] %lld -> 2x%lld, GEMM2 %lld -> %lld, bf16 out; random routing (%d rotated); GB = bytes of"
+              " the experts hit (int4 codes + f32 scales; bf16 weights for bf16); quant = the int8 row quantisation of"
+              " the GEMM's input; x bf16 = speed-up over the bf16 grouped GEMM ==\n",
+              static_cast<long long>(E), static_cast<long long>(k), static_cast<long long>(H),
+              static_cast<long long>(I), static_cast<long long>(I), static_cast<long long>(H), kRoutings);
+  const size_t free_b = arena.capacity() - arena.used();
+  double w4a8_need = 0;
+  for (int64_t gs : group_sizes) w4a8_need += E * 3.0 * I * H * (0.5 + 4.0 / (gs > 0 ? gs : I));
+  const double bf16_need = 2.0 * E * 3 * I * H;
+  const double act_need = 2.0 * (r_max * (2 * H + 3 * I) + t_max * H) + r_max * (H + I + 8.0);
+  if (w4a8_need + act_need > static_cast<double>(free_b) * 0.98) {
+    std::printf("skipped: needs %.1f GB of arena, %.1f GB free (--arena)\n", (w4a8_need + act_need) / 1e9,
+                static_cast<double>(free_b) / 1e9);
+    return;
+  }
+  const bool with_bf16 = w4a8_need + bf16_need + act_need <= static_cast<double>(free_b) * 0.98;
+  if (!with_bf16) std::printf("(bf16 banks left out: not enough arena; --arena)\n");
+  const size_t mark = arena.mark();
+  DeviceTensor bf1, bf2;
+  if (with_bf16) {
+    bf1 = arena.alloc_tensor(DType::kBF16, E * 2 * I, H, "moe bf16 w1|w3");
+    bf2 = arena.alloc_tensor(DType::kBF16, E * H, I, "moe bf16 w2");
+    bf16_pool.fill(bf1.data, bf1.bytes(), 41);
+    bf16_pool.fill(bf2.data, bf2.bytes(), 42);
+  }
+  // Random codes; every scale the float of bytes 0x3F (≈ 0.747): scale values do not change the kernels' work.
+  struct Banks {
+    int64_t group_size;
+    MoeW4A8Bank g1, g2;
+  };
+  std::vector<Banks> banks;
+  for (int64_t gs : group_sizes) {
+    Banks b{gs, moe_w4a8_alloc(arena, E, 2 * I, H, gs, 2, "moe w4a8 w1|w3"), moe_w4a8_alloc(arena, E, H, I, gs, 1, "moe w4a8 w2")};
+    for (const MoeW4A8Bank* m : {&b.g1, &b.g2}) {
+      bf16_pool.fill(m->codes, m->code_bytes(), 47 + banks.size());
+      K3_CUDA_CHECK(cudaMemset(m->scales, 0x3F, m->scale_count() * sizeof(float)));
+      const std::vector<float> ones(static_cast<size_t>(m->experts * m->parts), 1.0f);
+      moe_w4a8_upload_out_scale(*m, ones.data());
+    }
+    banks.push_back(b);
+  }
+  const DeviceTensor x = arena.alloc_tensor(DType::kBF16, t_max, H, "moe x");
+  const DeviceTensor xs_all = arena.alloc_tensor(DType::kBF16, r_max, H, "moe xs");
+  const DeviceTensor gu_all = arena.alloc_tensor(DType::kBF16, r_max, 2 * I, "moe gate|up");
+  const DeviceTensor hs_all = arena.alloc_tensor(DType::kBF16, r_max, I, "moe act");
+  const DeviceTensor ys_all = arena.alloc_tensor(DType::kBF16, r_max, H, "moe ys");
+  const DeviceTensor xq_all = arena.alloc_tensor(DType::kU8, r_max, H, "moe xs int8");
+  const DeviceTensor hq_all = arena.alloc_tensor(DType::kU8, r_max, I, "moe act int8");
+  float* xq_scale = arena.alloc_n<float>(static_cast<size_t>(r_max), "moe xs scale");
+  float* hq_scale = arena.alloc_n<float>(static_cast<size_t>(r_max), "moe act scale");
+  bf16_pool.fill(x.data, x.bytes(), 43);
+  bf16_pool.fill(hs_all.data, hs_all.bytes(), 44);
+  std::printf("%5s %6s %6s | %-5s %-16s | %9s %7s %7s %6s %7s %7s\n", "T", "rows", "hit", "gemm", "kernel", "us", "GB",
+              "TB/s", "%3.83", "TOPS", "x bf16");
+  std::mt19937_64 gen(2024);
+  for (int64_t T : tokens) {
+    const size_t tmark = arena.mark();
+    const int64_t R = T * k;
+    const Routings rt = make_routings(arena, stream, gen, T, k, E);
+    const DeviceTensor xs = xs_all.row_slice(0, R), gu = gu_all.row_slice(0, R), hs = hs_all.row_slice(0, R);
+    const DeviceTensor ys = ys_all.row_slice(0, R);
+    const Int8Rows xq{xq_all.row_slice(0, R), xq_scale}, hq{hq_all.row_slice(0, R), hq_scale};
+    moe_gather(x.row_slice(0, T), rt.d[0], xs, stream);
+    moe_quantize_int8_rows(xs, xq, stream);
+    moe_quantize_int8_rows(hs, hq, stream);
+    const std::string chosen = tile_name(moe_w4a8_tile_for(R, E));
+    for (int gemm = 1; gemm <= 2; ++gemm) {
+      const DeviceTensor& in = gemm == 1 ? xs : hs;
+      const Int8Rows& inq = gemm == 1 ? xq : hq;
+      const DeviceTensor& out = gemm == 1 ? gu : ys;
+      const int64_t N = gemm == 1 ? 2 * I : H, K = gemm == 1 ? H : I;
+      const double ops = 2.0 * R * N * K;
+      std::vector<std::pair<const char*, std::function<void(int)>>> fns;
+      std::vector<std::pair<std::string, double>> what;  // row labels and their bytes (0: no bandwidth figure)
+      if (with_bf16) {
+        const DeviceTensor& w = gemm == 1 ? bf1 : bf2;
+        fns.emplace_back("bf16", [&, w](int i) { moe_grouped_gemm_bf16(in, w, rt.d[i % kRoutings], out, stream); });
+        what.emplace_back("bf16 auto=" + std::string(tile_name(moe_tile_for(R, E))), rt.hit * N * K * 2.0);
+      }
+      fns.emplace_back("quant", [&](int) { moe_quantize_int8_rows(in, inq, stream); });
+      what.emplace_back("quant", 0.0);
+      for (const Banks& b : banks) {
+        const MoeW4A8Bank& w = gemm == 1 ? b.g1 : b.g2;
+        const double bytes = rt.hit * N * K * (0.5 + 4.0 / static_cast<double>(w.group()));
+        const std::string scheme = b.group_size > 0 ? "g" + std::to_string(b.group_size) : "chan";
+        for (MoeTile tile : {MoeTile::kAuto, MoeTile::kM16, MoeTile::kM64, MoeTile::kM128}) {
+          fns.emplace_back("w4a8",
+                           [&, w, tile](int i) { moe_grouped_gemm_w4a8(inq, w, rt.d[i % kRoutings], out, stream, tile); });
+          what.emplace_back(scheme + " " + (tile == MoeTile::kAuto ? "auto=" + chosen : std::string(tile_name(tile))),
+                            bytes);
+        }
+      }
+      const std::vector<double> ms = time_interleaved(stream, fns);
+      for (size_t f = 0; f < fns.size(); ++f) {
+        const double s = ms[f] * 1e-3, tbs = what[f].second / s / 1e12;
+        const bool gemm_row = what[f].second > 0;
+        std::printf("%5lld %6lld %6.1f | gemm%d %-16s | %9.1f %7.3f %7.2f %5.0f%% %7.1f %7.2f\n",
+                    static_cast<long long>(T), static_cast<long long>(R), rt.hit, gemm, what[f].first.c_str(),
+                    ms[f] * 1e3, what[f].second / 1e9, gemm_row ? tbs : std::nan(""),
+                    gemm_row ? 100.0 * tbs / kReadCeilingTBs : std::nan(""), gemm_row ? ops / s / 1e12 : std::nan(""),
+                    with_bf16 && gemm_row ? ms[0] / ms[f] : std::nan(""));
+      }
+      std::fflush(stdout);
+    }
+    K3_CUDA_CHECK(cudaStreamSynchronize(stream));
+    arena.reset(tmark);
+  }
+  arena.reset(mark);
+}
+
 int run(int argc, char** argv) {
   std::string arena_size = "75%";  // the Kimi-K3 MoE banks alone take 59 GB
   bool quick = false, moe_only = false, moe_tiles = false, memory_only = false, gemv_only = false,
-       moe_w4_only = false;
+       moe_w4_only = false, moe_w4a8_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
@@ -663,12 +787,14 @@ int run(int argc, char** argv) {
       moe_tiles = true;
     } else if (a == "--moe-w4") {
       moe_w4_only = true;
+    } else if (a == "--moe-w4a8") {
+      moe_w4a8_only = true;
     } else if (a == "--memory") {
       memory_only = true;
     } else if (a == "--gemv") {
       gemv_only = true;
     } else {
-      std::fprintf(stderr, "usage: k3_bench_cuda [--reps N] [--arena SIZE] [--quick] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4]\n");
+      std::fprintf(stderr, "usage: k3_bench_cuda [--reps N] [--arena SIZE] [--quick] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4] [--moe-w4a8]\n");
       return 2;
     }
   }
@@ -698,6 +824,10 @@ int run(int argc, char** argv) {
   }
   if (moe_w4_only) {
     bench_moe_w4(arena, stream, bf16_pool);
+    return 0;
+  }
+  if (moe_w4a8_only) {
+    bench_moe_w4a8(arena, stream, bf16_pool);
     return 0;
   }
   if (!moe_only) {

@@ -23,6 +23,10 @@
 // the bf16 grouped GEMM on the same routings; TB/s on the packed bytes (codes + block scales) of the
 // experts hit, TF/s over real rows, and the speed-up over bf16.
 //
+// GGUF experts (backend/cuda/moe_ggml.h, --moe-ggml: this section only): the decode grouped GEMV over
+// Q4_K and Q2_K banks at the Kimi-K3 layer shapes, T = 1, 8, 64; TB/s on the packed GGUF bytes of the
+// experts hit (target 2.5). Written before any GPU run of the kernels.
+//
 // ModelSlim W4A8 experts (backend/cuda/moe_w4a8.h, --moe-w4a8): the same Kimi-K3 layer with int4 banks
 // (per channel, and per group of 256) times int8 per-row activations; the quantisation kernel and each
 // GEMM kernel (auto and every tile) timed interleaved with the bf16 grouped GEMM; TB/s on the packed
@@ -47,6 +51,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/moe.h"
+#include "backend/cuda/moe_ggml.h"
 #include "backend/cuda/moe_w4.h"
 #include "backend/cuda/moe_w4a8.h"
 #include "backend/cuda/ops.h"
@@ -769,8 +774,99 @@ void bench_moe_w4a8(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
   arena.reset(mark);
 }
 
+// ---- MoE, GGUF experts -------------------------------------------------------------------------------
+
+// GGUF routed experts (backend/cuda/moe_ggml.h): the decode grouped GEMV (quantisation of the sorted rows
+// included) and the quantisation alone, Kimi-K3 layer shapes, Q4_K and Q2_K banks of random bytes (the
+// values do not change the kernels' work), T = 1, 8, 64; TB/s on the packed bytes of the experts hit.
+void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
+  const int64_t E = 896, k = 16, H = 3584, I = 3072;
+  const std::vector<int64_t> tokens = {1, 8, 64};
+  const int64_t t_max = tokens.back(), r_max = t_max * k;
+  const std::vector<GgmlType> types = {GgmlType::Q4_K, GgmlType::Q2_K};
+  std::printf("\n== MoE, GGUF experts (decode GEMV, int8 activations x GGML blocks, dp4a), Kimi-K3 layer: %lld experts,"
+              " top-%lld, GEMM1 [w1|w3] %lld -> 2x%lld, GEMM2 %lld -> %lld, bf16 out; random routing (%d rotated);"
+              " GB = packed GGUF bytes of the experts hit; gemv includes the quantisation (quant alone below);"
+              " target >= 2.5 TB/s ==\n",
+              static_cast<long long>(E), static_cast<long long>(k), static_cast<long long>(H),
+              static_cast<long long>(I), static_cast<long long>(I), static_cast<long long>(H), kRoutings);
+  double need = 2.0 * (r_max * (2 * H + 3 * I) + t_max * H);
+  for (GgmlType t : types) {
+    const GgmlTypeInfo& info = ggml_type_info(t);
+    need += 3.0 * E * I * H / info.block_size * info.type_size + 2.0 * moe_ggml_acts_bytes(t, r_max, H);
+  }
+  const size_t free_b = arena.capacity() - arena.used();
+  if (need > static_cast<double>(free_b) * 0.98) {
+    std::printf("skipped: needs %.1f GB of arena, %.1f GB free (--arena)\n", need / 1e9, static_cast<double>(free_b) / 1e9);
+    return;
+  }
+  const size_t mark = arena.mark();
+  struct Banks {
+    GgmlType type;
+    MoeGgmlBank g1, g2;
+    MoeGgmlActs a1, a2;
+  };
+  std::vector<Banks> banks;
+  for (GgmlType t : types) {
+    Banks b{t, moe_ggml_alloc(arena, t, E, 2 * I, H, "moe ggml w1|w3"), moe_ggml_alloc(arena, t, E, H, I, "moe ggml w2"),
+            {}, {}};
+    bf16_pool.fill(b.g1.data, b.g1.bytes(), 51 + banks.size());
+    bf16_pool.fill(b.g2.data, b.g2.bytes(), 53 + banks.size());
+    banks.push_back(b);
+  }
+  const DeviceTensor x = arena.alloc_tensor(DType::kBF16, t_max, H, "moe x");
+  const DeviceTensor xs_all = arena.alloc_tensor(DType::kBF16, r_max, H, "moe xs");
+  const DeviceTensor gu_all = arena.alloc_tensor(DType::kBF16, r_max, 2 * I, "moe gate|up");
+  const DeviceTensor hs_all = arena.alloc_tensor(DType::kBF16, r_max, I, "moe act");
+  const DeviceTensor ys_all = arena.alloc_tensor(DType::kBF16, r_max, H, "moe ys");
+  bf16_pool.fill(x.data, x.bytes(), 43);
+  bf16_pool.fill(hs_all.data, hs_all.bytes(), 44);
+  std::printf("%5s %6s %6s | %-5s %-6s %-6s | %9s %7s %7s %6s\n", "T", "rows", "hit", "gemm", "format", "kernel", "us",
+              "GB", "TB/s", "%3.83");
+  std::mt19937_64 gen(2024);
+  for (int64_t T : tokens) {
+    const size_t tmark = arena.mark();
+    const int64_t R = T * k;
+    const Routings rt = make_routings(arena, stream, gen, T, k, E);
+    const DeviceTensor xs = xs_all.row_slice(0, R), gu = gu_all.row_slice(0, R), hs = hs_all.row_slice(0, R);
+    const DeviceTensor ys = ys_all.row_slice(0, R);
+    moe_gather(x.row_slice(0, T), rt.d[0], xs, stream);
+    for (Banks& b : banks) {
+      b.a1 = moe_ggml_acts_view(arena.alloc(moe_ggml_acts_bytes(b.type, R, H), "acts 1"), b.type, R, H);
+      b.a2 = moe_ggml_acts_view(arena.alloc(moe_ggml_acts_bytes(b.type, R, I), "acts 2"), b.type, R, I);
+    }
+    for (int gemm = 1; gemm <= 2; ++gemm) {
+      const DeviceTensor& in = gemm == 1 ? xs : hs;
+      const DeviceTensor& out = gemm == 1 ? gu : ys;
+      std::vector<std::pair<const char*, std::function<void(int)>>> fns;
+      std::vector<std::pair<std::string, double>> what;  // labels and their packed bytes
+      for (const Banks& b : banks) {
+        const MoeGgmlBank& w = gemm == 1 ? b.g1 : b.g2;
+        const MoeGgmlActs& a = gemm == 1 ? b.a1 : b.a2;
+        const std::string name(ggml_type_name(b.type));
+        fns.emplace_back("gemv", [&, w, a](int i) { moe_grouped_gemv_ggml(in, w, rt.d[i % kRoutings], a, out, stream); });
+        what.emplace_back(name + "   gemv", rt.hit * w.n * w.row_bytes());
+        fns.emplace_back("quant", [&, a](int) { moe_ggml_quantize(in, a, stream); });
+        what.emplace_back(name + "   quant", 0.0);
+      }
+      const std::vector<double> ms = time_interleaved(stream, fns);
+      for (size_t f = 0; f < fns.size(); ++f) {
+        const double tbs = what[f].second / (ms[f] * 1e-3) / 1e12;
+        std::printf("%5lld %6lld %6.1f | gemm%d %-13s | %9.1f %7.3f %7.2f %5.0f%%\n", static_cast<long long>(T),
+                    static_cast<long long>(R), rt.hit, gemm, what[f].first.c_str(), ms[f] * 1e3, what[f].second / 1e9,
+                    tbs, 100.0 * tbs / kReadCeilingTBs);
+      }
+      std::fflush(stdout);
+    }
+    K3_CUDA_CHECK(cudaStreamSynchronize(stream));
+    arena.reset(tmark);
+  }
+  arena.reset(mark);
+}
+
 int run(int argc, char** argv) {
   std::string arena_size = "75%";  // the Kimi-K3 MoE banks alone take 59 GB
+  bool moe_ggml_only = false;
   bool quick = false, moe_only = false, moe_tiles = false, memory_only = false, gemv_only = false,
        moe_w4_only = false, moe_w4a8_only = false;
   for (int i = 1; i < argc; ++i) {
@@ -789,6 +885,8 @@ int run(int argc, char** argv) {
       moe_w4_only = true;
     } else if (a == "--moe-w4a8") {
       moe_w4a8_only = true;
+    } else if (a == "--moe-ggml") {
+      moe_ggml_only = true;
     } else if (a == "--memory") {
       memory_only = true;
     } else if (a == "--gemv") {
@@ -820,6 +918,10 @@ int run(int argc, char** argv) {
   if (memory_only) {
     bench_ceilings(arena, blas, stream, fp8_pool, bf16_pool, false);
     bench_memory_bound(arena, stream, bf16_pool);
+    return 0;
+  }
+  if (moe_ggml_only) {
+    bench_moe_ggml(arena, stream, bf16_pool);
     return 0;
   }
   if (moe_w4_only) {

@@ -1,0 +1,94 @@
+// GGUF routed experts on the GPU (issue 6): expert banks of GGML blocks (Q4_0, Q8_0, Q2_K, Q3_K, Q4_K,
+// Q5_K, Q6_K) kept in GPU memory exactly as stored in the checkpoint, and grouped kernels over a MoE
+// dispatch (moe.h). COMPILED FOR sm_90a BUT NOT YET RUN ON A GPU (docs/gpu.md, "GGUF experts").
+//
+// Layout: bank row e·N + n is weight row n of expert e, K / block_size blocks of the GGUF bytes, rows
+// back to back (row_bytes apart), experts back to back; upload is a plain copy of the checkpoint's
+// bytes (an expert's slice of a GGUF [E, N, K] tensor is already N such rows).
+//
+// Decode (moe_grouped_gemv_ggml): activations quantised once per sorted row to 8-bit blocks under the
+// CPU's contract for the format (moe_ggml_blocks.h: ggml's vec_dot_type, int8 per 32 values for
+// Q4_0 / Q8_0, per 256 for the K-quants, plus Σ codes per 16), then integer dp4a dot products per
+// block with the block's integer scales, float scales per block, fp32 accumulation (as ggml's MMVQ).
+// One CTA per (tile of ≤ 16 sorted rows of one expert, 128 weight rows); a warp streams one weight
+// row at a time for all of the tile's tokens, so every packed byte is read once per tile.
+//
+// Prefill (moe_grouped_gemm_ggml_dequant): the experts the dispatch routes rows to are dequantised to
+// bf16 (ggml's exact float values, then rounded to bf16) into a caller-provided [E·N, K] scratch bank,
+// and the bf16 grouped GEMM (moe_grouped_gemm_bf16) runs over it. The simplest correct choice: no
+// new tensor-core kernel, and whole experts (not tiles) because the grouped GEMM indexes the bank by
+// expert; the scratch is as large as a bf16 bank (the caller sizes it for the experts it holds, e.g.
+// one layer). Unrouted experts are skipped on the device, so nothing syncs with the host.
+//
+// Everything is graph-capturable: grids sized from the dispatch's bounds, idle CTAs exit.
+// Host-only header.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/arena.h"
+#include "backend/cuda/moe.h"
+#include "backend/cuda/tensor.h"
+#include "quant/ggml/ggml_types.h"
+
+namespace k3::cuda {
+
+// True for the types the GPU expert kernels handle.
+bool moe_ggml_supported(GgmlType type);
+
+// A stacked bank of E experts, each N×K, of GGML blocks in device memory.
+struct MoeGgmlBank {
+  GgmlType type = GgmlType::Q4_K;
+  int64_t experts = 0, n = 0, k = 0;
+  uint8_t* data = nullptr;
+
+  int64_t rows() const { return experts * n; }
+  int64_t row_bytes() const;  // K / block_size · type_size
+  size_t bytes() const { return static_cast<size_t>(rows() * row_bytes()); }
+};
+
+// Throws unless `type` is supported, K a positive multiple of its block and E, N > 0.
+void moe_ggml_check_shape(GgmlType type, int64_t experts, int64_t n, int64_t k, const char* what);
+// A bank's device memory from the arena (contents undefined until uploaded).
+MoeGgmlBank moe_ggml_alloc(Arena& arena, GgmlType type, int64_t experts, int64_t n, int64_t k, const char* what);
+// Copies `rows` GGUF rows (rows·row_bytes bytes, as stored) to bank rows [row0, row0 + rows): an
+// expert's N rows at row0 = e·N, or the gate and up halves of a stacked [w1 | w3] bank separately.
+void moe_ggml_upload_rows(const MoeGgmlBank& bank, int64_t row0, const uint8_t* host, int64_t rows);
+
+// The 8-bit activations of R sorted rows (device memory): codes int8 [R, K], scale f32 [R, K / block],
+// Σ codes per 16 int16 [R, K / 16]; block = the format's block (32 or 256).
+struct MoeGgmlActs {
+  int64_t rows = 0, k = 0, block = 0;
+  int8_t* q = nullptr;
+  float* scale = nullptr;
+  int16_t* sums = nullptr;
+};
+size_t moe_ggml_acts_bytes(GgmlType type, int64_t rows, int64_t k);
+// Lays the activations out in `buffer` (moe_ggml_acts_bytes bytes, 256-byte aligned).
+MoeGgmlActs moe_ggml_acts_view(void* buffer, GgmlType type, int64_t rows, int64_t k);
+
+// xs (bf16 or f32 [R, K], 16-byte aligned rows) → acts, the CPU's Int8Blocks contract bit for bit:
+// scale = amax / 127, code = round-half-even(x · (127 / amax)) clamped to ±127 (IEEE division).
+void moe_ggml_quantize(const DeviceTensor& xs, const MoeGgmlActs& acts, cudaStream_t stream);
+
+// Decode: ys[r] = xs[r] · W_eᵀ for every expert e and sorted row r of e, xs quantised into `acts`
+// first (moe_ggml_quantize; acts sized for R = d.rows() rows and the bank's K). xs bf16 or f32 [R, K];
+// ys f32 or bf16 [R, N]. Any number of rows per expert (experts with more than 16 take several tiles,
+// each reading the expert's weights again: meant for few rows per expert).
+void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
+                           const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream);
+
+// w (bf16 [E·N, K]) rows of every expert with at least one row in d ← bf16(ggml dequant); other rows
+// untouched.
+void moe_ggml_dequant_bf16(const MoeGgmlBank& bank, const MoeDispatch& d, const DeviceTensor& w, cudaStream_t stream);
+
+// Prefill: moe_ggml_dequant_bf16 into `scratch` (bf16 [E·N, K]), then moe_grouped_gemm_bf16(xs, scratch,
+// d, ys, tile). xs bf16 [R, K]; ys bf16 or f32 [R, N].
+void moe_grouped_gemm_ggml_dequant(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
+                                   const DeviceTensor& scratch, const DeviceTensor& ys, cudaStream_t stream,
+                                   MoeTile tile = MoeTile::kAuto);
+
+}  // namespace k3::cuda

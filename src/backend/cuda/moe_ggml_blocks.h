@@ -1,0 +1,437 @@
+// GGML block formats for the GPU expert kernels (moe_ggml.h): one trait per format, compiled for the
+// device by moe_ggml.cu and for the host by the CPU tests, which run every function below against the
+// exact CPU references (quant/ggml/ggml_dequant.h, the Int8Blocks activations of the CPU's
+// ggml_matrix) without a GPU. Byte layouts: k3-quant-formats §6.2.
+//
+// A trait F has kType, kBlock (elements), kBytes (bytes per block, as stored in GGUF) and kParts
+// (lanes per block; each part covers 32 of the block's elements, so a warp covers 1024 elements per
+// step in every format), and:
+//   W load(blk, part)            the part's packed bytes and the scales it needs, in registers;
+//   float dot(w, part, x)        Σ over the part's 32 elements of w·x for one token's 8-bit block x
+//                                (ActBlock: codes, Σ codes per 16, scale), integer dp4a sums with the
+//                                block's integer scales, then the float scales. The zero-point / min
+//                                terms of a group of 16 (or sub-block of 32) are added by the part
+//                                holding its first elements only, so the parts of a block sum to it;
+//   float value(blk, i)          element i of the block, the same float operations in the same order
+//                                as ggml's dequantisation (bit-identical; no FMA contraction).
+// Activation contract (the CPU's, ggml's vec_dot_type): the activation block is the weight block
+// (32 for Q4_0 / Q8_0, 256 for the K-quants); scale = amax / 127, code = round-half-even(x · 127 /
+// amax) clamped to ±127, an all-zero block has scale 0 and codes 0.
+// Alignment: Q4_K / Q5_K blocks are 16-byte multiples, Q2_K 4-byte, Q4_0 / Q8_0 / Q3_K / Q6_K only
+// 2-byte; the loads below use the widest access the format's alignment allows.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/numeric.h"
+#include "quant/ggml/ggml_types.h"
+
+namespace k3::cuda::ggml_blocks {
+
+#define K3_GGML_HD __host__ __device__ __forceinline__
+
+// One token's activations for one weight block: codes [kBlock], Σ codes per 16 [kBlock / 16], scale.
+struct ActBlock {
+  const int8_t* q;
+  const int16_t* s16;
+  float d;
+};
+
+// ---- loads and integer / float primitives (device: PTX intrinsics; host: plain C++) -----------------
+
+K3_GGML_HD uint32_t ld_u16(const uint8_t* p) {
+#ifdef __CUDA_ARCH__
+  return __ldg(reinterpret_cast<const unsigned short*>(p));
+#else
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+#endif
+}
+// 4 bytes at a 4-byte aligned address.
+K3_GGML_HD uint32_t ld_u32(const uint8_t* p) {
+#ifdef __CUDA_ARCH__
+  return __ldg(reinterpret_cast<const unsigned int*>(p));
+#else
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+#endif
+}
+// 4 bytes at a 2-byte aligned address.
+K3_GGML_HD uint32_t ld_u32_a2(const uint8_t* p) { return ld_u16(p) | ld_u16(p + 2) << 16; }
+// 16 bytes at a 16-byte aligned address; `stream`: read once (no L1 allocation).
+K3_GGML_HD uint4 ld_16(const uint8_t* p, bool stream) {
+#ifdef __CUDA_ARCH__
+  uint4 v;
+  if (stream) {
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+  } else {
+    v = __ldg(reinterpret_cast<const uint4*>(p));
+  }
+  return v;
+#else
+  (void)stream;
+  uint4 v;
+  std::memcpy(&v, p, 16);
+  return v;
+#endif
+}
+// 8 activation codes at an 8-byte aligned address (codes rows are 16-byte aligned).
+K3_GGML_HD uint2 ld_x8(const int8_t* p) {
+#ifdef __CUDA_ARCH__
+  return *reinterpret_cast<const uint2*>(p);
+#else
+  uint2 v;
+  std::memcpy(&v, p, 8);
+  return v;
+#endif
+}
+K3_GGML_HD uint4 ld_x16(const int8_t* p) {
+#ifdef __CUDA_ARCH__
+  return *reinterpret_cast<const uint4*>(p);
+#else
+  uint4 v;
+  std::memcpy(&v, p, 16);
+  return v;
+#endif
+}
+
+// Σ of the four signed byte products, plus c.
+K3_GGML_HD int dp4a(uint32_t a, uint32_t b, int c) {
+#ifdef __CUDA_ARCH__
+  return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
+#else
+  for (int i = 0; i < 4; ++i) c += static_cast<int8_t>(a >> (8 * i)) * static_cast<int8_t>(b >> (8 * i));
+  return c;
+#endif
+}
+
+K3_GGML_HD float f16(uint32_t bits) {
+#ifdef __CUDA_ARCH__
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+#else
+  return decode_f16(static_cast<uint16_t>(bits));
+#endif
+}
+// Rounded float operations that are never contracted into an FMA (ggml's dequantisation rounds each).
+K3_GGML_HD float mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+K3_GGML_HD float sub_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
+K3_GGML_HD uint32_t byte_of(uint32_t w, int i) { return (w >> (8 * i)) & 0xFFu; }
+K3_GGML_HD uint32_t word_of(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// Dot of 8 codes (two words) with the 8 activation codes at p.
+K3_GGML_HD int dot8(uint32_t w0, uint32_t w1, const int8_t* p) {
+  const uint2 x = ld_x8(p);
+  return dp4a(w1, x.y, dp4a(w0, x.x, 0));
+}
+// Dot of 16 codes (four words) with the 16 activation codes at p.
+K3_GGML_HD int dot16(const uint32_t (&w)[4], const int8_t* p) {
+  const uint4 x = ld_x16(p);
+  return dp4a(w[3], x.w, dp4a(w[2], x.z, dp4a(w[1], x.y, dp4a(w[0], x.x, 0))));
+}
+
+// ---- 32-element formats: one part per block ----------------------------------------------------
+
+// Q4_0, 18 bytes: f16 d; u8 qs[16] (low nibbles elements 0..15, high 16..31). w = d·(q − 8).
+struct Q4_0 {
+  static constexpr GgmlType kType = GgmlType::Q4_0;
+  static constexpr int kBlock = 32, kBytes = 18, kParts = 1;
+  struct W {
+    uint32_t q[4];
+    float d;
+  };
+  K3_GGML_HD static W load(const uint8_t* b, int) {
+    W w;
+    w.d = f16(ld_u16(b));
+    for (int i = 0; i < 4; ++i) w.q[i] = ld_u32_a2(b + 2 + 4 * i);
+    return w;
+  }
+  K3_GGML_HD static float dot(const W& w, int, const ActBlock& x) {
+    uint32_t lo[4], hi[4];
+    for (int i = 0; i < 4; ++i) lo[i] = w.q[i] & 0x0F0F0F0Fu, hi[i] = (w.q[i] >> 4) & 0x0F0F0F0Fu;
+    const int s = dot16(lo, x.q) + dot16(hi, x.q + 16) - 8 * (x.s16[0] + x.s16[1]);
+    return w.d * x.d * static_cast<float>(s);
+  }
+  K3_GGML_HD static float value(const uint8_t* b, int i) {
+    const uint32_t q = b[2 + i % 16];
+    return mul_rn(static_cast<float>(static_cast<int>(i < 16 ? q & 0x0F : q >> 4) - 8), f16(ld_u16(b)));
+  }
+};
+
+// Q8_0, 34 bytes: f16 d; i8 qs[32]. w = d·q.
+struct Q8_0 {
+  static constexpr GgmlType kType = GgmlType::Q8_0;
+  static constexpr int kBlock = 32, kBytes = 34, kParts = 1;
+  struct W {
+    uint32_t q[8];
+    float d;
+  };
+  K3_GGML_HD static W load(const uint8_t* b, int) {
+    W w;
+    w.d = f16(ld_u16(b));
+    for (int i = 0; i < 8; ++i) w.q[i] = ld_u32_a2(b + 2 + 4 * i);
+    return w;
+  }
+  K3_GGML_HD static float dot(const W& w, int, const ActBlock& x) {
+    const uint32_t lo[4] = {w.q[0], w.q[1], w.q[2], w.q[3]}, hi[4] = {w.q[4], w.q[5], w.q[6], w.q[7]};
+    return w.d * x.d * static_cast<float>(dot16(lo, x.q) + dot16(hi, x.q + 16));
+  }
+  K3_GGML_HD static float value(const uint8_t* b, int i) {
+    return mul_rn(static_cast<float>(static_cast<int8_t>(b[2 + i])), f16(ld_u16(b)));
+  }
+};
+
+// ---- 256-element K-quants: eight parts of 32 elements per block ----------------------------------
+
+// Q2_K and Q3_K share the element map: group g (16 elements) = half g/8, bit pair (g/2)%4, sub-block
+// g%2, codes at byte 32·(g/8) + 16·(g%2) + l. Part p = (half h = p/4, sub = (p/2)%2, o = 8·(p%2)): the
+// 8 bytes at 32h + 16·sub + o hold, for bit pair s = 0..3, elements l ∈ [o, o+8) of group 8h + 2s + sub.
+K3_GGML_HD int k23_group(int p, int s) { return 8 * (p >> 2) + 2 * s + ((p >> 1) & 1); }
+K3_GGML_HD int k23_offset(int p) { return 32 * (p >> 2) + 16 * ((p >> 1) & 1) + 8 * (p & 1); }
+
+// Q2_K, 84 bytes: u8 scales[16] (low nibble scale, high nibble min); u8 qs[64]; f16 d; f16 dmin.
+// w = d·sc_g·q − dmin·m_g.
+struct Q2_K {
+  static constexpr GgmlType kType = GgmlType::Q2_K;
+  static constexpr int kBlock = 256, kBytes = 84, kParts = 8;
+  struct W {
+    uint32_t q[2];
+    uint32_t sc;  // scale bytes of the part's groups s = 0..3
+    uint32_t dd;  // f16 d | f16 dmin << 16
+  };
+  K3_GGML_HD static W load(const uint8_t* b, int p) {
+    W w;
+    const uint8_t* q = b + 16 + k23_offset(p);
+    w.q[0] = ld_u32(q), w.q[1] = ld_u32(q + 4);
+    const int h = p >> 2, sub = (p >> 1) & 1;
+    const uint32_t s0 = ld_u32(b + 8 * h), s1 = ld_u32(b + 8 * h + 4);  // scales of groups 8h .. 8h+7
+    w.sc = byte_of(s0, sub) | byte_of(s0, 2 + sub) << 8 | byte_of(s1, sub) << 16 | byte_of(s1, 2 + sub) << 24;
+    w.dd = ld_u32(b + 80);
+    return w;
+  }
+  K3_GGML_HD static float dot(const W& w, int p, const ActBlock& x) {
+    const int o = 8 * (p & 1);
+    int isum = 0, imin = 0;
+    for (int s = 0; s < 4; ++s) {
+      const int g = k23_group(p, s);
+      const uint32_t sc = byte_of(w.sc, s);
+      isum += static_cast<int>(sc & 0x0F) *
+              dot8((w.q[0] >> (2 * s)) & 0x03030303u, (w.q[1] >> (2 * s)) & 0x03030303u, x.q + 16 * g + o);
+      if (o == 0) imin += static_cast<int>(sc >> 4) * x.s16[g];
+    }
+    return x.d * (f16(w.dd & 0xFFFF) * static_cast<float>(isum) - f16(w.dd >> 16) * static_cast<float>(imin));
+  }
+  K3_GGML_HD static float value(const uint8_t* b, int i) {
+    const int g = i / 16, l = i % 16;
+    const uint32_t q = b[16 + 32 * (g / 8) + 16 * (g % 2) + l], sc = b[g];
+    const float dl = mul_rn(f16(ld_u16(b + 80)), static_cast<float>(sc & 0x0F));
+    const float ml = mul_rn(f16(ld_u16(b + 82)), static_cast<float>(sc >> 4));
+    return sub_rn(mul_rn(dl, static_cast<float>((q >> (2 * ((g / 2) % 4))) & 3)), ml);
+  }
+};
+
+// Q3_K, 110 bytes: u8 hmask[32]; u8 qs[64]; u8 scales[12] (16 signed 6-bit scales); f16 d.
+// w = d·S_g·(u − 4), u = 2 low bits | hmask bit g/2 << 2 (hmask byte 16·(g%2) + l).
+struct Q3_K {
+  static constexpr GgmlType kType = GgmlType::Q3_K;
+  static constexpr int kBlock = 256, kBytes = 110, kParts = 8;
+  K3_GGML_HD static int scale(const uint32_t (&s)[3], int j) {
+    const uint32_t lo = j < 8 ? byte_of(s[j / 4], j % 4) & 0x0F : byte_of(s[(j - 8) / 4], (j - 8) % 4) >> 4;
+    const uint32_t hi = (byte_of(s[2], j % 4) >> (2 * (j / 4))) & 3;
+    return static_cast<int>(lo | hi << 4) - 32;
+  }
+  struct W {
+    uint32_t q[2], hm[2];
+    int sc[4];
+    float d;
+  };
+  K3_GGML_HD static W load(const uint8_t* b, int p) {
+    W w;
+    const uint8_t* q = b + 32 + k23_offset(p);
+    const uint8_t* hm = b + 16 * ((p >> 1) & 1) + 8 * (p & 1);
+    w.q[0] = ld_u32_a2(q), w.q[1] = ld_u32_a2(q + 4);
+    w.hm[0] = ld_u32_a2(hm), w.hm[1] = ld_u32_a2(hm + 4);
+    const uint32_t s[3] = {ld_u32_a2(b + 96), ld_u32_a2(b + 100), ld_u32_a2(b + 104)};
+    for (int k = 0; k < 4; ++k) w.sc[k] = scale(s, k23_group(p, k));
+    w.d = f16(ld_u16(b + 108));
+    return w;
+  }
+  K3_GGML_HD static float dot(const W& w, int p, const ActBlock& x) {
+    const int o = 8 * (p & 1);
+    int isum = 0;
+    for (int s = 0; s < 4; ++s) {
+      const int g = k23_group(p, s), hbit = g / 2;
+      const uint32_t u0 = ((w.q[0] >> (2 * s)) & 0x03030303u) | ((w.hm[0] >> hbit) & 0x01010101u) << 2;
+      const uint32_t u1 = ((w.q[1] >> (2 * s)) & 0x03030303u) | ((w.hm[1] >> hbit) & 0x01010101u) << 2;
+      int part = dot8(u0, u1, x.q + 16 * g + o);
+      if (o == 0) part -= 4 * x.s16[g];
+      isum += w.sc[s] * part;
+    }
+    return w.d * x.d * static_cast<float>(isum);
+  }
+  K3_GGML_HD static float value(const uint8_t* b, int i) {
+    const int g = i / 16, idx = 16 * (g % 2) + i % 16;
+    const uint32_t s[3] = {ld_u32_a2(b + 96), ld_u32_a2(b + 100), ld_u32_a2(b + 104)};
+    const float dl = mul_rn(f16(ld_u16(b + 108)), static_cast<float>(scale(s, g)));
+    const int v = static_cast<int>((b[32 + 32 * (g / 8) + idx] >> (2 * ((g / 2) % 4))) & 3) -
+                  ((b[idx] >> (g / 2)) & 1 ? 0 : 4);
+    return mul_rn(dl, static_cast<float>(v));
+  }
+};
+
+// Q4_K (144 bytes: f16 d; f16 dmin; u8 scales[12]; u8 qs[128]) and Q5_K (176 bytes: the same header;
+// u8 qh[32]; u8 qs[128]). Chunk c (64 elements) = low nibbles of qs[32c ..+32] (sub-block 2c), then
+// their high nibbles (sub-block 2c+1); Q5_K's 5th bits are bits 2c, 2c+1 of qh[l].
+// w = d·sc_j·q − dmin·m_j. Part p = (chunk c = p/2, o = 16·(p%2)): qs bytes [32c + o, +16).
+template <bool kFive>
+struct QK4 {
+  static constexpr GgmlType kType = kFive ? GgmlType::Q5_K : GgmlType::Q4_K;
+  static constexpr int kBlock = 256, kBytes = kFive ? 176 : 144, kParts = 8;
+  static constexpr int kQs = kFive ? 48 : 16;
+  // 6-bit scale and min of sub-block j from the 12 packed bytes (bytes 4..15 of the header).
+  K3_GGML_HD static void scale_min(const uint4& h, int j, uint32_t& sc, uint32_t& mn) {
+    auto s = [&](int k) { return byte_of(word_of(h, (k + 4) / 4), (k + 4) % 4); };
+    if (j < 4) {
+      sc = s(j) & 63, mn = s(j + 4) & 63;
+    } else {
+      sc = (s(j + 4) & 0x0F) | (s(j - 4) >> 6) << 4;
+      mn = (s(j + 4) >> 4) | (s(j) >> 6) << 4;
+    }
+  }
+  struct W {
+    uint4 head;  // d, dmin, scales: shared by the block's 8 lanes (cached load)
+    uint4 qs;
+    uint4 qh;  // Q5_K only
+  };
+  K3_GGML_HD static W load(const uint8_t* b, int p) {
+    W w;
+    w.head = ld_16(b, false);
+    w.qs = ld_16(b + kQs + 32 * (p >> 1) + 16 * (p & 1), true);
+    if constexpr (kFive) w.qh = ld_16(b + 16 + 16 * (p & 1), true);
+    return w;
+  }
+  K3_GGML_HD static float dot(const W& w, int p, const ActBlock& x) {
+    const int c = p >> 1, o = 16 * (p & 1);
+    uint32_t lo[4], hi[4];
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t q = word_of(w.qs, i);
+      lo[i] = q & 0x0F0F0F0Fu, hi[i] = (q >> 4) & 0x0F0F0F0Fu;
+      if constexpr (kFive) {
+        const uint32_t h = word_of(w.qh, i);
+        lo[i] |= ((h >> (2 * c)) & 0x01010101u) << 4;
+        hi[i] |= ((h >> (2 * c + 1)) & 0x01010101u) << 4;
+      }
+    }
+    uint32_t sc1, mn1, sc2, mn2;
+    scale_min(w.head, 2 * c, sc1, mn1);
+    scale_min(w.head, 2 * c + 1, sc2, mn2);
+    const int isum = static_cast<int>(sc1) * dot16(lo, x.q + 64 * c + o) + static_cast<int>(sc2) * dot16(hi, x.q + 64 * c + 32 + o);
+    const int imin = o != 0 ? 0
+                            : static_cast<int>(mn1) * (x.s16[4 * c] + x.s16[4 * c + 1]) +
+                                  static_cast<int>(mn2) * (x.s16[4 * c + 2] + x.s16[4 * c + 3]);
+    return x.d * (f16(w.head.x & 0xFFFF) * static_cast<float>(isum) - f16(w.head.x >> 16) * static_cast<float>(imin));
+  }
+  K3_GGML_HD static float value(const uint8_t* b, int i) {
+    const int c = i / 64, j = 2 * c + (i % 64) / 32, l = i % 32;
+    const uint4 h = ld_16(b, false);
+    uint32_t sc, mn;
+    scale_min(h, j, sc, mn);
+    const uint32_t byte = b[kQs + 32 * c + l];
+    uint32_t q = j % 2 == 0 ? byte & 0x0F : byte >> 4;
+    if constexpr (kFive) q += (b[16 + l] >> j) & 1 ? 16 : 0;
+    const float d1 = mul_rn(f16(h.x & 0xFFFF), static_cast<float>(sc));
+    const float m1 = mul_rn(f16(h.x >> 16), static_cast<float>(mn));
+    return sub_rn(mul_rn(d1, static_cast<float>(q)), m1);
+  }
+};
+using Q4_K = QK4<false>;
+using Q5_K = QK4<true>;
+
+// Q6_K, 210 bytes: u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d. w = d·sc_g·(q − 32), q 6-bit.
+// Half hh (128 elements): L = ql + 64hh, H = qh + 32hh; for l < 32, quarter k: element 128hh + 32k + l
+// = (L[l + 32·(k%2)] >> 4·(k/2)) & 0xF | ((H[l] >> 2k) & 3) << 4, group 8hh + 2k + l/16.
+// Part p = (hh = p/4, l ∈ [8·(p%4), +8)).
+struct Q6_K {
+  static constexpr GgmlType kType = GgmlType::Q6_K;
+  static constexpr int kBlock = 256, kBytes = 210, kParts = 8;
+  struct W {
+    uint32_t l0[2], l32[2], h[2];
+    uint32_t sc;  // scales of groups 8hh + 2k + t, k = 0..3 (t = (p%4)/2), as bytes
+    float d;
+  };
+  K3_GGML_HD static W load(const uint8_t* b, int p) {
+    W w;
+    const int hh = p >> 2, l = 8 * (p & 3), t = (p & 3) >> 1;
+    const uint8_t* L = b + 64 * hh + l;
+    const uint8_t* H = b + 128 + 32 * hh + l;
+    w.l0[0] = ld_u32_a2(L), w.l0[1] = ld_u32_a2(L + 4);
+    w.l32[0] = ld_u32_a2(L + 32), w.l32[1] = ld_u32_a2(L + 36);
+    w.h[0] = ld_u32_a2(H), w.h[1] = ld_u32_a2(H + 4);
+    const uint32_t s0 = ld_u32_a2(b + 192 + 8 * hh), s1 = ld_u32_a2(b + 196 + 8 * hh);
+    w.sc = byte_of(s0, t) | byte_of(s0, t + 2) << 8 | byte_of(s1, t) << 16 | byte_of(s1, t + 2) << 24;
+    w.d = f16(ld_u16(b + 208));
+    return w;
+  }
+  K3_GGML_HD static float dot(const W& w, int p, const ActBlock& x) {
+    const int hh = p >> 2, l = 8 * (p & 3), t = (p & 3) >> 1;
+    int isum = 0;
+    for (int k = 0; k < 4; ++k) {
+      uint32_t q[2];
+      for (int i = 0; i < 2; ++i) {
+        const uint32_t low = ((k % 2 == 0 ? w.l0[i] : w.l32[i]) >> (4 * (k / 2))) & 0x0F0F0F0Fu;
+        q[i] = low | ((w.h[i] >> (2 * k)) & 0x03030303u) << 4;
+      }
+      const int g = 8 * hh + 2 * k + t;
+      int part = dot8(q[0], q[1], x.q + 128 * hh + 32 * k + l);
+      if ((p & 1) == 0) part -= 32 * x.s16[g];
+      isum += static_cast<int>(static_cast<int8_t>(byte_of(w.sc, k))) * part;
+    }
+    return w.d * x.d * static_cast<float>(isum);
+  }
+  K3_GGML_HD static float value(const uint8_t* b, int i) {
+    const int hh = i / 128, k = (i % 128) / 32, l = i % 32;
+    const uint32_t low = (b[64 * hh + l + 32 * (k % 2)] >> (4 * (k / 2))) & 0x0F;
+    const uint32_t high = (b[128 + 32 * hh + l] >> (2 * k)) & 3;
+    const float ds = mul_rn(f16(ld_u16(b + 208)), static_cast<float>(static_cast<int8_t>(b[192 + 8 * hh + 2 * k + l / 16])));
+    return mul_rn(ds, static_cast<float>(static_cast<int>(low | high << 4) - 32));
+  }
+};
+
+// Calls fn(Trait{}) for the trait of `type`; returns false when there is none.
+template <class Fn>
+bool visit(GgmlType type, Fn&& fn) {
+  switch (type) {
+    case GgmlType::Q4_0: fn(Q4_0{}); return true;
+    case GgmlType::Q8_0: fn(Q8_0{}); return true;
+    case GgmlType::Q2_K: fn(Q2_K{}); return true;
+    case GgmlType::Q3_K: fn(Q3_K{}); return true;
+    case GgmlType::Q4_K: fn(Q4_K{}); return true;
+    case GgmlType::Q5_K: fn(Q5_K{}); return true;
+    case GgmlType::Q6_K: fn(Q6_K{}); return true;
+    default: return false;
+  }
+}
+
+#undef K3_GGML_HD
+
+}  // namespace k3::cuda::ggml_blocks

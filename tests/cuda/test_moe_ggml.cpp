@@ -1,0 +1,397 @@
+// GGUF expert kernels (backend/cuda/moe_ggml.h) on fresh random inputs (the seed is printed;
+// K3_TEST_SEED replays one). The kernels are compiled for sm_90a but have NOT YET RUN ON A GPU: the
+// GPU tests below skip without a device and are to be run on the H200.
+//
+// Without a GPU (these run in CI): the block traits (moe_ggml_blocks.h), compiled here for the host,
+//   - value(): bit-identical to the exact CPU dequantisation (quant/ggml) for every element of random
+//     blocks, both quantised from floats and of random bytes;
+//   - dot(): the sum over every part of every block, with activations prepared by the CPU's own
+//     Int8Blocks contract (backend/cpu prepare_int8), against float64 Σ dequant(w) · code · scale;
+//     the integer sums are exact, so the error is fp32 rounding of a few products and sums per part
+//     (≤ 1e-5 · S, S = Σ |w| · |code · scale|);
+//   - bank and activation-buffer geometry, and the shapes and types rejected.
+// On the GPU: the quantisation kernel equals the CPU contract bit for bit (codes, scales, sums, from
+// bf16 and f32 inputs); the decode GEMV against the same float64 reference, ≤ 2e-5 · S (fp32 order:
+// lanes, warp reduction) plus 2^-8·|ref| for bf16 output; the bf16 dequantisation equals bf16(the CPU
+// dequant) for routed experts and leaves the others alone; the prefill path (dequant + bf16 grouped
+// GEMM) against float64 over those bf16 weights and the bf16 activations (2e-5 · S + output rounding).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <string>
+
+#include "backend/cpu/kernels/weight_matrix.h"
+#include "backend/cuda/moe.h"
+#include "backend/cuda/moe_ggml.h"
+#include "backend/cuda/moe_ggml_blocks.h"
+#include "backend/cuda/upload.h"
+#include "core/numeric.h"
+#include "cuda_test_util.h"
+#include "quant/ggml/ggml_dequant.h"
+#include "quant/ggml/ggml_quantize.h"
+
+namespace k3::cuda {
+namespace {
+
+namespace gb = ggml_blocks;
+
+constexpr GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K,
+                               GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
+// Rows of K values as GGUF blocks: quantised from normal floats (a few rows scaled far up or down)
+// where k3 has a quantiser, else (Q5_K, or `random_bytes`) random bytes with finite f16 scales.
+std::vector<uint8_t> random_rows(test::Rng& rng, GgmlType type, int64_t rows, int64_t k, bool random_bytes = false) {
+  const GgmlTypeInfo& info = ggml_type_info(type);
+  if (!random_bytes && ggml_has_quantize(type)) {
+    std::vector<float> x = rng.normal(static_cast<size_t>(rows * k));
+    for (int64_t r = 0; r < rows; ++r) {
+      const float s = r % 7 == 3 ? 1e3f : r % 7 == 5 ? 1e-3f : 1.0f;
+      for (int64_t i = 0; i < k; ++i) x[r * k + i] *= s;
+    }
+    return quantize_tensor(type, x, static_cast<uint64_t>(k));
+  }
+  std::vector<uint8_t> b(static_cast<size_t>(rows * (k / info.block_size) * info.type_size));
+  for (uint8_t& v : b) v = static_cast<uint8_t>(rng.uniform_int(0, 255));
+  std::vector<int> f16_fields;
+  switch (type) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q8_0: f16_fields = {0}; break;
+    case GgmlType::Q2_K: f16_fields = {80, 82}; break;
+    case GgmlType::Q3_K: f16_fields = {108}; break;
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K: f16_fields = {0, 2}; break;
+    case GgmlType::Q6_K: f16_fields = {208}; break;
+    default: break;
+  }
+  for (size_t blk = 0; blk < b.size(); blk += info.type_size) {
+    for (int off : f16_fields) {
+      const uint16_t h = encode_f16(static_cast<float>(rng.uniform(1, -0.05f, 0.05f)[0]));
+      std::memcpy(&b[blk + static_cast<size_t>(off)], &h, 2);
+    }
+  }
+  return b;
+}
+
+std::vector<float> dequant_rows(GgmlType type, const std::vector<uint8_t>& bytes, int64_t rows, int64_t k) {
+  std::vector<float> w(static_cast<size_t>(rows * k));
+  dequantize_row(type, bytes.data(), w.data(), rows * k);
+  return w;
+}
+
+// The CPU's activation contract for `type` (ggml_matrix: Int8Blocks, the format's block), rows [m, k].
+struct HostActs {
+  cpu::PreparedActivations p;
+  std::vector<int16_t> s16;
+  int64_t block = 0;
+  double value(int64_t t, int64_t i) const {
+    return static_cast<double>(p.q[t * p.k + i]) * p.scale[t * (p.k / block) + i / block];
+  }
+};
+HostActs host_acts(GgmlType type, const std::vector<float>& x, int64_t m, int64_t k) {
+  HostActs a;
+  a.block = ggml_type_info(type).block_size;
+  cpu::prepare_int8(x.data(), m, k, a.block, cpu::ActivationForm::Int8Blocks, a.p);
+  a.s16.assign(a.p.sums.begin(), a.p.sums.end());
+  return a;
+}
+
+// ---- block traits on the host (no GPU) ----------------------------------------------------------------
+
+TEST(MoeGgmlBlocks, ValuesEqualTheCpuDequantBitForBit) {
+  test::Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  for (GgmlType type : kTypes) {
+    for (bool bytes : {false, true}) {
+      SCOPED_TRACE(std::string(ggml_type_name(type)) + (bytes ? " random bytes" : " quantised"));
+      const int64_t rows = 5, k = 512;
+      const std::vector<uint8_t> b = random_rows(rng, type, rows, k, bytes);
+      const std::vector<float> ref = dequant_rows(type, b, rows, k);
+      int64_t bad = 0;
+      gb::visit(type, [&](auto trait) {
+        using F = decltype(trait);
+        for (int64_t i = 0; i < rows * k; ++i) {
+          const float got = F::value(b.data() + i / F::kBlock * F::kBytes, static_cast<int>(i % F::kBlock));
+          if (std::bit_cast<uint32_t>(got) != std::bit_cast<uint32_t>(ref[static_cast<size_t>(i)]) && ++bad <= 5) {
+            ADD_FAILURE() << "element " << i << ": " << got << " vs " << ref[static_cast<size_t>(i)];
+          }
+        }
+      });
+      EXPECT_EQ(bad, 0);
+    }
+  }
+}
+
+TEST(MoeGgmlBlocks, PartDotsWithTheCpuActivationContractMatchFloat64) {
+  test::Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  for (GgmlType type : kTypes) {
+    for (bool bytes : {false, true}) {
+      SCOPED_TRACE(std::string(ggml_type_name(type)) + (bytes ? " random bytes" : " quantised"));
+      const int64_t rows = 6, k = 768, m = 3;
+      const std::vector<uint8_t> b = random_rows(rng, type, rows, k, bytes);
+      const std::vector<float> w = dequant_rows(type, b, rows, k);
+      std::vector<float> x = rng.normal(static_cast<size_t>(m * k));
+      std::fill_n(x.begin() + k, 256, 0.0f);  // an all-zero activation block (scale 0)
+      const HostActs a = host_acts(type, x, m, k);
+      gb::visit(type, [&](auto trait) {
+        using F = decltype(trait);
+        const int64_t nb = k / F::kBlock, row_bytes = nb * F::kBytes;
+        for (int64_t t = 0; t < m; ++t) {
+          for (int64_t r = 0; r < rows; ++r) {
+            float got = 0.0f;
+            for (int64_t blk = 0; blk < nb; ++blk) {
+              const gb::ActBlock xb{a.p.q.data() + t * k + blk * F::kBlock, a.s16.data() + t * (k / 16) + blk * (F::kBlock / 16),
+                                    a.p.scale[static_cast<size_t>(t * nb + blk)]};
+              for (int p = 0; p < F::kParts; ++p) {
+                got += F::dot(F::load(b.data() + r * row_bytes + blk * F::kBytes, p), p, xb);
+              }
+            }
+            double ref = 0, s = 0;
+            for (int64_t i = 0; i < k; ++i) {
+              const double v = static_cast<double>(w[static_cast<size_t>(r * k + i)]) * a.value(t, i);
+              ref += v;
+              s += std::fabs(v);
+            }
+            EXPECT_LE(std::fabs(got - ref), 1e-5 * s + 1e-30) << "token " << t << " row " << r << ": " << got << " vs " << ref;
+          }
+        }
+      });
+    }
+  }
+}
+
+TEST(MoeGgmlBank, GeometryAndRejectedShapes) {
+  EXPECT_TRUE(moe_ggml_supported(GgmlType::Q4_K));
+  EXPECT_TRUE(moe_ggml_supported(GgmlType::Q2_K));
+  EXPECT_FALSE(moe_ggml_supported(GgmlType::Q4_1));
+  EXPECT_FALSE(moe_ggml_supported(GgmlType::F16));
+  MoeGgmlBank b;
+  b.type = GgmlType::Q4_K, b.experts = 896, b.n = 6144, b.k = 3584;
+  EXPECT_EQ(b.row_bytes(), 14 * 144);
+  EXPECT_EQ(b.bytes(), size_t{896} * 6144 * 14 * 144);
+  b.type = GgmlType::Q2_K;
+  EXPECT_EQ(b.row_bytes(), 14 * 84);
+  EXPECT_THROW(moe_ggml_check_shape(GgmlType::Q4_K, 8, 64, 96, "t"), Error);  // K not a block multiple
+  EXPECT_THROW(moe_ggml_check_shape(GgmlType::Q4_1, 8, 64, 256, "t"), Error);
+  EXPECT_THROW(moe_ggml_check_shape(GgmlType::Q8_0, 0, 64, 256, "t"), Error);
+  moe_ggml_check_shape(GgmlType::Q8_0, 8, 3, 96, "t");
+
+  // Activation buffers: codes, scales, sums, each 256-byte aligned, back to back, inside the bytes.
+  for (GgmlType type : {GgmlType::Q4_0, GgmlType::Q6_K}) {
+    const int64_t rows = 7, k = 768, block = ggml_type_info(type).block_size;
+    auto* base = reinterpret_cast<uint8_t*>(uintptr_t{1} << 20);  // never dereferenced
+    const MoeGgmlActs a = moe_ggml_acts_view(base, type, rows, k);
+    const size_t bytes = moe_ggml_acts_bytes(type, rows, k);
+    EXPECT_EQ(a.block, block);
+    const auto at = [&](const void* p) { return static_cast<size_t>(static_cast<const uint8_t*>(p) - base); };
+    EXPECT_EQ(at(a.q), 0u);
+    EXPECT_GE(at(a.scale), static_cast<size_t>(rows * k));
+    EXPECT_GE(at(a.sums), at(a.scale) + static_cast<size_t>(rows * (k / block)) * 4);
+    EXPECT_LE(at(a.sums) + static_cast<size_t>(rows * (k / 16)) * 2, bytes);
+    EXPECT_EQ(at(a.scale) % 256, 0u);
+    EXPECT_EQ(at(a.sums) % 256, 0u);
+  }
+  EXPECT_THROW(moe_ggml_acts_view(reinterpret_cast<void*>(uintptr_t{1} << 20 | 16), GgmlType::Q4_K, 1, 256), Error);
+}
+
+// ---- GPU -------------------------------------------------------------------------------------------
+
+enum class Routing { kDistinct, kRepeats, kSubset };
+
+std::vector<int32_t> make_ids(test::Rng& rng, int64_t T, int64_t k, int64_t E, Routing mode) {
+  std::vector<int32_t> pool(static_cast<size_t>(E));
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), rng.gen());
+  if (mode == Routing::kSubset) pool.resize(static_cast<size_t>(std::max<int64_t>(k, E / 4)));
+  const int n = static_cast<int>(pool.size());
+  std::vector<int32_t> ids(static_cast<size_t>(T * k));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      if (mode == Routing::kRepeats) {
+        ids[t * k + j] = pool[rng.uniform_int(0, n - 1)];
+      } else {
+        std::swap(pool[j], pool[rng.uniform_int(static_cast<int>(j), n - 1)]);
+        ids[t * k + j] = pool[j];
+      }
+    }
+  }
+  return ids;
+}
+
+struct Case {
+  int64_t tokens, top_k, experts, n, k;
+  Routing routing;
+};
+
+// A dispatch of random routing on the device, its offsets and sorted tokens on the host, and the
+// sorted rows of bf16-rounded random activations (device xs, host copy).
+struct Routed {
+  MoeDispatch d;
+  std::vector<int32_t> off, sorted;
+  DeviceTensor xs;
+  std::vector<float> xs_host;
+};
+
+Routed make_routed(test::Rng& rng, const Case& c) {
+  Arena& a = test::arena();
+  const int64_t T = c.tokens, k = c.top_k, E = c.experts, K = c.k, R = T * k;
+  Routed s;
+  const std::vector<int32_t> ids = make_ids(rng, T, k, E, c.routing);
+  const DeviceTensor dids = a.alloc_tensor(DType::kI32, T, k, "ids");
+  copy_bytes_to_device(dids.data, ids.data(), ids.size() * sizeof(int32_t));
+  s.d = moe_dispatch_view(a.alloc(moe_dispatch_bytes(T, k, E), "dispatch"), T, k, E);
+  moe_dispatch(dids, s.d, nullptr);
+  s.off = download_i32(DeviceTensor(s.d.expert_offsets, DType::kI32, 1, E + 1));
+  s.sorted = download_i32(DeviceTensor(s.d.sorted_token, DType::kI32, 1, R));
+  const std::vector<float> x = test::round_bf16(rng.normal(static_cast<size_t>(T * K)));
+  s.xs = a.alloc_tensor(DType::kBF16, R, K, "xs");
+  moe_gather(upload_f32(a, x.data(), T, K, DType::kBF16, "x"), s.d, s.xs, nullptr);
+  s.xs_host.resize(static_cast<size_t>(R * K));
+  for (int64_t r = 0; r < R; ++r) std::copy_n(&x[static_cast<size_t>(s.sorted[r] * K)], K, &s.xs_host[static_cast<size_t>(r * K)]);
+  return s;
+}
+
+// Codes, scales and sums on the device equal the CPU contract's.
+void expect_acts_equal(const MoeGgmlActs& got, const HostActs& want) {
+  const auto bytes = [](const void* p, size_t n) {
+    return download_bytes(DeviceTensor(const_cast<void*>(p), DType::kU8, 1, static_cast<int64_t>(n)));
+  };
+  const std::vector<uint8_t> q = bytes(got.q, want.p.q.size());
+  const std::vector<uint8_t> sc = bytes(got.scale, want.p.scale.size() * 4);
+  const std::vector<uint8_t> sums = bytes(got.sums, want.s16.size() * 2);
+  EXPECT_EQ(std::memcmp(q.data(), want.p.q.data(), q.size()), 0) << "codes";
+  EXPECT_EQ(std::memcmp(sc.data(), want.p.scale.data(), sc.size()), 0) << "scales";
+  EXPECT_EQ(std::memcmp(sums.data(), want.s16.data(), sums.size()), 0) << "sums";
+}
+
+class MoeGgmlGemvTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MoeGgmlGemvTest, MatchesFloat64WithTheCpuActivationContract) {
+  K3_REQUIRE_GPU();
+  test::ArenaScope scope;
+  test::Rng rng;
+  const Case c = GetParam();
+  SCOPED_TRACE("T " + std::to_string(c.tokens) + " k " + std::to_string(c.top_k) + " E " + std::to_string(c.experts) +
+               " N " + std::to_string(c.n) + " K " + std::to_string(c.k) + ", seed " + std::to_string(rng.seed()));
+  const int64_t E = c.experts, N = c.n, K = c.k, R = c.tokens * c.top_k;
+  Arena& a = test::arena();
+  const Routed s = make_routed(rng, c);
+  for (GgmlType type : kTypes) {
+    SCOPED_TRACE(ggml_type_name(type));
+    const std::vector<uint8_t> bytes = random_rows(rng, type, E * N, K);
+    const std::vector<float> w = dequant_rows(type, bytes, E * N, K);
+    const MoeGgmlBank bank = moe_ggml_alloc(a, type, E, N, K, "bank");
+    for (int64_t e = 0; e < E; ++e) moe_ggml_upload_rows(bank, e * N, bytes.data() + e * N * bank.row_bytes(), N);
+    const HostActs ha = host_acts(type, s.xs_host, R, K);
+    const MoeGgmlActs acts = moe_ggml_acts_view(a.alloc(moe_ggml_acts_bytes(type, R, K), "acts"), type, R, K);
+
+    // f32 input to the quantiser: the same contract.
+    const DeviceTensor xs32 = upload_f32(a, s.xs_host.data(), R, K, DType::kF32, "xs f32");
+    moe_ggml_quantize(xs32, acts, nullptr);
+    expect_acts_equal(acts, ha);
+
+    std::vector<double> ref(static_cast<size_t>(R * N)), sum(ref.size());
+    for (int64_t e = 0; e < E; ++e) {
+      for (int64_t r = s.off[e]; r < s.off[e + 1]; ++r) {
+        for (int64_t n = 0; n < N; ++n) {
+          const float* wr = &w[static_cast<size_t>((e * N + n) * K)];
+          double acc = 0, abs = 0;
+          for (int64_t i = 0; i < K; ++i) {
+            const double p = static_cast<double>(wr[i]) * ha.value(r, i);
+            acc += p;
+            abs += std::fabs(p);
+          }
+          ref[static_cast<size_t>(r * N + n)] = acc;
+          sum[static_cast<size_t>(r * N + n)] = abs;
+        }
+      }
+    }
+    for (DType out : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(std::string("out ") + dtype_name(out));
+      const DeviceTensor ys = a.alloc_tensor(out, R, N, "ys");
+      poison(ys);
+      moe_grouped_gemv_ggml(s.xs, bank, s.d, acts, ys, nullptr);
+      expect_acts_equal(acts, ha);  // from the bf16 rows
+      const std::vector<float> got = download_f32(ys);
+      const double rel_out = out == DType::kBF16 ? 1.0 / 256 : 0.0;
+      int64_t bad = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        const double tol = rel_out * std::fabs(ref[i]) + 2e-5 * sum[i] + 1e-30;
+        if (!(std::fabs(got[i] - ref[i]) <= tol) && ++bad <= 5) {
+          ADD_FAILURE() << "row " << static_cast<int64_t>(i) / N << " col " << static_cast<int64_t>(i) % N << ": "
+                        << got[i] << " vs " << ref[i] << " (tolerance " << tol << ")";
+        }
+      }
+      EXPECT_EQ(bad, 0);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MoeGgmlGemvTest,
+    ::testing::Values(Case{1, 8, 64, 256, 512, Routing::kDistinct},    // decode: one row per expert
+                      Case{3, 4, 16, 130, 768, Routing::kRepeats},     // N % 128 != 0; part of a warp step
+                      Case{8, 16, 40, 64, 3584, Routing::kSubset},     // K3 width: 3.5 warp steps
+                      Case{40, 6, 3, 96, 1024, Routing::kRepeats}),    // > 16 rows per expert: several tiles
+    test::CaseIndexName());
+
+TEST(MoeGgmlGpu, DequantBf16AndPrefillGemm) {
+  K3_REQUIRE_GPU();
+  test::ArenaScope scope;
+  test::Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  const Case c{24, 2, 12, 48, 512, Routing::kSubset};
+  const int64_t E = c.experts, N = c.n, K = c.k, R = c.tokens * c.top_k;
+  Arena& a = test::arena();
+  const Routed s = make_routed(rng, c);
+  for (GgmlType type : kTypes) {
+    SCOPED_TRACE(ggml_type_name(type));
+    const std::vector<uint8_t> bytes = random_rows(rng, type, E * N, K);
+    const std::vector<float> w = dequant_rows(type, bytes, E * N, K);
+    const MoeGgmlBank bank = moe_ggml_alloc(a, type, E, N, K, "bank");
+    moe_ggml_upload_rows(bank, 0, bytes.data(), E * N);
+    const DeviceTensor scratch = a.alloc_tensor(DType::kBF16, E * N, K, "scratch");
+    poison(scratch);
+    const DeviceTensor ys = a.alloc_tensor(DType::kF32, R, N, "ys");
+    moe_grouped_gemm_ggml_dequant(s.xs, bank, s.d, scratch, ys, nullptr);
+    const std::vector<uint8_t> wb = download_bytes(scratch);
+    int64_t bad = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const bool routed = s.off[e + 1] > s.off[e];
+      for (int64_t i = e * N * K; i < (e + 1) * N * K; ++i) {
+        uint16_t h;
+        std::memcpy(&h, &wb[static_cast<size_t>(2 * i)], 2);
+        const uint16_t want = routed ? encode_bf16(w[static_cast<size_t>(i)]) : uint16_t{0xFFFF};
+        if (h != want && ++bad <= 5) ADD_FAILURE() << "expert " << e << " element " << i - e * N * K << ": " << h << " vs " << want;
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    const std::vector<float> got = download_f32(ys);
+    bad = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      for (int64_t r = s.off[e]; r < s.off[e + 1]; ++r) {
+        for (int64_t n = 0; n < N; ++n) {
+          double ref = 0, abs = 0;
+          for (int64_t i = 0; i < K; ++i) {
+            const double p = static_cast<double>(test::round_bf16(w[static_cast<size_t>((e * N + n) * K + i)])) *
+                             s.xs_host[static_cast<size_t>(r * K + i)];
+            ref += p;
+            abs += std::fabs(p);
+          }
+          const double g = got[static_cast<size_t>(r * N + n)];
+          if (!(std::fabs(g - ref) <= 2e-5 * abs + 1e-30) && ++bad <= 5) {
+            ADD_FAILURE() << "row " << r << " col " << n << ": " << g << " vs " << ref;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+}  // namespace
+}  // namespace k3::cuda

@@ -8,6 +8,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/moe_ggml_blocks.h"
+#include "backend/cuda/moe_tile.cuh"
 #include "backend/cuda/upload.h"
 
 namespace k3::cuda {
@@ -84,14 +85,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 3) gemv_kernel(GemvArgs a, in
                                                                const int4* __restrict__ tiles) {
   constexpr int kPerStep = 32 / F::kParts;  // blocks per warp step
   constexpr int RW = kGemvRowsPerWarp;
-  const int q = blockIdx.x / n_slices;
-  if (q >= *tile_count) return;
-  const int4 tq = tiles[q];
-  const int local = blockIdx.x - tq.z * n_slices;
-  const int mt = tq.z + local % tq.w, n0 = local / tq.w * kGemvRows;
-  const int4 tile = mt == q ? tq : tiles[mt];
-  const int expert = tile.x, r0 = tile.y;
-  const int rows = min(kGemvTokens, a.offsets[expert + 1] - r0);
+  detail::MoeCtaTile ct;
+  if (!detail::moe_cta_tile(n_slices, kGemvTokens, kGemvRows, tile_count, tiles, a.offsets, ct)) return;
+  const int expert = ct.expert, r0 = ct.row0, rows = ct.rows, n0 = ct.col0;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int part = lane % F::kParts, lb = lane / F::kParts;
   const int nb = a.k / F::kBlock, steps = (nb + kPerStep - 1) / kPerStep;

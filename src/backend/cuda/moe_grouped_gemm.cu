@@ -22,6 +22,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/mla_util.cuh"
 #include "backend/cuda/moe.h"
+#include "backend/cuda/moe_tile.cuh"
 
 namespace k3::cuda {
 namespace {
@@ -66,16 +67,9 @@ template <class C, typename Tout>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) moe_gemm_kernel(GemmArgs a) {
   constexpr int BM = C::BM, BN = C::BN, BK = C::BK, LDS = C::LDS, STAGES = C::STAGES, KK = C::KK;
   constexpr int MT = C::MT, NP = C::NT / 2;  // NP: ldmatrix.x4 loads of B (two n8 fragments each)
-  const int q = blockIdx.x / a.n_tiles;
-  if (q >= *a.tile_count) return;
-  // Expert e's tiles [first, first + count) own CTAs [first·n_tiles, (first + count)·n_tiles), and q
-  // is one of them; within that range the m-tile runs fastest.
-  const int4 tq = a.tiles[q];
-  const int local = blockIdx.x - tq.z * a.n_tiles;
-  const int mt = tq.z + local % tq.w, n0 = local / tq.w * BN;
-  const int4 tile = mt == q ? tq : a.tiles[mt];
-  const int expert = tile.x, r0 = tile.y;
-  const int rows = min(BM, a.offsets[expert + 1] - r0);
+  detail::MoeCtaTile ct;
+  if (!detail::moe_cta_tile(a.n_tiles, BM, BN, a.tile_count, a.tiles, a.offsets, ct)) return;
+  const int expert = ct.expert, r0 = ct.row0, rows = ct.rows, n0 = ct.col0;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* sa = reinterpret_cast<bf16*>(smem_raw);  // [STAGES][BM][LDS]

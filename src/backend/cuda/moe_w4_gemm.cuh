@@ -27,6 +27,7 @@
 #include "backend/cuda/mla_util.cuh"
 #include "backend/cuda/moe_w4_internal.h"
 #include "backend/cuda/moe_w4_layout.h"
+#include "backend/cuda/moe_tile.cuh"
 
 namespace k3::cuda::w4 {
 
@@ -100,14 +101,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   using T = Trait<F>;
   constexpr int BT = C::BT, MT = C::MT, P = C::P, STAGES = C::STAGES, LDS = C::LDS, NT = C::NT;
   constexpr int kSB = scale_bytes_per_chunk(T::kBits);
-  const int q = blockIdx.x / n_tiles;
-  if (q >= *tile_count) return;
-  const int4 tq = tiles[q];
-  const int local = blockIdx.x - tq.z * n_tiles;
-  const int mt = tq.z + local % tq.w, n0 = local / tq.w * C::BF;
-  const int4 tile = mt == q ? tq : tiles[mt];
-  const int expert = tile.x, r0 = tile.y;
-  const int rows = min(BT, a.offsets[expert + 1] - r0);
+  detail::MoeCtaTile ct;
+  if (!detail::moe_cta_tile(n_tiles, BT, C::BF, tile_count, tiles, a.offsets, ct)) return;
+  const int expert = ct.expert, r0 = ct.row0, rows = ct.rows, n0 = ct.col0;
   const int nv = (rows + 7) / 8;  // n8 fragments holding rows of this expert
 
   extern __shared__ __align__(128) unsigned char smem_raw[];

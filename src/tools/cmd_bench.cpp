@@ -193,11 +193,11 @@ Json report_json(const BenchArgs& a, const Measured& m) {
             {"tokens_per_s", static_cast<double>(m.prefill.tokens) / m.prefill.seconds}}}};
 }
 
+#ifdef K3_HAVE_CUDA
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-#ifdef K3_HAVE_CUDA
 // Prefill then timed decode at each batch size, on one executor sized for the largest.
 Measured measure(const BenchArgs& a, const K3Config& config, const std::vector<int64_t>& batches, int device) {
   cuda::CudaOptions options;

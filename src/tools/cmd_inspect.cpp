@@ -48,12 +48,6 @@ std::string shape_text(const std::vector<uint64_t>& shape) {
   return s + "]";
 }
 
-uint64_t numel(const std::vector<uint64_t>& shape) {
-  uint64_t n = 1;
-  for (auto d : shape) n *= d;
-  return n;
-}
-
 bool is_gguf_path(const std::string& path) {
   return fs::path(path).extension() == ".gguf";
 }

@@ -240,7 +240,9 @@ void expect_family_exact(FamilyId variant, TinyArch arch) {
     std::vector<Transform> transforms;
     if (algo == "FP8_PB_WO") transforms.push_back(Transform::SqueezeFp8Scale4D);
     if (tiny) transforms.push_back(Transform::DequantToBf16);
-    if (!algo.empty()) EXPECT_EQ(b.transforms, transforms) << spec.name;
+    if (!algo.empty()) {
+      EXPECT_EQ(b.transforms, transforms) << spec.name;
+    }
     if (algo == "NVFP4" || algo == "FP8") {
       const float input = algo == "NVFP4" ? modelopt::kNvfp4InputScale : modelopt::kFp8InputScale;
       for (const auto& s : b.part("input_scale")->tensors) ASSERT_EQ(scalar(s, files), input) << s.name;

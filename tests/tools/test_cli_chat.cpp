@@ -63,7 +63,7 @@ TEST_F(TinyTextModel, GenerateFromATextPrompt) {
 }
 
 TEST_F(TinyTextModel, GenerateNeedsExactlyOneOfIdsAndPrompt) {
-  for (const std::string& args : {"--ids 1,2 --prompt hi", ""}) {
+  for (const std::string args : {"--ids 1,2 --prompt hi", ""}) {
     const test::CliResult r = test::run_k3("generate --model " + dir_ + " " + args);
     EXPECT_EQ(r.code, 2) << args;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;

@@ -8,6 +8,8 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "model/weights.h"
+#include "quant/ggml/ggml_types.h"
+#include "quant/modelslim/modelslim.h"
 
 namespace k3::cuda {
 namespace {
@@ -71,8 +73,20 @@ class Uploader final : public WeightFiller {
       n2 = static_cast<int64_t>(s2.shape[1]);
     }
     DeviceExperts bank;
+    const size_t j2 = n2 > 0 ? i2 : i1;
     if (const std::optional<W4Format> f = packed_w4_format(i1, n1, K, E); f && (n2 == 0 || packed_w4_format(i2, n2, K, E) == f)) {
-      bank.w4 = packed_bank(*f, first, i1, n1, n2 > 0 ? i2 : i1, n2, E, K);
+      bank.kind = DeviceExperts::Kind::kW4;
+      bank.w4 = packed_bank(*f, first, i1, n1, j2, n2, E, K);
+      return bank;
+    }
+    if (const std::optional<int64_t> g = w4a8_group(i1, n1, K, E); g && (n2 == 0 || w4a8_group(i2, n2, K, E) == g)) {
+      bank.kind = DeviceExperts::Kind::kW4A8;
+      bank.w4a8 = w4a8_bank(*g, first, i1, n1, j2, n2, E, K);
+      return bank;
+    }
+    if (const std::optional<GgmlType> t = ggml_type(i1, K, E); t && (n2 == 0 || ggml_type(i2, K, E) == t)) {
+      bank.kind = DeviceExperts::Kind::kGgml;
+      bank.ggml = ggml_bank(*t, first, i1, n1, j2, n2, E, K);
       return bank;
     }
     bank.bf16 = arena_.alloc_tensor(DType::kBF16, E * (n1 + n2), K, first.c_str());
@@ -157,6 +171,72 @@ class Uploader final : public WeightFiller {
     }
     moe_w4_upload_out_scale(bank, out_scale.data());
     bytes_ += bank.code_bytes() + bank.scale_bytes() + out_scale.size() * sizeof(float);
+    return bank;
+  }
+
+  // Bank parameter i (E experts of n×K) as ModelSlim W4A8 with one source per expert, in shapes the
+  // W4A8 kernels take: its weight group size (0: per channel); nullopt: it goes bf16.
+  std::optional<int64_t> w4a8_group(size_t i, int64_t n, int64_t k, int64_t experts) const {
+    const Binding& b = plan_.bindings[i];
+    if (b.scheme.kind != SchemeKind::W4A8 || !b.layout_only() || n % 16 != 0 || k % 64 != 0) return std::nullopt;
+    const SourcePart* w = b.part("weight");
+    if (w == nullptr || static_cast<int64_t>(w->tensors.size()) != experts) return std::nullopt;
+    const ModelSlimWeight first = read_modelslim_weight(b, n, k, 0, files_);
+    const int64_t g = first.group_size;
+    if (!first.int4 || (g != 0 && (g % 64 != 0 || k % g != 0))) return std::nullopt;
+    return g;
+  }
+
+  // As packed_bank, for ModelSlim W4A8: codes and fp32 scale products repacked per expert and part;
+  // out_scale 1 (the activation scale and the weight scales are the whole contract, moe_w4a8.h).
+  MoeW4A8Bank w4a8_bank(int64_t group, const std::string& name, size_t i1, int64_t n1, size_t i2, int64_t n2, int64_t E,
+                        int64_t K) {
+    const int64_t parts = n2 > 0 ? 2 : 1;
+    if (n2 > 0 && n1 != n2) throw Error(Where{"", name, "shape"}, "w1 and w3 differ in rows");
+    const MoeW4A8Bank bank = moe_w4a8_alloc(arena_, E, n1 + n2, K, group, parts, name.c_str());
+    for (int64_t e = 0; e < E; ++e) {
+      for (int64_t p = 0; p < parts; ++p) {
+        const int64_t rows = p == 0 ? n1 : n2;
+        const ModelSlimWeight w = read_modelslim_weight(plan_.bindings[p == 0 ? i1 : i2], rows, K, static_cast<size_t>(e), files_);
+        moe_w4a8_upload_rows(bank, e * (n1 + n2) + p * n1, reinterpret_cast<const int8_t*>(w.weight.data()),
+                             w.packed_along_n, w.scale.data(), w.scale_second.data(), rows);
+      }
+    }
+    const std::vector<float> ones(static_cast<size_t>(E * parts), 1.0f);
+    moe_w4a8_upload_out_scale(bank, ones.data());
+    bytes_ += bank.code_bytes() + bank.scale_count() * sizeof(float) + ones.size() * sizeof(float);
+    return bank;
+  }
+
+  // Bank parameter i as GGUF blocks of a type the GPU expert kernels take, one source (byte slice)
+  // per expert; nullopt: it goes bf16.
+  std::optional<GgmlType> ggml_type(size_t i, int64_t k, int64_t experts) const {
+    const Binding& b = plan_.bindings[i];
+    if (b.scheme.kind != SchemeKind::Ggml || !b.layout_only()) return std::nullopt;
+    const GgmlTypeInfo* info = find_ggml_type(b.scheme.storage);
+    if (info == nullptr || !moe_ggml_supported(info->type) || k % info->block_size != 0) return std::nullopt;
+    const SourcePart* w = b.part("weight");
+    if (w == nullptr || static_cast<int64_t>(w->tensors.size()) != experts) return std::nullopt;
+    return info->type;
+  }
+
+  // As packed_bank, for GGUF: every expert's rows copied as stored (moe_ggml.h).
+  MoeGgmlBank ggml_bank(GgmlType type, const std::string& name, size_t i1, int64_t n1, size_t i2, int64_t n2, int64_t E,
+                        int64_t K) {
+    const MoeGgmlBank bank = moe_ggml_alloc(arena_, type, E, n1 + n2, K, name.c_str());
+    for (int64_t e = 0; e < E; ++e) {
+      for (int64_t p = 0; p < (n2 > 0 ? 2 : 1); ++p) {
+        const int64_t rows = p == 0 ? n1 : n2;
+        const SourceTensor& src = plan_.bindings[p == 0 ? i1 : i2].source("weight", e);
+        const std::span<const uint8_t> bytes = files_.bytes(src);
+        if (static_cast<int64_t>(bytes.size()) != rows * bank.row_bytes()) {
+          throw Error(Where{files_.path(src), name, "shape"}, "expert " + std::to_string(e) + " holds " +
+                      std::to_string(bytes.size()) + " bytes, its rows need " + std::to_string(rows * bank.row_bytes()));
+        }
+        moe_ggml_upload_rows(bank, e * (n1 + n2) + p * n1, bytes.data(), rows);
+      }
+    }
+    bytes_ += bank.bytes();
     return bank;
   }
 

@@ -17,7 +17,9 @@
 
 #include "backend/cuda/arena.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/moe_ggml.h"
 #include "backend/cuda/moe_w4.h"
+#include "backend/cuda/moe_w4a8.h"
 #include "backend/cuda/tensor.h"
 #include "model/config.h"
 #include "quant/plan/load_plan.h"
@@ -56,12 +58,18 @@ struct DeviceMlp {
   DeviceLinear gate, up, down;
 };
 
-// A routed-expert bank, stacked per expert: bf16 rows, or NVFP4 / MXFP4 kept packed for the W4A16
-// grouped GEMMs (moe_w4.h; issue 6), whose out_scale carries each expert's global scale.
+// A routed-expert bank, stacked per expert: bf16 rows, or kept packed in its checkpoint format for the
+// quantized-expert kernels of issue 6 — NVFP4 / MXFP4 (W4A16, moe_w4.h; out_scale carries each expert's
+// global scale), ModelSlim W4A8 (moe_w4a8.h: int8 activations, the CPU's contract), GGUF blocks
+// (moe_ggml.h: 8-bit block activations, the CPU's contract). Other schemes are dequantised to bf16.
 struct DeviceExperts {
-  DeviceTensor bf16;  // bf16 [E·N, K] when not packed
-  MoeW4Bank w4;       // when packed()
-  bool packed() const { return w4.codes != nullptr; }
+  enum class Kind : uint8_t { kBf16, kW4, kW4A8, kGgml };
+  Kind kind = Kind::kBf16;
+  DeviceTensor bf16;  // kBf16: [E·N, K]
+  MoeW4Bank w4;
+  MoeW4A8Bank w4a8;
+  MoeGgmlBank ggml;
+  bool packed() const { return kind != Kind::kBf16; }
 };
 
 struct DeviceMoe {

@@ -2,24 +2,40 @@
 // gated MLP, and the MoE layer — fp32 router logits, the one-kernel router, optional latent
 // down-projection, expert dispatch and two grouped GEMMs around the gated activation, the weighted
 // combine, latent norm and up-projection, shared experts on the full-width input.
-// Experts are bf16 or NVFP4 / MXFP4 kept packed (device_weights.h): either way GEMM1 returns
-// dequantised values — the packed kernels apply each expert's global scale (gate and up separately) in
-// their epilogue — so the activation's gate/up alphas are 1 and no scale is applied twice.
+// Experts are bf16 or kept packed (device_weights.h: NVFP4 / MXFP4, W4A8, GGUF): either way GEMM1
+// returns dequantised values — the packed kernels apply every weight scale (NVFP4's per-expert global
+// scale for gate and up separately) in their epilogue — so the activation's gate/up alphas are 1 and
+// no scale is applied twice.
 #include "backend/cuda/model/rows.h"
 #include "backend/cuda/model/step.h"
 #include "backend/cuda/moe.h"
+#include "backend/cuda/moe_ggml.h"
 #include "backend/cuda/moe_w4.h"
+#include "backend/cuda/moe_w4a8.h"
 #include "backend/cuda/ops.h"
 
 namespace k3::cuda {
 namespace {
 
-void expert_gemm(const DeviceTensor& xs, const DeviceExperts& w, const MoeDispatch& d, const DeviceTensor& ys,
-                 cudaStream_t stream) {
-  if (w.packed()) {
-    moe_grouped_gemm_w4(xs, w.w4, d, ys, stream);
-  } else {
-    moe_grouped_gemm_bf16(xs, w.bf16, d, ys, stream);
+// ys = xs · W_eᵀ per sorted row in the bank's own kernel; W4A8 and GGUF first quantise the rows
+// under the checkpoint's activation contract (int8 per row / 8-bit blocks), into step scratch.
+void expert_gemm(StepContext& ctx, const DeviceTensor& xs, const DeviceExperts& w, const MoeDispatch& d,
+                 const DeviceTensor& ys) {
+  switch (w.kind) {
+    case DeviceExperts::Kind::kBf16: moe_grouped_gemm_bf16(xs, w.bf16, d, ys, ctx.stream); break;
+    case DeviceExperts::Kind::kW4: moe_grouped_gemm_w4(xs, w.w4, d, ys, ctx.stream); break;
+    case DeviceExperts::Kind::kW4A8: {
+      const Int8Rows q{ctx.scratch(DType::kU8, xs.rows, xs.cols, "moe int8 rows"),
+                       ctx.arena.alloc_n<float>(static_cast<size_t>(xs.rows), "moe int8 row scales")};
+      moe_quantize_int8_rows(xs, q, ctx.stream);
+      moe_grouped_gemm_w4a8(q, w.w4a8, d, ys, ctx.stream);
+      break;
+    }
+    case DeviceExperts::Kind::kGgml: {
+      void* buffer = ctx.arena.alloc(moe_ggml_acts_bytes(w.ggml.type, xs.rows, xs.cols), "moe ggml activations");
+      moe_grouped_gemv_ggml(xs, w.ggml, d, moe_ggml_acts_view(buffer, w.ggml.type, xs.rows, xs.cols), ys, ctx.stream);
+      break;
+    }
   }
 }
 
@@ -60,12 +76,12 @@ void moe_block(StepContext& ctx, const DeviceMoe& w, const DeviceTensor& x, cons
   const DeviceTensor xs = ctx.scratch(DType::kBF16, R, D, "moe sorted rows");
   moe_gather(z, d, xs, ctx.stream);
   const DeviceTensor gate_up = ctx.scratch(DType::kBF16, R, 2 * I, "moe gate|up");
-  expert_gemm(xs, w.w13, d, gate_up, ctx.stream);
+  expert_gemm(ctx, xs, w.w13, d, gate_up);
   const DeviceTensor a = ctx.scratch(DType::kBF16, R, I, "moe activation");
   gated_activation(gated_activation_params(ctx.config.activation), gate_up.col_slice(0, I), gate_up.col_slice(I, I), a,
                    ctx.stream);
   const DeviceTensor ys = ctx.scratch(DType::kF32, R, D, "moe expert outputs");
-  expert_gemm(a, w.w2, d, ys, ctx.stream);
+  expert_gemm(ctx, a, w.w2, d, ys);
 
   // The routed sum goes straight into `out`, or to the latent up-projection: f32 for its norm, else
   // bf16 as the GEMM reads it.

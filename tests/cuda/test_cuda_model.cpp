@@ -58,6 +58,7 @@ EngineOptions cuda_options(bool graphs = true) {
   o.max_sequences = 4;
   o.max_context = 256;
   o.graphs = graphs;
+  o.packed_int_experts = true;  // W4A8 / GGUF experts on their packed kernels (off by default until validated)
   EngineOptions e;
   e.executor = [o](const K3Config& c, const LoadPlan& p, PlanFiles& f) { return make_cuda_executor(o, c, p, f); };
   return e;

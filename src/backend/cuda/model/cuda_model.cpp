@@ -425,8 +425,9 @@ std::unique_ptr<Executor> make_cuda_executor(const CudaOptions& options, const K
                                              PlanFiles& files) {
   check_options(options);
   check_geometry(config);
-  return std::make_unique<CudaExecutor>(options, config,
-                                        [&](Arena& arena) { return upload_weights(arena, config, plan, files); });
+  return std::make_unique<CudaExecutor>(options, config, [&](Arena& arena) {
+    return upload_weights(arena, config, plan, files, options.packed_int_experts);
+  });
 }
 
 std::unique_ptr<Executor> make_synthetic_cuda_executor(const CudaOptions& options, const K3Config& config, uint64_t seed) {

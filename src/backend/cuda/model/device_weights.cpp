@@ -17,7 +17,8 @@ namespace {
 // The load plan's parameters: copied as stored where the GEMM reads them so, else dequantised.
 class Uploader final : public WeightFiller {
  public:
-  Uploader(Arena& arena, const LoadPlan& plan, PlanFiles& files) : arena_(arena), plan_(plan), files_(files) {}
+  Uploader(Arena& arena, const LoadPlan& plan, PlanFiles& files, bool packed_int_experts)
+      : arena_(arena), plan_(plan), files_(files), packed_int_experts_(packed_int_experts) {}
 
   DeviceLinear linear(const std::string& name) override {
     const size_t i = index(name);
@@ -79,15 +80,17 @@ class Uploader final : public WeightFiller {
       bank.w4 = packed_bank(*f, first, i1, n1, j2, n2, E, K);
       return bank;
     }
-    if (const std::optional<int64_t> g = w4a8_group(i1, n1, K, E); g && (n2 == 0 || w4a8_group(i2, n2, K, E) == g)) {
-      bank.kind = DeviceExperts::Kind::kW4A8;
-      bank.w4a8 = w4a8_bank(*g, first, i1, n1, j2, n2, E, K);
-      return bank;
-    }
-    if (const std::optional<GgmlType> t = ggml_type(i1, K, E); t && (n2 == 0 || ggml_type(i2, K, E) == t)) {
-      bank.kind = DeviceExperts::Kind::kGgml;
-      bank.ggml = ggml_bank(*t, first, i1, n1, j2, n2, E, K);
-      return bank;
+    if (packed_int_experts_) {  // else W4A8 / GGUF go bf16 below (CudaOptions::packed_int_experts)
+      if (const std::optional<int64_t> g = w4a8_group(i1, n1, K, E); g && (n2 == 0 || w4a8_group(i2, n2, K, E) == g)) {
+        bank.kind = DeviceExperts::Kind::kW4A8;
+        bank.w4a8 = w4a8_bank(*g, first, i1, n1, j2, n2, E, K);
+        return bank;
+      }
+      if (const std::optional<GgmlType> t = ggml_type(i1, K, E); t && (n2 == 0 || ggml_type(i2, K, E) == t)) {
+        bank.kind = DeviceExperts::Kind::kGgml;
+        bank.ggml = ggml_bank(*t, first, i1, n1, j2, n2, E, K);
+        return bank;
+      }
     }
     bank.bf16 = arena_.alloc_tensor(DType::kBF16, E * (n1 + n2), K, first.c_str());
     uint16_t* base = bank.bf16.as<uint16_t>();
@@ -295,6 +298,7 @@ class Uploader final : public WeightFiller {
   Arena& arena_;
   const LoadPlan& plan_;
   PlanFiles& files_;
+  bool packed_int_experts_;
 };
 
 DeviceLinear linear_if(WeightFiller& f, bool present, const std::string& name) {
@@ -401,12 +405,13 @@ DeviceWeights build_weights(WeightFiller& f, const K3Config& config) {
   return w;
 }
 
-DeviceWeights upload_weights(Arena& arena, const K3Config& config, const LoadPlan& plan, PlanFiles& files) {
+DeviceWeights upload_weights(Arena& arena, const K3Config& config, const LoadPlan& plan, PlanFiles& files,
+                             bool packed_int_experts) {
   if (!plan.ok()) {
     throw Error(plan.problems.front().where, "the load plan has " + std::to_string(plan.problems.size()) +
                                                  " problem(s), first: " + plan.problems.front().message);
   }
-  Uploader u(arena, plan, files);
+  Uploader u(arena, plan, files, packed_int_experts);
   return build_weights(u, config);
 }
 

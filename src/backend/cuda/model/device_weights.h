@@ -136,7 +136,9 @@ class WeightFiller {
 DeviceWeights build_weights(WeightFiller& filler, const K3Config& config);
 
 // Uploads every parameter of an ok plan. Throws k3::Error naming the parameter on any problem.
-DeviceWeights upload_weights(Arena& arena, const K3Config& config, const LoadPlan& plan, PlanFiles& files);
+// packed_int_experts: W4A8 / GGUF experts packed (CudaOptions::packed_int_experts), else bf16.
+DeviceWeights upload_weights(Arena& arena, const K3Config& config, const LoadPlan& plan, PlanFiles& files,
+                             bool packed_int_experts);
 
 // Every parameter the config implies, generated on the GPU (no host copies) in the bf16 form above:
 // matrices uniform with variance 1/K (activations keep their scale through the layers), norm weights

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA backend on a GPU machine in one go: build (cmake + ninja, K3_CUDA=ON, only the CUDA test
 # and bench targets), run the GPU tests (k3_test_cuda, three shards in parallel), run the GPU
-# benchmarks (k3_bench_cuda: ceilings, memory-bound kernels, GEMMs, decode GEMMs, MoE; then its 4-bit
-# expert section; the same MoE layer through PyTorch's torch._grouped_mm, the peer; then
+# benchmarks (k3_bench_cuda: ceilings, memory-bound kernels, GEMMs, decode GEMMs, MoE; then its
+# quantized-expert sections: --moe-w4, --moe-w4a8, --moe-ggml; the same MoE layer through PyTorch's torch._grouped_mm, the peer; then
 # `k3 bench --synthetic`),
 # write the full logs to $OUT (when set) or build/gpu-logs, and print a short summary at the end.
 #
@@ -88,6 +88,8 @@ if [ "$run_bench" = 1 ]; then
   t0=$(date +%s)
   "$bin_bench" "${bench_args[@]}" >"$logs/bench.log" 2>&1 &&
     "$bin_bench" --moe-w4 >>"$logs/bench.log" 2>&1 &&
+    "$bin_bench" --moe-w4a8 >>"$logs/bench.log" 2>&1 &&
+    "$bin_bench" --moe-ggml >>"$logs/bench.log" 2>&1 &&
     { python3 bench/scripts/torch_grouped_mm_moe.py >>"$logs/bench.log" 2>&1 || echo "(torch peer failed)" >>"$logs/bench.log"; } &&
     if [ -x "$bin_k3" ]; then "$bin_k3" bench --synthetic kimi-linear-48b-a3b --batch 1,8,64 --context 1024 --steps 32 \
       --json "$logs/bench_model.json" >>"$logs/bench.log" 2>&1; fi

@@ -86,14 +86,21 @@ grep -E '^\[  FAILED  \] [^0-9]' "$logs/test.log" | sort -u | tee -a "$summary"
 bench_rc=0
 if [ "$run_bench" = 1 ]; then
   t0=$(date +%s)
-  "$bin_bench" "${bench_args[@]}" >"$logs/bench.log" 2>&1 &&
-    "$bin_bench" --moe-w4 >>"$logs/bench.log" 2>&1 &&
-    "$bin_bench" --moe-w4a8 >>"$logs/bench.log" 2>&1 &&
-    "$bin_bench" --moe-ggml >>"$logs/bench.log" 2>&1 &&
-    { python3 bench/scripts/torch_grouped_mm_moe.py >>"$logs/bench.log" 2>&1 || echo "(torch peer failed)" >>"$logs/bench.log"; } &&
-    if [ -x "$bin_k3" ]; then "$bin_k3" bench --synthetic kimi-linear-48b-a3b --batch 1,8,64 --context 1024 --steps 32 \
-      --json "$logs/bench_model.json" >>"$logs/bench.log" 2>&1; fi
-  bench_rc=$?
+  : >"$logs/bench.log"
+  # Every benchmark runs even when one before it failed; a failure is logged and makes the exit status 1.
+  bench() {
+    echo "== $*" >>"$logs/bench.log"
+    "$@" >>"$logs/bench.log" 2>&1 || { echo "(failed: $*)" | tee -a "$logs/bench.log"; bench_rc=1; }
+  }
+  bench "$bin_bench" "${bench_args[@]}"
+  bench "$bin_bench" --moe-w4
+  bench "$bin_bench" --moe-w4a8
+  bench "$bin_bench" --moe-ggml
+  bench python3 bench/scripts/torch_grouped_mm_moe.py
+  if [ -x "$bin_k3" ]; then
+    bench "$bin_k3" bench --synthetic kimi-linear-48b-a3b --batch 1,8,64 --context 1024 --steps 32 \
+      --json "$logs/bench_model.json"
+  fi
   say "bench: exit $bench_rc in $(( $(date +%s) - t0 )) s"
   cat "$logs/bench.log" | tee -a "$summary" >/dev/null
   echo; cat "$logs/bench.log"

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <optional>
 
+#include "backend/cuda/model/expert_packing.h"
 #include "backend/cuda/upload.h"
 #include "core/error.h"
 #include "core/numeric.h"
@@ -75,22 +76,22 @@ class Uploader final : public WeightFiller {
     }
     DeviceExperts bank;
     const size_t j2 = n2 > 0 ? i2 : i1;
-    if (const std::optional<W4Format> f = packed_w4_format(i1, n1, K, E); f && (n2 == 0 || packed_w4_format(i2, n2, K, E) == f)) {
-      bank.kind = DeviceExperts::Kind::kW4;
-      bank.w4 = packed_bank(*f, first, i1, n1, j2, n2, E, K);
-      return bank;
-    }
-    if (packed_int_experts_) {  // else W4A8 / GGUF go bf16 below (CudaOptions::packed_int_experts)
-      if (const std::optional<int64_t> g = w4a8_group(i1, n1, K, E); g && (n2 == 0 || w4a8_group(i2, n2, K, E) == g)) {
+    const ExpertPacking packing = choose_expert_packing(plan_, files_, i1, n2 > 0 ? std::optional<size_t>(i2) : std::nullopt,
+                                                        packed_int_experts_);
+    switch (packing.kind) {
+      case ExpertPacking::Kind::kW4:
+        bank.kind = DeviceExperts::Kind::kW4;
+        bank.w4 = packed_bank(packing.w4, first, i1, n1, j2, n2, E, K);
+        return bank;
+      case ExpertPacking::Kind::kW4A8:
         bank.kind = DeviceExperts::Kind::kW4A8;
-        bank.w4a8 = w4a8_bank(*g, first, i1, n1, j2, n2, E, K);
+        bank.w4a8 = w4a8_bank(packing.w4a8_group, first, i1, n1, j2, n2, E, K);
         return bank;
-      }
-      if (const std::optional<GgmlType> t = ggml_type(i1, K, E); t && (n2 == 0 || ggml_type(i2, K, E) == t)) {
+      case ExpertPacking::Kind::kGgml:
         bank.kind = DeviceExperts::Kind::kGgml;
-        bank.ggml = ggml_bank(*t, first, i1, n1, j2, n2, E, K);
+        bank.ggml = ggml_bank(packing.ggml, first, i1, n1, j2, n2, E, K);
         return bank;
-      }
+      case ExpertPacking::Kind::kBf16: break;
     }
     bank.bf16 = arena_.alloc_tensor(DType::kBF16, E * (n1 + n2), K, first.c_str());
     uint16_t* base = bank.bf16.as<uint16_t>();
@@ -141,18 +142,6 @@ class Uploader final : public WeightFiller {
     return static_cast<size_t>(i);
   }
 
-  // The W4A16 kernels' format when bank parameter i (E experts of n×K) is NVFP4 or MXFP4 as stored,
-  // one source tensor per expert, in shapes the kernels take; nullopt: it goes bf16.
-  std::optional<W4Format> packed_w4_format(size_t i, int64_t n, int64_t k, int64_t experts) const {
-    const Binding& b = plan_.bindings[i];
-    if (!b.layout_only() || n % 16 != 0 || k % 64 != 0) return std::nullopt;
-    const SourcePart* w = b.part("weight");
-    if (w == nullptr || static_cast<int64_t>(w->tensors.size()) != experts) return std::nullopt;
-    if (b.scheme.kind == SchemeKind::Nvfp4) return W4Format::kNvfp4;
-    if (b.scheme.kind == SchemeKind::Mxfp4) return W4Format::kMxfp4;
-    return std::nullopt;
-  }
-
   // Banks i1 (n1 rows per expert) and i2 (n2, 0 for none) packed per expert as [first_e ; second_e],
   // the codes and block scales as stored (repacked into the kernels' tiles); out_scale per (expert,
   // part) = NVFP4's weight_scale_2 of that part's matrix (1 for MXFP4) — the only per-tensor factor of
@@ -177,19 +166,6 @@ class Uploader final : public WeightFiller {
     return bank;
   }
 
-  // Bank parameter i (E experts of n×K) as ModelSlim W4A8 with one source per expert, in shapes the
-  // W4A8 kernels take: its weight group size (0: per channel); nullopt: it goes bf16.
-  std::optional<int64_t> w4a8_group(size_t i, int64_t n, int64_t k, int64_t experts) const {
-    const Binding& b = plan_.bindings[i];
-    if (b.scheme.kind != SchemeKind::W4A8 || !b.layout_only() || n % 16 != 0 || k % 64 != 0) return std::nullopt;
-    const SourcePart* w = b.part("weight");
-    if (w == nullptr || static_cast<int64_t>(w->tensors.size()) != experts) return std::nullopt;
-    const ModelSlimWeight first = read_modelslim_weight(b, n, k, 0, files_);
-    const int64_t g = first.group_size;
-    if (!first.int4 || (g != 0 && (g % 64 != 0 || k % g != 0))) return std::nullopt;
-    return g;
-  }
-
   // As packed_bank, for ModelSlim W4A8: codes and fp32 scale products repacked per expert and part;
   // out_scale 1 (the activation scale and the weight scales are the whole contract, moe_w4a8.h).
   MoeW4A8Bank w4a8_bank(int64_t group, const std::string& name, size_t i1, int64_t n1, size_t i2, int64_t n2, int64_t E,
@@ -209,18 +185,6 @@ class Uploader final : public WeightFiller {
     moe_w4a8_upload_out_scale(bank, ones.data());
     bytes_ += bank.code_bytes() + bank.scale_count() * sizeof(float) + ones.size() * sizeof(float);
     return bank;
-  }
-
-  // Bank parameter i as GGUF blocks of a type the GPU expert kernels take, one source (byte slice)
-  // per expert; nullopt: it goes bf16.
-  std::optional<GgmlType> ggml_type(size_t i, int64_t k, int64_t experts) const {
-    const Binding& b = plan_.bindings[i];
-    if (b.scheme.kind != SchemeKind::Ggml || !b.layout_only()) return std::nullopt;
-    const GgmlTypeInfo* info = find_ggml_type(b.scheme.storage);
-    if (info == nullptr || !moe_ggml_supported(info->type) || k % info->block_size != 0) return std::nullopt;
-    const SourcePart* w = b.part("weight");
-    if (w == nullptr || static_cast<int64_t>(w->tensors.size()) != experts) return std::nullopt;
-    return info->type;
   }
 
   // As packed_bank, for GGUF: every expert's rows copied as stored (moe_ggml.h).

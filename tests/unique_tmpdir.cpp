@@ -1,5 +1,6 @@
-// Linked into every test binary: each test process gets its own TempDir(). ctest runs the tests
-// of one binary as parallel processes, and fixtures write checkpoints under fixed names there.
+// Linked into every test binary, k3_test_cuda too: each test process gets its own TempDir(). ctest
+// (and scripts/gpu.sh's shards) run the tests of one binary as parallel processes, and fixtures write
+// checkpoints under fixed names there.
 #include <sys/stat.h>
 #include <unistd.h>
 

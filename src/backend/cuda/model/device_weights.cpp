@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <span>
 
 #include "backend/cuda/model/expert_packing.h"
 #include "backend/cuda/upload.h"
@@ -76,8 +77,8 @@ class Uploader final : public WeightFiller {
     }
     DeviceExperts bank;
     const size_t j2 = n2 > 0 ? i2 : i1;
-    const ExpertPacking packing = choose_expert_packing(plan_, files_, i1, n2 > 0 ? std::optional<size_t>(i2) : std::nullopt,
-                                                        packed_int_experts_);
+    const std::optional<size_t> second_index = n2 > 0 ? std::optional<size_t>(i2) : std::nullopt;
+    const ExpertPacking packing = choose_expert_packing(plan_, files_, i1, second_index, packed_int_experts_);
     switch (packing.kind) {
       case ExpertPacking::Kind::kW4:
         bank.kind = DeviceExperts::Kind::kW4;
@@ -156,9 +157,26 @@ class Uploader final : public WeightFiller {
       for (int64_t p = 0; p < parts; ++p) {
         const Binding& b = plan_.bindings[p == 0 ? i1 : i2];
         const int64_t rows = p == 0 ? n1 : n2;
-        moe_w4_upload_rows(bank, e * (n1 + n2) + p * n1, files_.bytes(b.source("weight", e)).data(),
-                           files_.bytes(b.source("weight_scale", e)).data(), rows);
-        if (f == W4Format::kNvfp4) out_scale[static_cast<size_t>(e * parts + p)] = scalar_source(b, "weight_scale_2", e, files_);
+        const SourceTensor& code_src = b.source("weight", e);
+        const SourceTensor& scale_src = b.source("weight_scale", e);
+        const std::span<const uint8_t> codes = files_.bytes(code_src), scales = files_.bytes(scale_src);
+        const int64_t want_codes = rows * K / 2, want_scales = rows * K / w4_group(f);
+        if (static_cast<int64_t>(codes.size()) != want_codes || static_cast<int64_t>(scales.size()) != want_scales) {
+          throw Error(Where{files_.path(code_src), b.param, "weight"},
+                      "expert " + std::to_string(e) + " holds " + std::to_string(codes.size()) + " code and " +
+                          std::to_string(scales.size()) + " scale bytes, " + std::to_string(rows) + "×" +
+                          std::to_string(K) + " needs " + std::to_string(want_codes) + " and " +
+                          std::to_string(want_scales));
+        }
+        try {
+          moe_w4_upload_rows(bank, e * (n1 + n2) + p * n1, codes.data(), scales.data(), rows);
+        } catch (const Error& err) {  // a scale the kernels cannot represent: name where it is
+          throw Error(Where{files_.path(scale_src), b.param, "weight_scale"},
+                      "expert " + std::to_string(e) + ": " + err.detail());
+        }
+        if (f == W4Format::kNvfp4) {
+          out_scale[static_cast<size_t>(e * parts + p)] = scalar_source(b, "weight_scale_2", e, files_);
+        }
       }
     }
     moe_w4_upload_out_scale(bank, out_scale.data());
@@ -176,9 +194,14 @@ class Uploader final : public WeightFiller {
     for (int64_t e = 0; e < E; ++e) {
       for (int64_t p = 0; p < parts; ++p) {
         const int64_t rows = p == 0 ? n1 : n2;
-        const ModelSlimWeight w = read_modelslim_weight(plan_.bindings[p == 0 ? i1 : i2], rows, K, static_cast<size_t>(e), files_);
-        moe_w4a8_upload_rows(bank, e * (n1 + n2) + p * n1, reinterpret_cast<const int8_t*>(w.weight.data()),
-                             w.packed_along_n, w.scale.data(), w.scale_second.data(), rows);
+        const Binding& b = plan_.bindings[p == 0 ? i1 : i2];
+        const ModelSlimWeight w = read_modelslim_weight(b, rows, K, static_cast<size_t>(e), files_);
+        try {
+          moe_w4a8_upload_rows(bank, e * (n1 + n2) + p * n1, reinterpret_cast<const int8_t*>(w.weight.data()),
+                               w.packed_along_n, w.scale.data(), w.scale_second.data(), rows);
+        } catch (const Error& err) {  // codes outside int4 in the unpacked layout: name where they are
+          throw Error(w.where, "expert " + std::to_string(e) + ": " + err.detail());
+        }
       }
     }
     const std::vector<float> ones(static_cast<size_t>(E * parts), 1.0f);

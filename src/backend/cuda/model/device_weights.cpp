@@ -196,6 +196,10 @@ class Uploader final : public WeightFiller {
         const int64_t rows = p == 0 ? n1 : n2;
         const Binding& b = plan_.bindings[p == 0 ? i1 : i2];
         const ModelSlimWeight w = read_modelslim_weight(b, rows, K, static_cast<size_t>(e), files_);
+        if (!w.int4 || w.group_size != group) {  // the bank takes one layout: expert 0's (choose_expert_packing)
+          throw Error(w.where, "expert " + std::to_string(e) + " is not int4 with scale groups of " + std::to_string(group) +
+                                   " like expert 0");
+        }
         try {
           moe_w4a8_upload_rows(bank, e * (n1 + n2) + p * n1, reinterpret_cast<const int8_t*>(w.weight.data()),
                                w.packed_along_n, w.scale.data(), w.scale_second.data(), rows);

@@ -551,36 +551,145 @@ void bench_moe(Arena& arena, Stream& stream, const RandomPool& bf16_pool, bool a
   }
 }
 
+// ---- MoE, quantized experts: one harness --------------------------------------------------------------
+
+// The Kimi-K3 routed layer the quantized-expert sections measure (896 experts, top-16, GEMM1 [w1|w3]
+// 3584 -> 2x3072, GEMM2 3072 -> 3584, bf16 out), with its bf16 activation buffers and, arena
+// permitting, bf16 banks whose grouped GEMM every row is compared with (x bf16).
+struct MoeLayer {
+  static constexpr int64_t E = 896, k = 16, H = 3584, I = 3072;
+  std::vector<int64_t> tokens;
+  DeviceTensor x, xs, gu, hs, ys, bf1, bf2;  // x [T_max, H]; the others over R_max = T_max·k sorted rows
+  bool with_bf16 = false;
+
+  int64_t t_max() const { return tokens.back(); }
+  int64_t r_max() const { return tokens.back() * k; }
+  double bf16_bytes() const { return 2.0 * E * 3 * I * H; }
+  double activation_bytes() const { return 2.0 * (r_max() * (2 * H + 3 * I) + t_max() * H); }
+};
+
+void print_moe_layer_header(const char* what, const char* bytes) {
+  std::printf("\n== MoE, %s, Kimi-K3 layer: %lld experts, top-%lld, GEMM1 [w1|w3] %lld -> 2x%lld, GEMM2 %lld -> %lld,"
+              " bf16 out; random routing (%d rotated); GB = %s of the experts hit; TF/s counts the real rows"
+              " (TOPS for integer kernels); x bf16 = speed-up over the bf16 grouped GEMM ==\n",
+              what, static_cast<long long>(MoeLayer::E), static_cast<long long>(MoeLayer::k),
+              static_cast<long long>(MoeLayer::H), static_cast<long long>(MoeLayer::I),
+              static_cast<long long>(MoeLayer::I), static_cast<long long>(MoeLayer::H), kRoutings, bytes);
+}
+
+// Whether `bank_bytes` (+ `extra` scratch) fit the arena next to the activations (else prints why);
+// the bf16 reference banks are added when they fit too and `want_bf16`.
+bool moe_layer_fits(const Arena& arena, MoeLayer& l, double bank_bytes, double extra, bool want_bf16) {
+  const double free_b = static_cast<double>(arena.capacity() - arena.used()) * 0.98;
+  const double need = bank_bytes + extra + l.activation_bytes();
+  if (need > free_b) {
+    std::printf("skipped: needs %.1f GB of arena, %.1f GB free (--arena)\n", need / 1e9, free_b / 0.98 / 1e9);
+    return false;
+  }
+  l.with_bf16 = want_bf16 && need + l.bf16_bytes() <= free_b;
+  if (want_bf16 && !l.with_bf16) std::printf("(bf16 banks left out: not enough arena; --arena)\n");
+  return true;
+}
+
+void alloc_moe_layer(Arena& arena, const RandomPool& bf16_pool, MoeLayer& l) {
+  const int64_t E = MoeLayer::E, H = MoeLayer::H, I = MoeLayer::I;
+  if (l.with_bf16) {
+    l.bf1 = arena.alloc_tensor(DType::kBF16, E * 2 * I, H, "moe bf16 w1|w3");
+    l.bf2 = arena.alloc_tensor(DType::kBF16, E * H, I, "moe bf16 w2");
+    bf16_pool.fill(l.bf1.data, l.bf1.bytes(), 41);
+    bf16_pool.fill(l.bf2.data, l.bf2.bytes(), 42);
+  }
+  l.x = arena.alloc_tensor(DType::kBF16, l.t_max(), H, "moe x");
+  l.xs = arena.alloc_tensor(DType::kBF16, l.r_max(), H, "moe xs");
+  l.gu = arena.alloc_tensor(DType::kBF16, l.r_max(), 2 * I, "moe gate|up");
+  l.hs = arena.alloc_tensor(DType::kBF16, l.r_max(), I, "moe act");
+  l.ys = arena.alloc_tensor(DType::kBF16, l.r_max(), H, "moe ys");
+  bf16_pool.fill(l.x.data, l.x.bytes(), 43);
+  bf16_pool.fill(l.hs.data, l.hs.bytes(), 44);
+}
+
+// One GEMM of one token count: its sorted rows, input (GEMM2: the bf16 activation) and output.
+struct MoeGemm {
+  int64_t T, R;
+  const Routings& rt;
+  int gemm;  // 1 or 2
+  const DeviceTensor& in;
+  const DeviceTensor& out;
+  int64_t N, K;
+};
+
+// A timed variant: bytes 0 = no bandwidth or throughput figure (an activation quantisation, say).
+struct MoeVariant {
+  std::string label;
+  double bytes;
+  std::function<void(int)> fn;  // call i uses routing i % kRoutings
+};
+
+// For every T: kRoutings routings, the gather, `per_tokens` (the sections' own per-T preparation, in
+// arena memory given back after the T), then per GEMM the bf16 reference (when present) and
+// `variants`, timed in interleaved rounds, one row each.
+void run_moe_layer(Arena& arena, Stream& stream, const MoeLayer& l,
+                   const std::function<void(int64_t T, int64_t R, const Routings& rt)>& per_tokens,
+                   const std::function<std::vector<MoeVariant>(const MoeGemm& g)>& variants) {
+  const int64_t E = MoeLayer::E, k = MoeLayer::k, H = MoeLayer::H, I = MoeLayer::I;
+  std::printf("%5s %6s %6s | %-5s %-18s | %9s %7s %7s %6s %7s %7s\n", "T", "rows", "hit", "gemm", "kernel", "us", "GB",
+              "TB/s", "%3.83", "TF/s", "x bf16");
+  std::mt19937_64 gen(2024);
+  for (int64_t T : l.tokens) {
+    const size_t tmark = arena.mark();
+    const int64_t R = T * k;
+    const Routings rt = make_routings(arena, stream, gen, T, k, E);
+    const DeviceTensor xs = l.xs.row_slice(0, R), gu = l.gu.row_slice(0, R), hs = l.hs.row_slice(0, R);
+    const DeviceTensor ys = l.ys.row_slice(0, R);
+    moe_gather(l.x.row_slice(0, T), rt.d[0], xs, stream);
+    per_tokens(T, R, rt);
+    for (int gemm = 1; gemm <= 2; ++gemm) {
+      const MoeGemm g{T, R, rt, gemm, gemm == 1 ? xs : hs, gemm == 1 ? gu : ys, gemm == 1 ? 2 * I : H, gemm == 1 ? H : I};
+      std::vector<MoeVariant> vs;
+      if (l.with_bf16) {
+        const DeviceTensor w = gemm == 1 ? l.bf1 : l.bf2;
+        vs.push_back({"bf16 auto=" + std::string(tile_name(moe_tile_for(R, E))), rt.hit * g.N * g.K * 2.0,
+                      [&, w](int i) { moe_grouped_gemm_bf16(g.in, w, rt.d[i % kRoutings], g.out, stream); }});
+      }
+      for (MoeVariant& v : variants(g)) vs.push_back(std::move(v));
+      std::vector<std::pair<const char*, std::function<void(int)>>> fns;
+      for (const MoeVariant& v : vs) fns.emplace_back(v.label.c_str(), v.fn);
+      const std::vector<double> ms = time_interleaved(stream, fns);
+      const double flop = 2.0 * R * g.N * g.K;
+      for (size_t f = 0; f < vs.size(); ++f) {
+        const double sec = ms[f] * 1e-3, tbs = vs[f].bytes / sec / 1e12;
+        const bool gemm_row = vs[f].bytes > 0;
+        std::printf("%5lld %6lld %6.1f | gemm%d %-18s | %9.1f %7.3f %7.2f %5.0f%% %7.1f %7.2f\n",
+                    static_cast<long long>(T), static_cast<long long>(R), rt.hit, gemm, vs[f].label.c_str(),
+                    ms[f] * 1e3, vs[f].bytes / 1e9, gemm_row ? tbs : std::nan(""),
+                    gemm_row ? 100.0 * tbs / kReadCeilingTBs : std::nan(""),
+                    gemm_row ? flop / sec / 1e12 : std::nan(""),
+                    l.with_bf16 && gemm_row ? ms[0] / ms[f] : std::nan(""));
+      }
+      std::fflush(stdout);
+    }
+    K3_CUDA_CHECK(cudaStreamSynchronize(stream));
+    arena.reset(tmark);
+  }
+}
+
+// "auto=<chosen>" for kAuto, else the tile's name.
+std::string tile_label(MoeTile tile, MoeTile chosen) {
+  return tile == MoeTile::kAuto ? "auto=" + std::string(tile_name(chosen)) : std::string(tile_name(tile));
+}
+
+constexpr MoeTile kAllTiles[] = {MoeTile::kAuto, MoeTile::kM16, MoeTile::kM64, MoeTile::kM128};
+
 // ---- MoE, 4-bit experts ----------------------------------------------------------------------------
 
 void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
-  const int64_t E = 896, k = 16, H = 3584, I = 3072;
-  const std::vector<int64_t> tokens = {1, 8, 64, 512, 4096};
-  const int64_t t_max = tokens.back(), r_max = t_max * k;
-  std::printf("\n== MoE, 4-bit experts (W4A16), Kimi-K3 layer: %lld experts, top-%lld, GEMM1 [w1|w3] %lld -> 2x%lld,"
-              " GEMM2 %lld -> %lld, bf16 out; random routing (%d rotated); GB = bytes of the experts hit (packed codes"
-              " + block scales for 4-bit, bf16 weights for bf16); x bf16 = speed-up over the bf16 grouped GEMM ==\n",
-              static_cast<long long>(E), static_cast<long long>(k), static_cast<long long>(H),
-              static_cast<long long>(I), static_cast<long long>(I), static_cast<long long>(H), kRoutings);
-  const size_t free_b = arena.capacity() - arena.used();
-  const double w4_need = 2.0 * E * 3 * I * H * (0.5 + 1.0 / 16);
-  const double bf16_need = 2.0 * E * 3 * I * H;
-  const double act_need = 2.0 * (r_max * (2 * H + 3 * I) + t_max * H);
-  if (w4_need + act_need > static_cast<double>(free_b) * 0.98) {
-    std::printf("skipped: needs %.1f GB of arena, %.1f GB free (--arena)\n", (w4_need + act_need) / 1e9,
-                static_cast<double>(free_b) / 1e9);
-    return;
-  }
-  const bool with_bf16 = w4_need + bf16_need + act_need <= static_cast<double>(free_b) * 0.98;
-  if (!with_bf16) std::printf("(bf16 banks left out: not enough arena; --arena)\n");
+  const int64_t E = MoeLayer::E, H = MoeLayer::H, I = MoeLayer::I;
+  print_moe_layer_header("4-bit experts (W4A16)", "packed codes + block scales (bf16 weights for bf16)");
+  MoeLayer l;
+  l.tokens = {1, 8, 64, 512, 4096};
   const size_t mark = arena.mark();
-  DeviceTensor bf1, bf2;
-  if (with_bf16) {
-    bf1 = arena.alloc_tensor(DType::kBF16, E * 2 * I, H, "moe bf16 w1|w3");
-    bf2 = arena.alloc_tensor(DType::kBF16, E * H, I, "moe bf16 w2");
-    bf16_pool.fill(bf1.data, bf1.bytes(), 41);
-    bf16_pool.fill(bf2.data, bf2.bytes(), 42);
-  }
+  if (!moe_layer_fits(arena, l, 2.0 * E * 3 * I * H * (0.5 + 1.0 / 16), 0.0, true)) return;
+  alloc_moe_layer(arena, bf16_pool, l);
   // Random codes; every block scale 1.0 (scale values do not change the kernels' work).
   struct Banks {
     W4Format f;
@@ -598,97 +707,37 @@ void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
     }
     banks.push_back(b);
   }
-  const DeviceTensor x = arena.alloc_tensor(DType::kBF16, t_max, H, "moe x");
-  const DeviceTensor xs_all = arena.alloc_tensor(DType::kBF16, r_max, H, "moe xs");
-  const DeviceTensor gu_all = arena.alloc_tensor(DType::kBF16, r_max, 2 * I, "moe gate|up");
-  const DeviceTensor hs_all = arena.alloc_tensor(DType::kBF16, r_max, I, "moe act");
-  const DeviceTensor ys_all = arena.alloc_tensor(DType::kBF16, r_max, H, "moe ys");
-  bf16_pool.fill(x.data, x.bytes(), 43);
-  bf16_pool.fill(hs_all.data, hs_all.bytes(), 44);
-  std::printf("%5s %6s %6s | %-5s %-6s %-9s | %9s %7s %7s %6s %7s %6s %7s\n", "T", "rows", "hit", "gemm", "format",
-              "kernel", "us", "GB", "TB/s", "%3.83", "TF/s", "%797", "x bf16");
-  std::mt19937_64 gen(2024);
-  for (int64_t T : tokens) {
-    const size_t tmark = arena.mark();
-    const int64_t R = T * k;
-    const Routings rt = make_routings(arena, stream, gen, T, k, E);
-    const DeviceTensor xs = xs_all.row_slice(0, R), gu = gu_all.row_slice(0, R), hs = hs_all.row_slice(0, R);
-    const DeviceTensor ys = ys_all.row_slice(0, R);
-    moe_gather(x.row_slice(0, T), rt.d[0], xs, stream);
-    const std::string chosen = tile_name(moe_w4_tile_for(R, E));
-    for (int gemm = 1; gemm <= 2; ++gemm) {
-      const DeviceTensor& in = gemm == 1 ? xs : hs;
-      const DeviceTensor& out = gemm == 1 ? gu : ys;
-      const int64_t N = gemm == 1 ? 2 * I : H, K = gemm == 1 ? H : I;
-      const double flop = 2.0 * R * N * K;
-      std::vector<std::pair<const char*, std::function<void(int)>>> fns;
-      std::vector<std::pair<std::string, double>> what;  // row labels and their bytes
-      if (with_bf16) {
-        const DeviceTensor& w = gemm == 1 ? bf1 : bf2;
-        fns.emplace_back("bf16", [&, w](int i) { moe_grouped_gemm_bf16(in, w, rt.d[i % kRoutings], out, stream); });
-        what.emplace_back("bf16   auto=" + std::string(tile_name(moe_tile_for(R, E))), rt.hit * N * K * 2.0);
+  run_moe_layer(arena, stream, l, [](int64_t, int64_t, const Routings&) {}, [&](const MoeGemm& g) {
+    std::vector<MoeVariant> vs;
+    for (const Banks& b : banks) {
+      const MoeW4Bank& w = g.gemm == 1 ? b.g1 : b.g2;
+      for (MoeTile tile : kAllTiles) {
+        vs.push_back({std::string(w4_format_name(b.f)) + " " + tile_label(tile, moe_w4_tile_for(g.R, E)),
+                      g.rt.hit * g.N * g.K * (0.5 + 1.0 / w4_group(b.f)),
+                      [&, w, tile](int i) { moe_grouped_gemm_w4(g.in, w, g.rt.d[i % kRoutings], g.out, stream, tile); }});
       }
-      for (const Banks& b : banks) {
-        const MoeW4Bank& w = gemm == 1 ? b.g1 : b.g2;
-        const double bytes = rt.hit * N * K * (0.5 + 1.0 / w4_group(b.f));
-        for (MoeTile tile : {MoeTile::kAuto, MoeTile::kM16, MoeTile::kM64, MoeTile::kM128}) {
-          fns.emplace_back(w4_format_name(b.f),
-                           [&, w, tile](int i) { moe_grouped_gemm_w4(in, w, rt.d[i % kRoutings], out, stream, tile); });
-          what.emplace_back(std::string(w4_format_name(b.f)) + "  " +
-                                (tile == MoeTile::kAuto ? "auto=" + chosen : std::string(tile_name(tile))),
-                            bytes);
-        }
-      }
-      const std::vector<double> ms = time_interleaved(stream, fns);
-      for (size_t f = 0; f < fns.size(); ++f) {
-        const double s = ms[f] * 1e-3, tbs = what[f].second / s / 1e12, tf = flop / s / 1e12;
-        const std::string label = what[f].first;
-        std::printf("%5lld %6lld %6.1f | gemm%d %-16s | %9.1f %7.3f %7.2f %5.0f%% %7.1f %5.1f%% %7.2f\n",
-                    static_cast<long long>(T), static_cast<long long>(R), rt.hit, gemm, label.c_str(), ms[f] * 1e3,
-                    what[f].second / 1e9, tbs, 100.0 * tbs / kReadCeilingTBs, tf, 100.0 * tf / kBf16CeilingTF,
-                    with_bf16 ? ms[0] / ms[f] : std::nan(""));
-      }
-      std::fflush(stdout);
     }
-    K3_CUDA_CHECK(cudaStreamSynchronize(stream));
-    arena.reset(tmark);
-  }
+    return vs;
+  });
   arena.reset(mark);
 }
 
 // ---- MoE, ModelSlim W4A8 experts ----------------------------------------------------------------------
 
+// ModelSlim W4A8 experts (backend/cuda/moe_w4a8.h): per channel and per group of 256, every kernel
+// choice, and the int8 row quantisation of each GEMM's input alone ("quant").
 void bench_moe_w4a8(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
-  const int64_t E = 896, k = 16, H = 3584, I = 3072;
-  const std::vector<int64_t> tokens = {1, 8, 64, 512, 4096};
+  const int64_t E = MoeLayer::E, H = MoeLayer::H, I = MoeLayer::I;
   const std::vector<int64_t> group_sizes = {0, 256};  // per channel, per group of 256
-  const int64_t t_max = tokens.back(), r_max = t_max * k;
-  std::printf("\n== MoE, ModelSlim W4A8 experts (int4 x int8 per row, mma s8), Kimi-K3 layer: %lld experts, top-%lld,"
-              " GEMM1 [w1|w3] %lld -> 2x%lld, GEMM2 %lld -> %lld, bf16 out; random routing (%d rotated); GB = bytes of"
-              " the experts hit (int4 codes + f32 scales; bf16 weights for bf16); quant = the int8 row quantisation of"
-              " the GEMM's input; x bf16 = speed-up over the bf16 grouped GEMM ==\n",
-              static_cast<long long>(E), static_cast<long long>(k), static_cast<long long>(H),
-              static_cast<long long>(I), static_cast<long long>(I), static_cast<long long>(H), kRoutings);
-  const size_t free_b = arena.capacity() - arena.used();
-  double w4a8_need = 0;
-  for (int64_t gs : group_sizes) w4a8_need += E * 3.0 * I * H * (0.5 + 4.0 / (gs > 0 ? gs : I));
-  const double bf16_need = 2.0 * E * 3 * I * H;
-  const double act_need = 2.0 * (r_max * (2 * H + 3 * I) + t_max * H) + r_max * (H + I + 8.0);
-  if (w4a8_need + act_need > static_cast<double>(free_b) * 0.98) {
-    std::printf("skipped: needs %.1f GB of arena, %.1f GB free (--arena)\n", (w4a8_need + act_need) / 1e9,
-                static_cast<double>(free_b) / 1e9);
-    return;
-  }
-  const bool with_bf16 = w4a8_need + bf16_need + act_need <= static_cast<double>(free_b) * 0.98;
-  if (!with_bf16) std::printf("(bf16 banks left out: not enough arena; --arena)\n");
+  print_moe_layer_header("ModelSlim W4A8 experts (int4 x int8 per row, mma s8)",
+                         "int4 codes + f32 scales (bf16 weights for bf16)");
+  MoeLayer l;
+  l.tokens = {1, 8, 64, 512, 4096};
+  double bank_bytes = 0;
+  for (int64_t gs : group_sizes) bank_bytes += E * 3.0 * I * H * (0.5 + 4.0 / static_cast<double>(gs > 0 ? gs : I));
   const size_t mark = arena.mark();
-  DeviceTensor bf1, bf2;
-  if (with_bf16) {
-    bf1 = arena.alloc_tensor(DType::kBF16, E * 2 * I, H, "moe bf16 w1|w3");
-    bf2 = arena.alloc_tensor(DType::kBF16, E * H, I, "moe bf16 w2");
-    bf16_pool.fill(bf1.data, bf1.bytes(), 41);
-    bf16_pool.fill(bf2.data, bf2.bytes(), 42);
-  }
+  if (!moe_layer_fits(arena, l, bank_bytes, l.r_max() * (H + I + 8.0), true)) return;
+  alloc_moe_layer(arena, bf16_pool, l);
   // Random codes; every scale the float of bytes 0x3F (≈ 0.747): scale values do not change the kernels' work.
   struct Banks {
     int64_t group_size;
@@ -705,102 +754,59 @@ void bench_moe_w4a8(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
     }
     banks.push_back(b);
   }
-  const DeviceTensor x = arena.alloc_tensor(DType::kBF16, t_max, H, "moe x");
-  const DeviceTensor xs_all = arena.alloc_tensor(DType::kBF16, r_max, H, "moe xs");
-  const DeviceTensor gu_all = arena.alloc_tensor(DType::kBF16, r_max, 2 * I, "moe gate|up");
-  const DeviceTensor hs_all = arena.alloc_tensor(DType::kBF16, r_max, I, "moe act");
-  const DeviceTensor ys_all = arena.alloc_tensor(DType::kBF16, r_max, H, "moe ys");
-  const DeviceTensor xq_all = arena.alloc_tensor(DType::kU8, r_max, H, "moe xs int8");
-  const DeviceTensor hq_all = arena.alloc_tensor(DType::kU8, r_max, I, "moe act int8");
-  float* xq_scale = arena.alloc_n<float>(static_cast<size_t>(r_max), "moe xs scale");
-  float* hq_scale = arena.alloc_n<float>(static_cast<size_t>(r_max), "moe act scale");
-  bf16_pool.fill(x.data, x.bytes(), 43);
-  bf16_pool.fill(hs_all.data, hs_all.bytes(), 44);
-  std::printf("%5s %6s %6s | %-5s %-16s | %9s %7s %7s %6s %7s %7s\n", "T", "rows", "hit", "gemm", "kernel", "us", "GB",
-              "TB/s", "%3.83", "TOPS", "x bf16");
-  std::mt19937_64 gen(2024);
-  for (int64_t T : tokens) {
-    const size_t tmark = arena.mark();
-    const int64_t R = T * k;
-    const Routings rt = make_routings(arena, stream, gen, T, k, E);
-    const DeviceTensor xs = xs_all.row_slice(0, R), gu = gu_all.row_slice(0, R), hs = hs_all.row_slice(0, R);
-    const DeviceTensor ys = ys_all.row_slice(0, R);
-    const Int8Rows xq{xq_all.row_slice(0, R), xq_scale}, hq{hq_all.row_slice(0, R), hq_scale};
-    moe_gather(x.row_slice(0, T), rt.d[0], xs, stream);
-    moe_quantize_int8_rows(xs, xq, stream);
-    moe_quantize_int8_rows(hs, hq, stream);
-    const std::string chosen = tile_name(moe_w4a8_tile_for(R, E));
-    for (int gemm = 1; gemm <= 2; ++gemm) {
-      const DeviceTensor& in = gemm == 1 ? xs : hs;
-      const Int8Rows& inq = gemm == 1 ? xq : hq;
-      const DeviceTensor& out = gemm == 1 ? gu : ys;
-      const int64_t N = gemm == 1 ? 2 * I : H, K = gemm == 1 ? H : I;
-      const double ops = 2.0 * R * N * K;
-      std::vector<std::pair<const char*, std::function<void(int)>>> fns;
-      std::vector<std::pair<std::string, double>> what;  // row labels and their bytes (0: no bandwidth figure)
-      if (with_bf16) {
-        const DeviceTensor& w = gemm == 1 ? bf1 : bf2;
-        fns.emplace_back("bf16", [&, w](int i) { moe_grouped_gemm_bf16(in, w, rt.d[i % kRoutings], out, stream); });
-        what.emplace_back("bf16 auto=" + std::string(tile_name(moe_tile_for(R, E))), rt.hit * N * K * 2.0);
-      }
-      fns.emplace_back("quant", [&](int) { moe_quantize_int8_rows(in, inq, stream); });
-      what.emplace_back("quant", 0.0);
-      for (const Banks& b : banks) {
-        const MoeW4A8Bank& w = gemm == 1 ? b.g1 : b.g2;
-        const double bytes = rt.hit * N * K * (0.5 + 4.0 / static_cast<double>(w.group()));
-        const std::string scheme = b.group_size > 0 ? "g" + std::to_string(b.group_size) : "chan";
-        for (MoeTile tile : {MoeTile::kAuto, MoeTile::kM16, MoeTile::kM64, MoeTile::kM128}) {
-          fns.emplace_back("w4a8",
-                           [&, w, tile](int i) { moe_grouped_gemm_w4a8(inq, w, rt.d[i % kRoutings], out, stream, tile); });
-          what.emplace_back(scheme + " " + (tile == MoeTile::kAuto ? "auto=" + chosen : std::string(tile_name(tile))),
-                            bytes);
+  const DeviceTensor xq_all = arena.alloc_tensor(DType::kU8, l.r_max(), H, "moe xs int8");
+  const DeviceTensor hq_all = arena.alloc_tensor(DType::kU8, l.r_max(), I, "moe act int8");
+  float* xq_scale = arena.alloc_n<float>(static_cast<size_t>(l.r_max()), "moe xs scale");
+  float* hq_scale = arena.alloc_n<float>(static_cast<size_t>(l.r_max()), "moe act scale");
+  Int8Rows xq, hq;
+  run_moe_layer(
+      arena, stream, l,
+      [&](int64_t, int64_t R, const Routings&) {
+        xq = {xq_all.row_slice(0, R), xq_scale};
+        hq = {hq_all.row_slice(0, R), hq_scale};
+        moe_quantize_int8_rows(l.xs.row_slice(0, R), xq, stream);
+        moe_quantize_int8_rows(l.hs.row_slice(0, R), hq, stream);
+      },
+      [&](const MoeGemm& g) {
+        const Int8Rows& inq = g.gemm == 1 ? xq : hq;
+        std::vector<MoeVariant> vs;
+        vs.push_back({"quant", 0.0, [&](int) { moe_quantize_int8_rows(g.in, inq, stream); }});
+        for (const Banks& b : banks) {
+          const MoeW4A8Bank& w = g.gemm == 1 ? b.g1 : b.g2;
+          const std::string scheme = b.group_size > 0 ? "g" + std::to_string(b.group_size) : "chan";
+          for (MoeTile tile : kAllTiles) {
+            vs.push_back({scheme + " " + tile_label(tile, moe_w4a8_tile_for(g.R, E)),
+                          g.rt.hit * g.N * g.K * (0.5 + 4.0 / static_cast<double>(w.group())),
+                          [&, w, tile](int i) { moe_grouped_gemm_w4a8(inq, w, g.rt.d[i % kRoutings], g.out, stream, tile); }});
+          }
         }
-      }
-      const std::vector<double> ms = time_interleaved(stream, fns);
-      for (size_t f = 0; f < fns.size(); ++f) {
-        const double s = ms[f] * 1e-3, tbs = what[f].second / s / 1e12;
-        const bool gemm_row = what[f].second > 0;
-        std::printf("%5lld %6lld %6.1f | gemm%d %-16s | %9.1f %7.3f %7.2f %5.0f%% %7.1f %7.2f\n",
-                    static_cast<long long>(T), static_cast<long long>(R), rt.hit, gemm, what[f].first.c_str(),
-                    ms[f] * 1e3, what[f].second / 1e9, gemm_row ? tbs : std::nan(""),
-                    gemm_row ? 100.0 * tbs / kReadCeilingTBs : std::nan(""), gemm_row ? ops / s / 1e12 : std::nan(""),
-                    with_bf16 && gemm_row ? ms[0] / ms[f] : std::nan(""));
-      }
-      std::fflush(stdout);
-    }
-    K3_CUDA_CHECK(cudaStreamSynchronize(stream));
-    arena.reset(tmark);
-  }
+        return vs;
+      });
   arena.reset(mark);
 }
 
 // ---- MoE, GGUF experts -------------------------------------------------------------------------------
 
 // GGUF routed experts (backend/cuda/moe_ggml.h): the decode grouped GEMV (quantisation of the sorted rows
-// included) and the quantisation alone, Kimi-K3 layer shapes, Q4_K and Q2_K banks of random bytes (the
-// values do not change the kernels' work), T = 1, 8, 64; TB/s on the packed bytes of the experts hit.
+// included) and the quantisation alone, Q4_K and Q2_K banks of random bytes (the values do not change the
+// kernels' work), T = 1, 8, 64; target >= 2.5 TB/s on the packed bytes of the experts hit.
 void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
-  const int64_t E = 896, k = 16, H = 3584, I = 3072;
-  const std::vector<int64_t> tokens = {1, 8, 64};
-  const int64_t t_max = tokens.back(), r_max = t_max * k;
+  const int64_t E = MoeLayer::E, H = MoeLayer::H, I = MoeLayer::I;
   const std::vector<GgmlType> types = {GgmlType::Q4_K, GgmlType::Q2_K};
-  std::printf("\n== MoE, GGUF experts (decode GEMV, int8 activations x GGML blocks, dp4a), Kimi-K3 layer: %lld experts,"
-              " top-%lld, GEMM1 [w1|w3] %lld -> 2x%lld, GEMM2 %lld -> %lld, bf16 out; random routing (%d rotated);"
-              " GB = packed GGUF bytes of the experts hit; gemv includes the quantisation (quant alone below);"
-              " target >= 2.5 TB/s ==\n",
-              static_cast<long long>(E), static_cast<long long>(k), static_cast<long long>(H),
-              static_cast<long long>(I), static_cast<long long>(I), static_cast<long long>(H), kRoutings);
-  double need = 2.0 * (r_max * (2 * H + 3 * I) + t_max * H);
+  print_moe_layer_header("GGUF experts (decode GEMV, int8 activations x GGML blocks, dp4a; gemv includes the"
+                         " quantisation, quant alone below)",
+                         "packed GGUF bytes");
+  MoeLayer l;
+  l.tokens = {1, 8, 64};
+  double bank_bytes = 0, acts = 0;
   for (GgmlType t : types) {
     const GgmlTypeInfo& info = ggml_type_info(t);
-    need += 3.0 * E * I * H / info.block_size * info.type_size + 2.0 * moe_ggml_acts_bytes(t, r_max, H);
-  }
-  const size_t free_b = arena.capacity() - arena.used();
-  if (need > static_cast<double>(free_b) * 0.98) {
-    std::printf("skipped: needs %.1f GB of arena, %.1f GB free (--arena)\n", need / 1e9, static_cast<double>(free_b) / 1e9);
-    return;
+    bank_bytes += 3.0 * E * I * H / info.block_size * info.type_size;
+    acts += 2.0 * moe_ggml_acts_bytes(t, l.r_max(), H);
   }
   const size_t mark = arena.mark();
+  if (!moe_layer_fits(arena, l, bank_bytes, acts, false)) return;
+  alloc_moe_layer(arena, bf16_pool, l);
   struct Banks {
     GgmlType type;
     MoeGgmlBank g1, g2;
@@ -814,53 +820,26 @@ void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
     bf16_pool.fill(b.g2.data, b.g2.bytes(), 53 + banks.size());
     banks.push_back(b);
   }
-  const DeviceTensor x = arena.alloc_tensor(DType::kBF16, t_max, H, "moe x");
-  const DeviceTensor xs_all = arena.alloc_tensor(DType::kBF16, r_max, H, "moe xs");
-  const DeviceTensor gu_all = arena.alloc_tensor(DType::kBF16, r_max, 2 * I, "moe gate|up");
-  const DeviceTensor hs_all = arena.alloc_tensor(DType::kBF16, r_max, I, "moe act");
-  const DeviceTensor ys_all = arena.alloc_tensor(DType::kBF16, r_max, H, "moe ys");
-  bf16_pool.fill(x.data, x.bytes(), 43);
-  bf16_pool.fill(hs_all.data, hs_all.bytes(), 44);
-  std::printf("%5s %6s %6s | %-5s %-6s %-6s | %9s %7s %7s %6s\n", "T", "rows", "hit", "gemm", "format", "kernel", "us",
-              "GB", "TB/s", "%3.83");
-  std::mt19937_64 gen(2024);
-  for (int64_t T : tokens) {
-    const size_t tmark = arena.mark();
-    const int64_t R = T * k;
-    const Routings rt = make_routings(arena, stream, gen, T, k, E);
-    const DeviceTensor xs = xs_all.row_slice(0, R), gu = gu_all.row_slice(0, R), hs = hs_all.row_slice(0, R);
-    const DeviceTensor ys = ys_all.row_slice(0, R);
-    moe_gather(x.row_slice(0, T), rt.d[0], xs, stream);
-    for (Banks& b : banks) {
-      b.a1 = moe_ggml_acts_view(arena.alloc(moe_ggml_acts_bytes(b.type, R, H), "acts 1"), b.type, R, H);
-      b.a2 = moe_ggml_acts_view(arena.alloc(moe_ggml_acts_bytes(b.type, R, I), "acts 2"), b.type, R, I);
-    }
-    for (int gemm = 1; gemm <= 2; ++gemm) {
-      const DeviceTensor& in = gemm == 1 ? xs : hs;
-      const DeviceTensor& out = gemm == 1 ? gu : ys;
-      std::vector<std::pair<const char*, std::function<void(int)>>> fns;
-      std::vector<std::pair<std::string, double>> what;  // labels and their packed bytes
-      for (const Banks& b : banks) {
-        const MoeGgmlBank& w = gemm == 1 ? b.g1 : b.g2;
-        const MoeGgmlActs& a = gemm == 1 ? b.a1 : b.a2;
-        const std::string name(ggml_type_name(b.type));
-        fns.emplace_back("gemv", [&, w, a](int i) { moe_grouped_gemv_ggml(in, w, rt.d[i % kRoutings], a, out, stream); });
-        what.emplace_back(name + "   gemv", rt.hit * w.n * w.row_bytes());
-        fns.emplace_back("quant", [&, a](int) { moe_ggml_quantize(in, a, stream); });
-        what.emplace_back(name + "   quant", 0.0);
-      }
-      const std::vector<double> ms = time_interleaved(stream, fns);
-      for (size_t f = 0; f < fns.size(); ++f) {
-        const double tbs = what[f].second / (ms[f] * 1e-3) / 1e12;
-        std::printf("%5lld %6lld %6.1f | gemm%d %-13s | %9.1f %7.3f %7.2f %5.0f%%\n", static_cast<long long>(T),
-                    static_cast<long long>(R), rt.hit, gemm, what[f].first.c_str(), ms[f] * 1e3, what[f].second / 1e9,
-                    tbs, 100.0 * tbs / kReadCeilingTBs);
-      }
-      std::fflush(stdout);
-    }
-    K3_CUDA_CHECK(cudaStreamSynchronize(stream));
-    arena.reset(tmark);
-  }
+  run_moe_layer(
+      arena, stream, l,
+      [&](int64_t, int64_t R, const Routings&) {
+        for (Banks& b : banks) {
+          b.a1 = moe_ggml_acts_view(arena.alloc(moe_ggml_acts_bytes(b.type, R, H), "acts 1"), b.type, R, H);
+          b.a2 = moe_ggml_acts_view(arena.alloc(moe_ggml_acts_bytes(b.type, R, I), "acts 2"), b.type, R, I);
+        }
+      },
+      [&](const MoeGemm& g) {
+        std::vector<MoeVariant> vs;
+        for (const Banks& b : banks) {
+          const MoeGgmlBank& w = g.gemm == 1 ? b.g1 : b.g2;
+          const MoeGgmlActs& a = g.gemm == 1 ? b.a1 : b.a2;
+          const std::string name(ggml_type_name(b.type));
+          vs.push_back({name + " gemv", g.rt.hit * w.n * w.row_bytes(),
+                        [&, w, a](int i) { moe_grouped_gemv_ggml(g.in, w, g.rt.d[i % kRoutings], a, g.out, stream); }});
+          vs.push_back({name + " quant", 0.0, [&, a](int) { moe_ggml_quantize(g.in, a, stream); }});
+        }
+        return vs;
+      });
   arena.reset(mark);
 }
 

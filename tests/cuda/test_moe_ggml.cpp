@@ -31,6 +31,7 @@
 #include "backend/cuda/upload.h"
 #include "core/numeric.h"
 #include "cuda_test_util.h"
+#include "moe_test_util.h"
 #include "quant/ggml/ggml_dequant.h"
 #include "quant/ggml/ggml_quantize.h"
 
@@ -294,39 +295,15 @@ TEST_P(MoeGgmlGemvTest, MatchesFloat64WithTheCpuActivationContract) {
     moe_ggml_quantize(xs32, acts, nullptr);
     expect_acts_equal(acts, ha);
 
-    std::vector<double> ref(static_cast<size_t>(R * N)), sum(ref.size());
-    for (int64_t e = 0; e < E; ++e) {
-      for (int64_t r = s.off[e]; r < s.off[e + 1]; ++r) {
-        for (int64_t n = 0; n < N; ++n) {
-          const float* wr = &w[static_cast<size_t>((e * N + n) * K)];
-          double acc = 0, abs = 0;
-          for (int64_t i = 0; i < K; ++i) {
-            const double p = static_cast<double>(wr[i]) * ha.value(r, i);
-            acc += p;
-            abs += std::fabs(p);
-          }
-          ref[static_cast<size_t>(r * N + n)] = acc;
-          sum[static_cast<size_t>(r * N + n)] = abs;
-        }
-      }
-    }
+    const test::MoeReference ref = test::moe_reference(
+        s.off, N, K, [&](int64_t r, int64_t i) { return ha.value(r, i); }, w, [](int64_t, int64_t) { return 1.0; });
     for (DType out : {DType::kF32, DType::kBF16}) {
       SCOPED_TRACE(std::string("out ") + dtype_name(out));
       const DeviceTensor ys = a.alloc_tensor(out, R, N, "ys");
       poison(ys);
       moe_grouped_gemv_ggml(s.xs, bank, s.d, acts, ys, nullptr);
       expect_acts_equal(acts, ha);  // from the bf16 rows
-      const std::vector<float> got = download_f32(ys);
-      const double rel_out = out == DType::kBF16 ? 1.0 / 256 : 0.0;
-      int64_t bad = 0;
-      for (size_t i = 0; i < got.size(); ++i) {
-        const double tol = rel_out * std::fabs(ref[i]) + 2e-5 * sum[i] + 1e-30;
-        if (!(std::fabs(got[i] - ref[i]) <= tol) && ++bad <= 5) {
-          ADD_FAILURE() << "row " << static_cast<int64_t>(i) / N << " col " << static_cast<int64_t>(i) % N << ": "
-                        << got[i] << " vs " << ref[i] << " (tolerance " << tol << ")";
-        }
-      }
-      EXPECT_EQ(bad, 0);
+      test::expect_within_reference(download_f32(ys), ref, N, out, 2e-5);
     }
   }
 }
@@ -370,26 +347,11 @@ TEST(MoeGgmlGpu, DequantBf16AndPrefillGemm) {
       }
     }
     EXPECT_EQ(bad, 0);
-    const std::vector<float> got = download_f32(ys);
-    bad = 0;
-    for (int64_t e = 0; e < E; ++e) {
-      for (int64_t r = s.off[e]; r < s.off[e + 1]; ++r) {
-        for (int64_t n = 0; n < N; ++n) {
-          double ref = 0, abs = 0;
-          for (int64_t i = 0; i < K; ++i) {
-            const double p = static_cast<double>(test::round_bf16(w[static_cast<size_t>((e * N + n) * K + i)])) *
-                             s.xs_host[static_cast<size_t>(r * K + i)];
-            ref += p;
-            abs += std::fabs(p);
-          }
-          const double g = got[static_cast<size_t>(r * N + n)];
-          if (!(std::fabs(g - ref) <= 2e-5 * abs + 1e-30) && ++bad <= 5) {
-            ADD_FAILURE() << "row " << r << " col " << n << ": " << g << " vs " << ref;
-          }
-        }
-      }
-    }
-    EXPECT_EQ(bad, 0);
+    // The prefill GEMM multiplies the bf16-rounded weights.
+    const test::MoeReference ref = test::moe_reference(
+        s.off, N, K, [&](int64_t r, int64_t i) { return static_cast<double>(s.xs_host[static_cast<size_t>(r * K + i)]); },
+        test::round_bf16(w), [](int64_t, int64_t) { return 1.0; });
+    test::expect_within_reference(download_f32(ys), ref, N, DType::kF32, 2e-5);
   }
 }
 

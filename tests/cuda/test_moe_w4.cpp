@@ -27,6 +27,7 @@
 #include "backend/cuda/upload.h"
 #include "core/numeric.h"
 #include "cuda_test_util.h"
+#include "moe_test_util.h"
 #include "quant/mxfp4/mxfp4.h"
 #include "quant/nvfp4/nvfp4.h"
 
@@ -257,24 +258,9 @@ TEST_P(MoeW4GemmTest, MatchesFloat64OverExactDequant) {
     moe_w4_upload_rows(bank, 0, ck.codes.data(), ck.scales.data(), E * N);
     moe_w4_upload_out_scale(bank, out_scale.data());
 
-    std::vector<double> ref(static_cast<size_t>(R * N)), sum(ref.size());
-    for (int64_t e = 0; e < E; ++e) {
-      for (int64_t r = off[e]; r < off[e + 1]; ++r) {
-        const float* xr = &x[static_cast<size_t>(sorted[r] * K)];
-        for (int64_t n = 0; n < N; ++n) {
-          const float* wr = &w[static_cast<size_t>((e * N + n) * K)];
-          double acc = 0, abs = 0;
-          for (int64_t i = 0; i < K; ++i) {
-            const double p = static_cast<double>(xr[i]) * wr[i];
-            acc += p;
-            abs += std::fabs(p);
-          }
-          const double s = out_scale[static_cast<size_t>(e * c.parts + n / (N / c.parts))];
-          ref[static_cast<size_t>(r * N + n)] = s * acc;
-          sum[static_cast<size_t>(r * N + n)] = std::fabs(s) * abs;
-        }
-      }
-    }
+    const test::MoeReference ref = test::moe_reference(
+        off, N, K, [&](int64_t r, int64_t i) { return static_cast<double>(x[static_cast<size_t>(sorted[r] * K + i)]); }, w,
+        [&](int64_t e, int64_t n) { return static_cast<double>(out_scale[static_cast<size_t>(e * c.parts + n / (N / c.parts))]); });
     for (MoeTile tile : {MoeTile::kAuto, MoeTile::kM16, MoeTile::kM64, MoeTile::kM128}) {
       for (DType out : {DType::kBF16, DType::kF32}) {
         SCOPED_TRACE(std::string("tile ") +
@@ -283,17 +269,7 @@ TEST_P(MoeW4GemmTest, MatchesFloat64OverExactDequant) {
         const DeviceTensor ys = a.alloc_tensor(out, R, N, "ys");
         poison(ys);
         moe_grouped_gemm_w4(xs, bank, d, ys, nullptr, tile);
-        const std::vector<float> got = download_f32(ys);
-        const double rel_out = out == DType::kBF16 ? 1.0 / 256 : 0.0;
-        int64_t bad = 0;
-        for (size_t i = 0; i < got.size(); ++i) {
-          const double tol = rel_out * std::fabs(ref[i]) + 2e-5 * sum[i] + 1e-30;
-          if (!(std::fabs(got[i] - ref[i]) <= tol) && ++bad <= 5) {
-            ADD_FAILURE() << "row " << static_cast<int64_t>(i) / N << " col " << static_cast<int64_t>(i) % N << ": "
-                          << got[i] << " vs " << ref[i] << " (tolerance " << tol << ")";
-          }
-        }
-        EXPECT_EQ(bad, 0);
+        test::expect_within_reference(download_f32(ys), ref, N, out, 2e-5);
       }
     }
   }

@@ -174,7 +174,7 @@ std::string shape_text(GgmlType type, int64_t e, int64_t n, int64_t k) {
 size_t round256(size_t b) { return (b + 255) / 256 * 256; }
 
 void check_rows16(const DeviceTensor& t, const char* what) {
-  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0 || (t.ld * dtype_size(t.dtype)) % 16 != 0) {
+  if (!rows_aligned16(t)) {
     throw Error(std::string(what) + ": needs 16-byte aligned rows, got " + t.describe());
   }
 }

@@ -200,10 +200,6 @@ void launch_tile(MoeTile tile, const GemmArgs& a, const MoeTileMap& map, cudaStr
   }
 }
 
-bool rows_aligned16(const DeviceTensor& t) {
-  return (reinterpret_cast<uintptr_t>(t.data) % 16) == 0 && (t.ld * dtype_size(t.dtype)) % 16 == 0;
-}
-
 }  // namespace
 
 void moe_grouped_gemm_bf16(const DeviceTensor& xs, const DeviceTensor& w, const MoeDispatch& d, const DeviceTensor& ys,

@@ -161,9 +161,7 @@ void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDi
                 ", K " + std::to_string(K));
   }
   for (const DeviceTensor* t : {&xs, &ys}) {
-    if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0 || (t->ld * dtype_size(t->dtype)) % 16 != 0) {
-      throw Error("moe_grouped_gemm_w4: needs 16-byte aligned rows, got " + t->describe());
-    }
+    if (!rows_aligned16(*t)) throw Error("moe_grouped_gemm_w4: needs 16-byte aligned rows, got " + t->describe());
   }
   if (ys.dtype != DType::kF32 && ys.dtype != DType::kBF16) {
     throw Error("moe_grouped_gemm_w4: ys must be f32 or bf16, got " + ys.describe());

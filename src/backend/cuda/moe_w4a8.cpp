@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/moe_w4.h"
 #include "backend/cuda/moe_w4a8_internal.h"
 #include "backend/cuda/moe_w4a8_layout.h"
 #include "backend/cuda/upload.h"
@@ -128,11 +129,7 @@ void moe_quantize_int8_rows(const DeviceTensor& x, const Int8Rows& q, cudaStream
                         q.codes.ld, q.scale, stream);
 }
 
-MoeTile moe_w4a8_tile_for(int64_t rows, int64_t experts) {
-  const double per_expert = static_cast<double>(rows) / static_cast<double>(experts > 0 ? experts : 1);
-  if (per_expert <= 16) return MoeTile::kM16;
-  return per_expert <= 48 ? MoeTile::kM64 : MoeTile::kM128;
-}
+MoeTile moe_w4a8_tile_for(int64_t rows, int64_t experts) { return moe_w4_tile_for(rows, experts); }
 
 void moe_grouped_gemm_w4a8(const Int8Rows& xs, const MoeW4A8Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
                            cudaStream_t stream, MoeTile tile) {
@@ -151,9 +148,7 @@ void moe_grouped_gemm_w4a8(const Int8Rows& xs, const MoeW4A8Bank& w, const MoeDi
   }
   scale_group(w.group_size, K, "moe_grouped_gemm_w4a8");
   for (const DeviceTensor* t : {&xs.codes, &ys}) {
-    if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0 || (t->ld * dtype_size(t->dtype)) % 16 != 0) {
-      throw Error("moe_grouped_gemm_w4a8: needs 16-byte aligned rows, got " + t->describe());
-    }
+    if (!rows_aligned16(*t)) throw Error("moe_grouped_gemm_w4a8: needs 16-byte aligned rows, got " + t->describe());
   }
   if (ys.dtype != DType::kF32 && ys.dtype != DType::kBF16) {
     throw Error("moe_grouped_gemm_w4a8: ys must be f32 or bf16, got " + ys.describe());

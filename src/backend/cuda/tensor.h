@@ -54,11 +54,12 @@ struct DeviceTensor {
 void expect_dtype(const DeviceTensor& t, DType want, const char* what);
 void expect_shape(const DeviceTensor& t, int64_t rows, int64_t cols, const char* what);
 
-// True when every row of t starts on a 16-byte boundary and cols is a multiple of 8, as the 8-wide
-// vector kernels need.
-inline bool vec8_ok(const DeviceTensor& t) {
-  const size_t es = dtype_size(t.dtype);
-  return t.cols % 8 == 0 && (reinterpret_cast<uintptr_t>(t.data) % 16) == 0 && (t.ld * es) % 16 == 0;
+// True when every row of t starts on a 16-byte boundary (16-byte loads and cp.async of rows).
+inline bool rows_aligned16(const DeviceTensor& t) {
+  return (reinterpret_cast<uintptr_t>(t.data) % 16) == 0 && (t.ld * dtype_size(t.dtype)) % 16 == 0;
 }
+
+// rows_aligned16 and cols a multiple of 8, as the 8-wide vector kernels need.
+inline bool vec8_ok(const DeviceTensor& t) { return t.cols % 8 == 0 && rows_aligned16(t); }
 
 }  // namespace k3::cuda

@@ -66,8 +66,9 @@ inline int64_t fp8_block_padded_rows(int64_t m) { return (m + kFp8BlockRowAlign 
 // cuBLASLt's small-M kernels stay latency-bound on the smaller projections.
 inline constexpr int64_t kGemvMaxRows = 8;
 // The model's bf16 linears take gemv_bf16 up to this many rows and cuBLASLt above: on the H200 the
-// kernel leads at M = 1 (2.3 vs 1.8 TB/s on 4096×2304), about ties at M = 2 and falls behind from
-// M = 4, where the x loads from L1 compete with the weight stream.
+// kernel leads at M = 1 (2.3 vs 1.8 TB/s on 4096×2304; behind only on K3's o_proj), at M = 2 it still
+// leads on the Kimi-Linear shapes and K3's q_b but not on K3's 7168-wide ones, and from M = 4 it falls
+// behind everywhere, the x loads from L1 competing with the weight stream.
 inline constexpr int64_t kGemvModelRows = 2;
 void gemv_bf16(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& y, cudaStream_t stream);
 

@@ -10,7 +10,7 @@
 //    one fma per group, 1/16, the row scale) against the float64 reference and the CPU engine's own
 //    W4A8 kernel, within the bound below;
 //  - what the repack rejects, and the kernel choice.
-// On the GPU (compiled, not yet run): the quantisation kernel equals prepare_int8 bit for bit (codes
+// On the GPU (passed on the H200, 2026-11-29): the quantisation kernel equals prepare_int8 bit for bit (codes
 // and scales, ties and all-zero rows included); every GEMM kernel (kM16 decode class, kM64 / kM128
 // prefill class, kAuto; bf16 and f32 out) on sorted rows of a real moe_dispatch against the float64
 // reference Σ_k value(c_k)·w_k over the exact dequantisation (dequant_w4a8) times out_scale.

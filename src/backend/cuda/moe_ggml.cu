@@ -1,6 +1,5 @@
 // GGUF expert kernels (moe_ggml.h): activation quantisation, the decode grouped GEMV and the bf16
 // dequantisation for prefill, one template each over the block traits of moe_ggml_blocks.h.
-// Compiled for sm_90a, not yet run on a GPU.
 #include "backend/cuda/moe_ggml.h"
 
 #include <string>

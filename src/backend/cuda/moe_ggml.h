@@ -1,6 +1,6 @@
 // GGUF routed experts on the GPU (issue 6): expert banks of GGML blocks (Q4_0, Q8_0, Q2_K, Q3_K, Q4_K,
 // Q5_K, Q6_K) kept in GPU memory exactly as stored in the checkpoint, and grouped kernels over a MoE
-// dispatch (moe.h). COMPILED FOR sm_90a BUT NOT YET RUN ON A GPU (docs/gpu.md, "GGUF experts").
+// dispatch (moe.h; docs/gpu.md, "GGUF experts").
 //
 // Layout: bank row e·N + n is weight row n of expert e, K / block_size blocks of the GGUF bytes, rows
 // back to back (row_bytes apart), experts back to back; upload is a plain copy of the checkpoint's

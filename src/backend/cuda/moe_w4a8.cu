@@ -1,5 +1,5 @@
 // Kernels of the ModelSlim W4A8 expert GEMM (moe_w4a8.h): the per-row int8 activation quantisation
-// and the grouped GEMM on integer tensor cores. COMPILED FOR sm_90a BUT NOT YET RUN ON A GPU.
+// and the grouped GEMM on integer tensor cores.
 //
 // GEMM: swapped operands as moe_w4_gemm.cuh — C[feature][token] = Σ_k q[feature][k] · c[token][k] with
 // the weights as the mma A operand (m16 = 16 weight rows, widened from the bank's fragment-ordered

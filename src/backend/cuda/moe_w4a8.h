@@ -1,6 +1,6 @@
 // ModelSlim W4A8_DYNAMIC routed experts on the GPU (issue 6, spec §4.3): int4 weight codes stay packed
 // in GPU memory and meet int8 activations on the integer tensor cores (mma.sync m16n8k32 s8 → s32), the
-// int4 codes widened to s8 in registers. COMPILED FOR sm_90a BUT NOT YET RUN ON A GPU.
+// int4 codes widened to s8 in registers.
 //
 // Activation contract (the CPU's ActivationForm::Int8PerToken, bit for bit): per row, amax = max |x|,
 // s = amax / 127 (fp32 division), code = clamp(round-half-even(x / s), −127, 127) (IEEE division);

@@ -125,7 +125,7 @@ TEST_P(CudaModelVsCpu, PrefillAndDecodeMatchTheCpuEngine) {
   // NVFP4 / MXFP4, W4A8 and GGUF experts stay packed on the GPU (issue 6's kernels), never silently bf16.
   const bool packed_experts = c.family == FamilyId::ModelOptNvfp4 || c.family == FamilyId::ModelOptMixed ||
                               c.family == FamilyId::CompressedTensorsMxfp4 || c.family == FamilyId::ModelSlimW4A8 ||
-                              c.family == FamilyId::Gguf;
+                              c.family == FamilyId::Gguf || c.family == FamilyId::GgufExpertPack;
   if (packed_experts && c.size == TinySize::Small) {
     EXPECT_GT(stats.packed_expert_banks, 0);
   }
@@ -153,6 +153,12 @@ INSTANTIATE_TEST_SUITE_P(Families, CudaModelVsCpu,
                                            ModelCase{FamilyId::ModelOptNvfp4, TinyArch::KimiK3},
                                            ModelCase{FamilyId::ModelSlimW4A8, TinyArch::KimiK3},
                                            ModelCase{FamilyId::Gguf, TinyArch::KimiLinear},
+                                           ModelCase{FamilyId::ModelOptMixed, TinyArch::KimiLinear},
+                                           ModelCase{FamilyId::ModelOptNvfp4, TinyArch::KimiLinear},
+                                           ModelCase{FamilyId::ModelSlimW4A8, TinyArch::KimiLinear},
+                                           ModelCase{FamilyId::Gguf, TinyArch::KimiK3},
+                                           ModelCase{FamilyId::GgufExpertPack, TinyArch::KimiK3},
+                                           ModelCase{FamilyId::GgufExpertPack, TinyArch::KimiLinear},
                                            ModelCase{FamilyId::Bf16, TinyArch::KimiK3, TinySize::Tiny},
                                            ModelCase{FamilyId::Bf16, TinyArch::KimiLinear, TinySize::Tiny}),
                          cuda::test::CaseIndexName());

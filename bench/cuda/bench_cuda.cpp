@@ -775,7 +775,7 @@ void bench_moe_w4a8(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
           const MoeW4A8Bank& w = g.gemm == 1 ? b.g1 : b.g2;
           const std::string scheme = b.group_size > 0 ? "g" + std::to_string(b.group_size) : "chan";
           for (MoeTile tile : kAllTiles) {
-            vs.push_back({scheme + " " + tile_label(tile, moe_w4a8_tile_for(g.R, E)),
+            vs.push_back({scheme + " " + tile_label(tile, moe_w4a8_tile_for(g.R, E, w.groups() > 1)),
                           g.rt.hit * g.N * g.K * (0.5 + 4.0 / static_cast<double>(w.group())),
                           [&, w, tile](int i) { moe_grouped_gemm_w4a8(inq, w, g.rt.d[i % kRoutings], g.out, stream, tile); }});
           }

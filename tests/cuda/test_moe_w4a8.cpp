@@ -210,9 +210,13 @@ TEST(MoeW4A8Repack, RejectsWhatTheKernelsCannotRepresent) {
 }
 
 TEST(MoeW4A8Repack, KernelChoiceFollowsRowsPerExpert) {
-  EXPECT_EQ(moe_w4a8_tile_for(16, 896), MoeTile::kM16);          // decode, one token
-  EXPECT_EQ(moe_w4a8_tile_for(4096 * 16, 896), MoeTile::kM128);  // prefill
-  EXPECT_EQ(moe_w4a8_tile_for(0, 8), MoeTile::kM16);
+  for (int64_t rows : {int64_t{0}, int64_t{16}, int64_t{4096 * 16}}) {
+    EXPECT_EQ(moe_w4a8_tile_for(rows, 896, false), MoeTile::kM64);  // per channel: measured fastest throughout
+  }
+  EXPECT_EQ(moe_w4a8_tile_for(16, 896, true), MoeTile::kM16);         // grouped, decode (one token)
+  EXPECT_EQ(moe_w4a8_tile_for(512 * 16, 896, true), MoeTile::kM16);   // 9 rows per expert
+  EXPECT_EQ(moe_w4a8_tile_for(4096 * 16, 896, true), MoeTile::kM64);  // prefill, 73 rows per expert
+  EXPECT_EQ(moe_w4a8_tile_for(0, 8, true), MoeTile::kM16);
 }
 
 // ---- on the GPU ------------------------------------------------------------------------------------

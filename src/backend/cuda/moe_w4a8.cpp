@@ -2,12 +2,12 @@
 // (moe_w4a8_layout.h), bank allocation and upload, the kernel choice and the checks before a launch.
 #include "backend/cuda/moe_w4a8.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/check.h"
-#include "backend/cuda/moe_w4.h"
 #include "backend/cuda/moe_w4a8_internal.h"
 #include "backend/cuda/moe_w4a8_layout.h"
 #include "backend/cuda/upload.h"
@@ -129,7 +129,10 @@ void moe_quantize_int8_rows(const DeviceTensor& x, const Int8Rows& q, cudaStream
                         q.codes.ld, q.scale, stream);
 }
 
-MoeTile moe_w4a8_tile_for(int64_t rows, int64_t experts) { return moe_w4_tile_for(rows, experts); }
+MoeTile moe_w4a8_tile_for(int64_t rows, int64_t experts, bool grouped) {
+  if (!grouped) return MoeTile::kM64;
+  return rows <= 16 * std::max<int64_t>(experts, 1) ? MoeTile::kM16 : MoeTile::kM64;
+}
 
 void moe_grouped_gemm_w4a8(const Int8Rows& xs, const MoeW4A8Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
                            cudaStream_t stream, MoeTile tile) {
@@ -153,7 +156,7 @@ void moe_grouped_gemm_w4a8(const Int8Rows& xs, const MoeW4A8Bank& w, const MoeDi
   if (ys.dtype != DType::kF32 && ys.dtype != DType::kBF16) {
     throw Error("moe_grouped_gemm_w4a8: ys must be f32 or bf16, got " + ys.describe());
   }
-  if (tile == MoeTile::kAuto) tile = moe_w4a8_tile_for(R, d.experts);
+  if (tile == MoeTile::kAuto) tile = moe_w4a8_tile_for(R, d.experts, w.groups() > 1);
   const MoeTileMap map = moe_tile_map(d, tile);
   if (R == 0) return;
   const w4a8::GemmArgs a{static_cast<const int8_t*>(xs.codes.data), xs.codes.ld, xs.scale, w.codes, w.scales,

@@ -42,6 +42,11 @@ struct Fp4Options {
   bool w4a4 = false;
   float input_scale = 1.0f;
 };
+// The W4A4 activation values of one token of k values (k % 16 == 0): per 16, sf = e4m3(amax / 6 /
+// input_scale) and out = e2m1(x / input_scale / sf) · sf — the code times its block scale, with the
+// static input_scale left out (it joins the output scale). The CUDA backend's NVFP4 activation
+// quantisation is tested against this, bit for bit.
+void nvfp4_activation_values(const float* x, int64_t k, float input_scale, float* out);
 std::unique_ptr<WeightMatrix> make_fp4_matrix(std::span<const uint8_t> packed, std::span<const uint8_t> scales,
                                               bool nvfp4, float output_scale, int64_t rows, int64_t cols, CpuIsa isa,
                                               const Fp4Options& options = {});

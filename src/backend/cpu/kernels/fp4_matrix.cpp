@@ -8,7 +8,6 @@
 #include "core/numeric.h"
 
 namespace k3::cpu {
-namespace {
 
 // The checkpoint's NVFP4 activation quantisation (quant-formats §2.3) of one token: code ·
 // block_scale with the static input_scale left out (it joins the output scale). Per 16 values these
@@ -22,6 +21,8 @@ void nvfp4_activation_values(const float* x, int64_t k, float input_scale, float
     for (int64_t i = b; i < b + 16; ++i) out[i] = sf > 0.0f ? decode_e2m1(encode_e2m1(x[i] * gs / sf)) * sf : 0.0f;
   }
 }
+
+namespace {
 
 class Fp4Matrix final : public WeightMatrix {
  public:

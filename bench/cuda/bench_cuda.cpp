@@ -24,8 +24,8 @@
 // experts hit, TF/s over real rows, and the speed-up over bf16.
 //
 // GGUF experts (backend/cuda/moe_ggml.h, --moe-ggml: this section only): the decode grouped GEMV over
-// Q4_K and Q2_K banks at the Kimi-K3 layer shapes, T = 1, 8, 64; TB/s on the packed GGUF bytes of the
-// experts hit (target 2.5). Written before any GPU run of the kernels.
+// Q4_K, Q2_K, Q3_K, Q4_0 and Q8_0 banks at the Kimi-K3 layer shapes, T = 1, 8, 64, with 1, 2 and 4 weight
+// rows per warp; TB/s on the packed GGUF bytes of the experts hit (target 2.5).
 //
 // ModelSlim W4A8 experts (backend/cuda/moe_w4a8.h, --moe-w4a8): the same Kimi-K3 layer with int4 banks
 // (per channel, and per group of 256) times int8 per-row activations; the quantisation kernel and each
@@ -788,11 +788,11 @@ void bench_moe_w4a8(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
 // ---- MoE, GGUF experts -------------------------------------------------------------------------------
 
 // GGUF routed experts (backend/cuda/moe_ggml.h): the decode grouped GEMV (quantisation of the sorted rows
-// included) and the quantisation alone, Q4_K and Q2_K banks of random bytes (the values do not change the
+// included) and the quantisation alone, banks of random bytes (the values do not change the
 // kernels' work), T = 1, 8, 64; target >= 2.5 TB/s on the packed bytes of the experts hit.
 void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
   const int64_t E = MoeLayer::E, H = MoeLayer::H, I = MoeLayer::I;
-  const std::vector<GgmlType> types = {GgmlType::Q4_K, GgmlType::Q2_K};
+  const std::vector<GgmlType> types = {GgmlType::Q4_K, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_0, GgmlType::Q8_0};
   print_moe_layer_header("GGUF experts (decode GEMV, int8 activations x GGML blocks, dp4a; gemv includes the"
                          " quantisation, quant alone below)",
                          "packed GGUF bytes");
@@ -834,8 +834,12 @@ void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
           const MoeGgmlBank& w = g.gemm == 1 ? b.g1 : b.g2;
           const MoeGgmlActs& a = g.gemm == 1 ? b.a1 : b.a2;
           const std::string name(ggml_type_name(b.type));
-          vs.push_back({name + " gemv", g.rt.hit * w.n * w.row_bytes(),
-                        [&, w, a](int i) { moe_grouped_gemv_ggml(g.in, w, g.rt.d[i % kRoutings], a, g.out, stream); }});
+          for (int rw : {1, 2, 4}) {
+            const std::string label = " gemv rw" + std::to_string(rw) + (rw == kGgmlGemvRowsPerWarp ? " (auto)" : "");
+            vs.push_back({name + label, g.rt.hit * w.n * w.row_bytes(), [&, w, a, rw](int i) {
+                            moe_grouped_gemv_ggml(g.in, w, g.rt.d[i % kRoutings], a, g.out, stream, rw);
+                          }});
+          }
           vs.push_back({name + " quant", 0.0, [&, a](int) { moe_ggml_quantize(g.in, a, stream); }});
         }
         return vs;

@@ -199,6 +199,21 @@ TEST(MoeGgmlBank, GeometryAndRejectedShapes) {
   EXPECT_THROW(moe_ggml_acts_view(reinterpret_cast<void*>(uintptr_t{1} << 20 | 16), GgmlType::Q4_K, 1, 256), Error);
 }
 
+TEST(MoeGgmlBank, RowsPerWarpOtherThanOneTwoFourIsAnError) {
+  auto* base = reinterpret_cast<uint8_t*>(uintptr_t{1} << 20);  // never dereferenced: the check comes first
+  MoeGgmlBank b;
+  b.type = GgmlType::Q4_0, b.experts = 4, b.n = 8, b.k = 64, b.data = base;
+  const MoeDispatch d = moe_dispatch_view(base, 2, 2, 4);
+  const MoeGgmlActs acts = moe_ggml_acts_view(base, GgmlType::Q4_0, 4, 64);
+  const DeviceTensor xs(base, DType::kBF16, 4, 64), ys(base, DType::kF32, 4, 8);
+  try {
+    moe_grouped_gemv_ggml(xs, b, d, acts, ys, nullptr, 3);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "moe_grouped_gemv_ggml: rows_per_warp must be 1, 2 or 4, got 3");
+  }
+}
+
 // ---- GPU -------------------------------------------------------------------------------------------
 
 enum class Routing { kDistinct, kRepeats, kSubset };
@@ -297,13 +312,15 @@ TEST_P(MoeGgmlGemvTest, MatchesFloat64WithTheCpuActivationContract) {
 
     const test::MoeReference ref = test::moe_reference(
         s.off, N, K, [&](int64_t r, int64_t i) { return ha.value(r, i); }, w, [](int64_t, int64_t) { return 1.0; });
-    for (DType out : {DType::kF32, DType::kBF16}) {
-      SCOPED_TRACE(std::string("out ") + dtype_name(out));
-      const DeviceTensor ys = a.alloc_tensor(out, R, N, "ys");
-      poison(ys);
-      moe_grouped_gemv_ggml(s.xs, bank, s.d, acts, ys, nullptr);
-      expect_acts_equal(acts, ha);  // from the bf16 rows
-      test::expect_within_reference(download_f32(ys), ref, N, out, 2e-5);
+    for (int rows_per_warp : {1, 2, 4}) {
+      for (DType out : {DType::kF32, DType::kBF16}) {
+        SCOPED_TRACE(std::string("out ") + dtype_name(out) + ", rows per warp " + std::to_string(rows_per_warp));
+        const DeviceTensor ys = a.alloc_tensor(out, R, N, "ys");
+        poison(ys);
+        moe_grouped_gemv_ggml(s.xs, bank, s.d, acts, ys, nullptr, rows_per_warp);
+        expect_acts_equal(acts, ha);  // from the bf16 rows
+        test::expect_within_reference(download_f32(ys), ref, N, out, 2e-5);
+      }
     }
   }
 }
@@ -313,7 +330,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{1, 8, 64, 256, 512, Routing::kDistinct},    // decode: one row per expert
                       Case{3, 4, 16, 130, 768, Routing::kRepeats},     // N % 128 != 0; part of a warp step
                       Case{8, 16, 40, 64, 3584, Routing::kSubset},     // K3 width: 3.5 warp steps
-                      Case{40, 6, 3, 96, 1024, Routing::kRepeats}),    // > 16 rows per expert: several tiles
+                      Case{40, 6, 3, 96, 1024, Routing::kRepeats},     // > 16 rows per expert: several tiles
+                      Case{2, 3, 5, 126, 256, Routing::kRepeats}),     // N % 4 != 0: a warp's last rows clamp
     test::CaseIndexName());
 
 TEST(MoeGgmlGpu, DequantBf16AndPrefillGemm) {

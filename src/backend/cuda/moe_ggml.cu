@@ -1,5 +1,6 @@
-// GGUF expert kernels (moe_ggml.h): activation quantisation, the decode grouped GEMV and the bf16
-// dequantisation for prefill, one template each over the block traits of moe_ggml_blocks.h.
+// GGUF expert kernels (moe_ggml.h): bank geometry, activation quantisation and the bf16 dequantisation
+// for prefill, one template each over the block traits of moe_ggml_blocks.h (the decode GEMV is in
+// moe_ggml_gemv.cu).
 #include "backend/cuda/moe_ggml.h"
 
 #include <string>
@@ -7,7 +8,6 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/moe_ggml_blocks.h"
-#include "backend/cuda/moe_tile.cuh"
 #include "backend/cuda/upload.h"
 
 namespace k3::cuda {
@@ -49,97 +49,6 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_kernel(const Tin* __re
   *reinterpret_cast<uint2*>(a.q + row * k + col) = make_uint2(packed[0], packed[1]);
   if ((col / 8) % 2 == 0) a.sums[row * (k / 16) + col / 16] = static_cast<int16_t>(sum);
   if (col % BLOCK == 0) a.scale[row * (k / BLOCK) + col / BLOCK] = __fdiv_rn(amax, 127.0f);
-}
-
-// ---- decode grouped GEMV ------------------------------------------------------------------------------
-
-constexpr int kGemvWarps = 8;
-// Weight rows a warp streams together. 1 with 3 CTAs per SM (80 registers, a few bytes spilled by
-// ptxas) was chosen from the ptxas report alone (2 rows: 150-210 registers, one CTA per SM); to be
-// tuned on the H200.
-constexpr int kGemvRowsPerWarp = 1;
-constexpr int kGemvRows = 128;  // weight rows per CTA: 8 warps × 16 passes
-constexpr int kGemvTokens = 16;      // the kM16 tile map's height
-
-struct GemvArgs {
-  const uint8_t* w;
-  int64_t row_bytes;
-  MoeGgmlActs x;
-  void* y;
-  int64_t ldy;
-  int n, k;
-  const int32_t* offsets;
-};
-
-__device__ __forceinline__ void store_out(float* p, float v) { *p = v; }
-__device__ __forceinline__ void store_out(bf16* p, float v) { *p = __float2bfloat16_rn(v); }
-
-// CTA → (tile, 128 weight rows) as in moe_w4_gemm.cuh: an expert's token tiles run back to back for
-// each slice of weight rows, so a slice comes from DRAM once while the expert's tiles go by. Lane l
-// of a warp takes part l % kParts of block l / kParts of each 1024-element step; the next step's
-// weights are loaded before the current one is multiplied.
-template <class F, typename Tout>
-__global__ void __launch_bounds__(kGemvWarps * 32, 3) gemv_kernel(GemvArgs a, int n_slices,
-                                                               const int32_t* __restrict__ tile_count,
-                                                               const int4* __restrict__ tiles) {
-  constexpr int kPerStep = 32 / F::kParts;  // blocks per warp step
-  constexpr int RW = kGemvRowsPerWarp;
-  detail::MoeCtaTile ct;
-  if (!detail::moe_cta_tile(n_slices, kGemvTokens, kGemvRows, tile_count, tiles, a.offsets, ct)) return;
-  const int expert = ct.expert, r0 = ct.row0, rows = ct.rows, n0 = ct.col0;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int part = lane % F::kParts, lb = lane / F::kParts;
-  const int nb = a.k / F::kBlock, steps = (nb + kPerStep - 1) / kPerStep;
-  const int ab = a.k / F::kBlock;  // activation blocks per row (the activation block is the weight block)
-
-  for (int f0 = n0 + warp * RW; f0 < min(n0 + kGemvRows, a.n); f0 += kGemvWarps * RW) {
-    const uint8_t* wr[RW];
-#pragma unroll
-    for (int i = 0; i < RW; ++i) {
-      wr[i] = a.w + (static_cast<int64_t>(expert) * a.n + min(f0 + i, a.n - 1)) * a.row_bytes;
-    }
-    float acc[RW][kGemvTokens];
-#pragma unroll
-    for (int i = 0; i < RW; ++i) {
-#pragma unroll
-      for (int t = 0; t < kGemvTokens; ++t) acc[i][t] = 0.0f;
-    }
-    typename F::W next[RW];
-    if (lb < nb) {
-#pragma unroll
-      for (int i = 0; i < RW; ++i) next[i] = F::load(wr[i] + static_cast<int64_t>(lb) * F::kBytes, part);
-    }
-    for (int s = 0; s < steps; ++s) {
-      const int b = s * kPerStep + lb;
-      typename F::W cur[RW];
-#pragma unroll
-      for (int i = 0; i < RW; ++i) cur[i] = next[i];
-      if (b + kPerStep < nb) {
-#pragma unroll
-        for (int i = 0; i < RW; ++i) next[i] = F::load(wr[i] + static_cast<int64_t>(b + kPerStep) * F::kBytes, part);
-      }
-      if (b >= nb) continue;
-#pragma unroll
-      for (int t = 0; t < kGemvTokens; ++t) {
-        if (t >= rows) break;
-        const int64_t xr = r0 + t;
-        const gb::ActBlock x{a.x.q + xr * a.k + static_cast<int64_t>(b) * F::kBlock,
-                             a.x.sums + xr * (a.k / 16) + static_cast<int64_t>(b) * (F::kBlock / 16),
-                             a.x.scale[xr * ab + b]};
-#pragma unroll
-        for (int i = 0; i < RW; ++i) acc[i][t] += F::dot(cur[i], part, x);
-      }
-    }
-#pragma unroll
-    for (int t = 0; t < kGemvTokens; ++t) {
-      if (t >= rows) break;
-#pragma unroll
-      for (int i = 0; i < RW; ++i) {
-        const float v = detail::warp_sum(acc[i][t]);
-        if (lane == 0 && f0 + i < a.n) store_out(static_cast<Tout*>(a.y) + (r0 + t) * a.ldy + f0 + i, v);
-      }
-    }
-  }
 }
 
 // ---- dequantisation to bf16 ---------------------------------------------------------------------------
@@ -262,41 +171,6 @@ void moe_ggml_quantize(const DeviceTensor& xs, const MoeGgmlActs& acts, cudaStre
     }
   }
   K3_CUDA_CHECK_LAUNCH("moe_ggml quantize_kernel");
-}
-
-void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
-                           const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream) {
-  const int64_t R = d.rows(), N = bank.n, K = bank.k;
-  moe_ggml_check_shape(bank.type, bank.experts, N, K, "moe_grouped_gemv_ggml");
-  if (bank.data == nullptr) throw Error("moe_grouped_gemv_ggml: empty bank");
-  if (bank.experts != d.experts) {
-    throw Error("moe_grouped_gemv_ggml: bank has " + std::to_string(bank.experts) + " experts, dispatch " +
-                std::to_string(d.experts));
-  }
-  if (acts.rows != R || acts.k != K || acts.block != ggml_type_info(bank.type).block_size) {
-    throw Error("moe_grouped_gemv_ggml: activations not laid out for " + std::to_string(R) + " rows of " +
-                shape_text(bank.type, bank.experts, N, K));
-  }
-  expect_shape(ys, R, N, "moe_grouped_gemv_ggml ys");
-  if (ys.dtype != DType::kF32 && ys.dtype != DType::kBF16) throw Error("moe_grouped_gemv_ggml: ys must be f32 or bf16");
-  moe_ggml_quantize(xs, acts, stream);
-  const MoeTileMap map = moe_tile_map(d, MoeTile::kM16);
-  if (R == 0) return;
-  const int n_slices = static_cast<int>((N + kGemvRows - 1) / kGemvRows);
-  const int64_t blocks = n_slices * map.bound;
-  if (blocks > INT32_MAX) throw Error("moe_grouped_gemv_ggml: grid too large");
-  const GemvArgs a{bank.data, bank.row_bytes(), acts, ys.data, ys.ld, static_cast<int>(N), static_cast<int>(K),
-                   d.expert_offsets};
-  const auto* tiles = reinterpret_cast<const int4*>(map.tiles);
-  gb::visit(bank.type, [&](auto trait) {
-    using F = decltype(trait);
-    if (ys.dtype == DType::kF32) {
-      gemv_kernel<F, float><<<static_cast<unsigned>(blocks), kGemvWarps * 32, 0, stream>>>(a, n_slices, map.count, tiles);
-    } else {
-      gemv_kernel<F, bf16><<<static_cast<unsigned>(blocks), kGemvWarps * 32, 0, stream>>>(a, n_slices, map.count, tiles);
-    }
-  });
-  K3_CUDA_CHECK_LAUNCH("moe_ggml gemv_kernel");
 }
 
 void moe_ggml_dequant_bf16(const MoeGgmlBank& bank, const MoeDispatch& d, const DeviceTensor& w, cudaStream_t stream) {

@@ -10,8 +10,8 @@
 // CPU's contract for the format (moe_ggml_blocks.h: ggml's vec_dot_type, int8 per 32 values for
 // Q4_0 / Q8_0, per 256 for the K-quants, plus Σ codes per 16), then integer dp4a dot products per
 // block with the block's integer scales, float scales per block, fp32 accumulation (as ggml's MMVQ).
-// One CTA per (tile of ≤ 16 sorted rows of one expert, 128 weight rows); a warp streams one weight
-// row at a time for all of the tile's tokens, so every packed byte is read once per tile.
+// One CTA per (tile of ≤ 16 sorted rows of one expert, 128 weight rows); a warp streams a few weight
+// rows at once for all of the tile's tokens, so every packed byte is read once per tile.
 //
 // Prefill (moe_grouped_gemm_ggml_dequant): the experts the dispatch routes rows to are dequantised to
 // bf16 (ggml's exact float values, then rounded to bf16) into a caller-provided [E·N, K] scratch bank,
@@ -77,9 +77,11 @@ void moe_ggml_quantize(const DeviceTensor& xs, const MoeGgmlActs& acts, cudaStre
 // Decode: ys[r] = xs[r] · W_eᵀ for every expert e and sorted row r of e, xs quantised into `acts`
 // first (moe_ggml_quantize; acts sized for R = d.rows() rows and the bank's K). xs bf16 or f32 [R, K];
 // ys f32 or bf16 [R, N]. Any number of rows per expert (experts with more than 16 take several tiles,
-// each reading the expert's weights again: meant for few rows per expert).
+// each reading the expert's weights again: meant for few rows per expert). rows_per_warp: weight rows
+// a warp streams at once, 1, 2 or 4 (0: kGgmlGemvRowsPerWarp); the results do not depend on it.
+inline constexpr int kGgmlGemvRowsPerWarp = 2;  // 4 spills registers for Q2_K/Q3_K/Q6_K; to be measured (--moe-ggml)
 void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
-                           const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream);
+                           const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp = 0);
 
 // w (bf16 [E·N, K]) rows of every expert with at least one row in d ← bf16(ggml dequant); other rows
 // untouched.

@@ -6,6 +6,10 @@
 // ms per step and the fraction of the memory-bandwidth floor reached: the bytes one decode step must
 // move (decode_traffic) over the H200's measured read ceiling. Also the prefill rate of one
 // min(context, max_step_tokens)-token chunk at the largest batch.
+// --expert-cache SIZE runs with expert streaming (docs/gpu.md "Expert streaming": routed experts in
+// pinned host memory behind an LRU device cache of SIZE, CUDA graphs off) and adds per batch size the
+// cache's hit rate and the host→device GB/s of the timed steps; --layers N keeps the first N layers
+// of the config (so that the experts' pinned host copy fits the machine).
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -44,6 +48,8 @@ struct BenchArgs {
   bool no_graphs = false;
   uint64_t seed = 0;
   std::string json;
+  std::string expert_cache;  // expert streaming (empty: every expert resident)
+  int64_t layers = 0;        // 0: all of the config's
 };
 
 [[noreturn]] void bad_flag(const char* flag, const std::string& why) { throw Error(Where{"", "", flag}, why); }
@@ -124,6 +130,10 @@ struct DecodeResult {
   double seconds = 0;  // the timed steps together
   int64_t graph_replays = 0;
   DecodeTraffic traffic;
+  // Expert streaming, over the timed steps.
+  int64_t hits = 0, misses = 0;
+  uint64_t bytes_copied = 0;
+  double copy_seconds = 0;
 };
 
 struct PrefillResult {
@@ -134,6 +144,9 @@ struct PrefillResult {
 struct Measured {
   uint64_t weight_bytes = 0;
   bool graphs = true;
+  bool streaming = false;
+  int64_t cache_slots = 0;
+  uint64_t cache_bytes = 0, host_expert_bytes = 0;
   std::vector<DecodeResult> decode;  // traffic left for the caller
   PrefillResult prefill;
 };
@@ -156,6 +169,20 @@ void print_report(const BenchArgs& a, const Measured& m) {
     }
     std::printf("\n");
   }
+  if (m.streaming) {
+    std::printf("expert streaming: cache %lld experts (%.2f GB on the device), %.2f GB of experts in pinned host memory\n",
+                static_cast<long long>(m.cache_slots), static_cast<double>(m.cache_bytes) / 1e9,
+                static_cast<double>(m.host_expert_bytes) / 1e9);
+    std::printf("%6s %9s %9s %11s %11s %9s\n", "batch", "hit rate", "misses", "GB copied", "copy GB/s", "GB/s/step");
+    for (const DecodeResult& r : m.decode) {
+      const double lookups = static_cast<double>(r.hits + r.misses);
+      std::printf("%6lld %8.1f%% %9lld %11.3f %11.2f %9.2f\n", static_cast<long long>(r.batch),
+                  lookups > 0 ? 100.0 * static_cast<double>(r.hits) / lookups : 0.0, static_cast<long long>(r.misses),
+                  static_cast<double>(r.bytes_copied) / 1e9,
+                  r.copy_seconds > 0 ? static_cast<double>(r.bytes_copied) / r.copy_seconds / 1e9 : 0.0,
+                  static_cast<double>(r.bytes_copied) / r.seconds / 1e9);
+    }
+  }
   std::printf("prefill: one %lld-token step (batch %lld, its last sequence) in %.3f ms = %.0f tok/s\n",
               static_cast<long long>(m.prefill.tokens), static_cast<long long>(m.prefill.batch),
               m.prefill.seconds * 1e3, static_cast<double>(m.prefill.tokens) / m.prefill.seconds);
@@ -175,7 +202,11 @@ Json report_json(const BenchArgs& a, const Measured& m) {
                     {"mla_cache_bytes", r.traffic.mla_cache},
                     {"floor_ms", floor_s * 1e3},
                     {"fraction_of_floor", floor_s / step_s},
-                    {"graph_replays", r.graph_replays}});
+                    {"graph_replays", r.graph_replays},
+                    {"cache_hits", r.hits},
+                    {"cache_misses", r.misses},
+                    {"bytes_copied", r.bytes_copied},
+                    {"copy_seconds", r.copy_seconds}});
   }
   return {{"config", a.synthetic},
           {"device", a.device},
@@ -184,6 +215,9 @@ Json report_json(const BenchArgs& a, const Measured& m) {
           {"context", a.context},
           {"steps", a.steps},
           {"graphs", m.graphs},
+          {"expert_cache_slots", m.cache_slots},
+          {"expert_cache_bytes", m.cache_bytes},
+          {"host_expert_bytes", m.host_expert_bytes},
           {"read_ceiling_bytes_per_s", kReadCeiling},
           {"decode", rows},
           {"prefill",
@@ -206,6 +240,8 @@ Measured measure(const BenchArgs& a, const K3Config& config, const std::vector<i
   options.max_sequences = *std::max_element(batches.begin(), batches.end());
   options.max_context = (a.context + a.steps + 64 + 63) / 64 * 64;
   options.graphs = !a.no_graphs;
+  options.expert_cache_bytes = a.expert_cache.empty() ? 0 : parse_expert_cache(a.expert_cache);
+  if (options.expert_cache_bytes > 0) options.graphs = false;  // streaming reads the picks on the host
   const std::unique_ptr<Executor> executor = cuda::make_synthetic_cuda_executor(options, config, a.seed);
 
   std::mt19937_64 rng(a.seed);
@@ -245,17 +281,27 @@ Measured measure(const BenchArgs& a, const K3Config& config, const std::vector<i
       }
     }
     for (int64_t i = 0; i < kWarmupSteps; ++i) decode_step(batch);
-    const int64_t replays_before = cuda::cuda_executor_stats(*executor).graph_replays;
+    const cuda::CudaExecutorStats before = cuda::cuda_executor_stats(*executor);
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < a.steps; ++i) decode_step(batch);
     DecodeResult r;
     r.batch = batch;
     r.seconds = seconds_since(t0);
-    r.graph_replays = cuda::cuda_executor_stats(*executor).graph_replays - replays_before;
+    const cuda::CudaExecutorStats after = cuda::cuda_executor_stats(*executor);
+    r.graph_replays = after.graph_replays - before.graph_replays;
+    r.hits = after.cache_hits - before.cache_hits;
+    r.misses = after.cache_misses - before.cache_misses;
+    r.bytes_copied = after.bytes_copied - before.bytes_copied;
+    r.copy_seconds = after.copy_seconds - before.copy_seconds;
     m.decode.push_back(r);
     for (int64_t s = 0; s < batch; ++s) executor->free_sequence(s);
   }
-  m.weight_bytes = cuda::cuda_executor_stats(*executor).weight_bytes;
+  const cuda::CudaExecutorStats stats = cuda::cuda_executor_stats(*executor);
+  m.weight_bytes = stats.weight_bytes;
+  m.streaming = stats.streaming;
+  m.cache_slots = stats.cache_slots;
+  m.cache_bytes = stats.cache_bytes;
+  m.host_expert_bytes = stats.host_expert_bytes;
   return m;
 }
 #else
@@ -271,7 +317,16 @@ int run_bench(const BenchArgs& a) {
   if (a.steps < 1) bad_flag("--steps", "must be ≥ 1, got " + std::to_string(a.steps));
   const int device = parse_device(a.device);
   if (device < 0) bad_flag("--device", "the benchmark runs on a CUDA device (cuda or cuda:N)");
-  const K3Config config = resolve_config(a.synthetic);
+  if (!a.expert_cache.empty()) parse_expert_cache(a.expert_cache);
+  K3Config config = resolve_config(a.synthetic);
+  if (a.layers != 0) {
+    if (a.layers < 1 || a.layers > config.num_layers) {
+      bad_flag("--layers", "must be in [1, " + std::to_string(config.num_layers) + "], got " + std::to_string(a.layers));
+    }
+    config.num_layers = a.layers;
+    config.mixer.resize(static_cast<size_t>(a.layers));
+    config.ffn.resize(static_cast<size_t>(a.layers));
+  }
   std::ofstream json_out;
   if (!a.json.empty()) {
     json_out.open(a.json);
@@ -303,6 +358,9 @@ Registered add_bench(CLI::App& app) {
   cmd->add_flag("--no-graphs", args->no_graphs, "run every decode step eagerly (no CUDA graphs)");
   cmd->add_option("--seed", args->seed, "seed of the synthetic weights and tokens")->capture_default_str();
   cmd->add_option("--json", args->json, "also write the numbers to this JSON file");
+  cmd->add_option("--expert-cache", args->expert_cache,
+                  "expert streaming: routed experts in pinned host memory behind a device cache of this size (8G)");
+  cmd->add_option("--layers", args->layers, "keep only the first N layers of the config");
   return {cmd, [args] { return run_bench(*args); }};
 }
 

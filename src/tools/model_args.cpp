@@ -1,6 +1,8 @@
 #include "tools/model_args.h"
 
 #include <charconv>
+#include <cmath>
+#include <string_view>
 
 #include "core/error.h"
 #include "quant/families/family.h"
@@ -39,6 +41,33 @@ void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--max-context", args.max_context, "CUDA: tokens per sequence (a multiple of 64)")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--expert-cache", args.expert_cache,
+                  "CUDA expert streaming: routed experts stay in pinned host memory behind an LRU device cache "
+                  "of this size (e.g. 8G; decode CUDA graphs off)");
+}
+
+uint64_t parse_expert_cache(const std::string& text) {
+  const Where where{"", "", "--expert-cache"};
+  const std::string bad = "'" + text + "' is not a size (e.g. 8G, 512M, or bytes)";
+  double value = 0;
+  const char* begin = text.data();
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (text.empty() || ec != std::errc() || ptr == begin || !std::isfinite(value)) throw Error(where, bad);
+  const std::string_view suffix(ptr, static_cast<size_t>(end - ptr));
+  double unit = 1;
+  if (suffix == "K" || suffix == "k") {
+    unit = 1024.0;
+  } else if (suffix == "M" || suffix == "m") {
+    unit = 1024.0 * 1024.0;
+  } else if (suffix == "G" || suffix == "g") {
+    unit = 1024.0 * 1024.0 * 1024.0;
+  } else if (!suffix.empty()) {
+    throw Error(where, bad);
+  }
+  const double bytes = value * unit;
+  if (!(bytes >= 1) || bytes > 1e18) throw Error(where, "'" + text + "' must be at least one byte and at most 1e18");
+  return static_cast<uint64_t>(bytes);
 }
 
 int parse_device(const std::string& text) {
@@ -102,6 +131,10 @@ LoadedModel load_model(const ModelArgs& args) {
                               : args.activations == "bf16"     ? cpu::ActivationNumerics::Bf16Inputs
                                                                : cpu::ActivationNumerics::WeightOnly;
   const int device = parse_device(args.device);
+  const uint64_t expert_cache = args.expert_cache.empty() ? 0 : parse_expert_cache(args.expert_cache);
+  if (expert_cache > 0 && device < 0) {
+    throw Error(Where{"", "", "--expert-cache"}, "streams experts to a GPU: it needs --device cuda");
+  }
   if (device >= 0) {
 #ifdef K3_HAVE_CUDA
     if (options.linear.activation != cpu::ActivationNumerics::WeightOnly) {
@@ -112,6 +145,7 @@ LoadedModel load_model(const ModelArgs& args) {
     cuda.memory = args.gpu_memory;
     cuda.max_sequences = args.max_sequences;
     cuda.max_context = args.max_context;
+    cuda.expert_cache_bytes = expert_cache;
     options.executor = [cuda](const K3Config& config, const LoadPlan& plan, PlanFiles& files) {
       return cuda::make_cuda_executor(cuda, config, plan, files);
     };

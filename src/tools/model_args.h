@@ -30,7 +30,12 @@ struct ModelArgs {
   std::string gpu_memory = "90%";     // --gpu-memory: the CUDA arena
   int64_t max_sequences = 8;          // --max-sequences: CUDA state slots
   int64_t max_context = 4096;         // --max-context: tokens per sequence on the GPU
+  std::string expert_cache;           // --expert-cache SIZE: CUDA expert streaming (empty: off)
 };
+
+// --expert-cache SIZE → bytes: "<n>" or "<n>K|M|G" (binary units, fractions allowed: "1.5G"), > 0.
+// Throws k3::Error (field '--expert-cache') on anything else.
+uint64_t parse_expert_cache(const std::string& text);
 
 // --device: -1 for the CPU, else the CUDA device index. Throws k3::Error (field '--device').
 int parse_device(const std::string& text);

@@ -102,6 +102,29 @@ TEST(CliErrors, BadIdsAndFlagsGiveOneLine) {
   }
 }
 
+// --expert-cache (CUDA expert streaming): bad sizes and a CPU run give one line, exit 1, before any
+// device is touched (tests/cuda/test_expert_streaming.cpp runs the streaming itself).
+TEST(CliErrors, ExpertCacheFlagGivesOneLine) {
+  const std::string model = " --model " + peer("ckpt");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"generate" + model + " --ids 1 --expert-cache 2G",
+       "k3 generate: error: field '--expert-cache': streams experts to a GPU: it needs --device cuda\n"},
+      {"generate" + model + " --ids 1 --expert-cache 2X --device cuda",
+       "k3 generate: error: field '--expert-cache': '2X' is not a size (e.g. 8G, 512M, or bytes)\n"},
+      {"logits" + model + " --ids 1 --out /tmp/x.npy --expert-cache 50%",
+       "k3 logits: error: field '--expert-cache': '50%' is not a size (e.g. 8G, 512M, or bytes)\n"},
+      {"generate" + model + " --ids 1 --expert-cache 0 --device cuda",
+       "k3 generate: error: field '--expert-cache': '0' must be at least one byte and at most 1e18\n"},
+      {"generate" + model + " --ids 1 --expert-cache -1G --device cuda",
+       "k3 generate: error: field '--expert-cache': '-1G' must be at least one byte and at most 1e18\n"},
+  };
+  for (const auto& [args, err] : cases) {
+    const test::CliResult r = test::run_k3(args);
+    EXPECT_EQ(r.code, 1) << args;
+    EXPECT_EQ(r.err, err) << args;
+  }
+}
+
 // --device cuda: runs where a GPU is (tests/cuda compares the results); without one — or in a build
 // without CUDA — a one-line error naming the flag, exit 1.
 TEST(CliErrors, CudaDeviceRunsOrNamesWhatIsMissing) {

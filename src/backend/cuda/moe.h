@@ -59,6 +59,9 @@ MoeDispatch moe_dispatch_view(void* buffer, int64_t tokens, int64_t top_k, int64
 // From the router's ids (i32 [T, k], each in [0, E); duplicates within a token allowed): per-expert
 // counts and offsets, the sorted order (within an expert, rows in (t, j) order, so the result is
 // deterministic) and the tile maps. One CTA; E <= 1024.
+// A negative id skips its pick (expert streaming, docs/gpu.md): it is not counted, its pick_row is
+// −1, and the counted rows end at expert_offsets[E] ≤ R; sorted rows past them name token 0, so a
+// gather over all R rows stays in bounds, and no tile covers them.
 void moe_dispatch(const DeviceTensor& ids, const MoeDispatch& d, cudaStream_t stream);
 
 // xs[r] = x[sorted_token[r]]: x f32 or bf16 [T, K]; xs bf16 [R, K].
@@ -73,7 +76,8 @@ void moe_grouped_gemm_bf16(const DeviceTensor& xs, const DeviceTensor& w, const 
 
 // out[t] = Σ_j weights[t, j] · ys[pick_row[t·k + j]]  (+ out[t] when accumulate): ys f32 or bf16
 // [R, N]; weights f32 [T, k]; out f32 or bf16 [T, N]. Summed in pick order j = 0…k−1 in fp32 (fma),
-// then added to the old out[t] when accumulating.
+// then added to the old out[t] when accumulating. Picks whose pick_row is −1 (skipped by the dispatch)
+// add nothing; a token with no counted pick gets 0 (or keeps out[t] when accumulating).
 void moe_combine(const DeviceTensor& ys, const MoeDispatch& d, const DeviceTensor& weights, const DeviceTensor& out,
                  bool accumulate, cudaStream_t stream);
 

@@ -10,6 +10,8 @@
 //   3. each warp walks its range again in the same order: a pick's position is its warp's cursor
 //      plus its rank among the lower lanes of its group; the group's lowest lane advances the cursor.
 // Ranges, steps and lanes all run in (t, j) order, so within an expert the rows are in (t, j) order.
+// Picks with a negative id are skipped (expert streaming runs a layer's experts in waves): not
+// counted, pick_row −1, and the counted rows end before R.
 //   4. the tile maps: tile i of height h finds its expert by binary search over the tile offsets.
 #include <algorithm>
 #include <string>
@@ -149,9 +151,12 @@ __global__ void __launch_bounds__(kDispatchThreads) moe_dispatch_kernel(Dispatch
       cursor += c;
     }
   }
+  // Skipped picks (ids < 0) are not counted: the counted rows end at total.x ≤ R. The sorted rows
+  // past them name token 0, so that a gather over all R rows reads valid memory (no tile covers them).
+  for (int i = total.x + tid; i < R; i += kDispatchThreads) a.sorted_token[i] = 0;
   if (tid == 0) {
-    off[E] = R;
-    a.offsets[E] = R;
+    off[E] = total.x;
+    a.offsets[E] = total.x;
     toff[E] = total.y, toff[(E + 1) + E] = total.z, toff[2 * (E + 1) + E] = total.w;
     a.tile_count[0] = total.y, a.tile_count[1] = total.z, a.tile_count[2] = total.w;
   }
@@ -171,6 +176,8 @@ __global__ void __launch_bounds__(kDispatchThreads) moe_dispatch_kernel(Dispatch
         const int pos = my_hist[e[u]] + __popc(group & lower);
         a.sorted_token[pos] = r / a.top_k;
         a.pick_row[r] = pos;
+      } else if (base + u * 32 + lane < r_end) {
+        a.pick_row[base + u * 32 + lane] = -1;  // a skipped pick
       }
       __syncwarp();
       if (e[u] >= 0 && lane == __ffs(group) - 1) my_hist[e[u]] += __popc(group);
@@ -247,11 +254,11 @@ __global__ void __launch_bounds__(kCombineThreads)
     float v[kPicksInFlight][kVec];
 #pragma unroll
     for (int u = 0; u < kPicksInFlight; ++u) {
-      if (j0 + u < top_k) detail::load8(ys + static_cast<int64_t>(rows[j0 + u]) * ldy + c, v[u]);
+      if (j0 + u < top_k && rows[j0 + u] >= 0) detail::load8(ys + static_cast<int64_t>(rows[j0 + u]) * ldy + c, v[u]);
     }
 #pragma unroll
     for (int u = 0; u < kPicksInFlight; ++u) {
-      if (j0 + u < top_k) {
+      if (j0 + u < top_k && rows[j0 + u] >= 0) {  // pick_row −1: a skipped pick adds nothing
 #pragma unroll
         for (int i = 0; i < kVec; ++i) acc[i] = fmaf(wts[j0 + u], v[u][i], acc[i]);
       }

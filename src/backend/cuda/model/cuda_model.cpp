@@ -11,6 +11,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/generic_attention.h"
 #include "backend/cuda/mla.h"
+#include "backend/cuda/model/expert_stream.h"
 #include "backend/cuda/model/rows.h"
 #include "backend/cuda/model/step.h"
 #include "backend/cuda/ops.h"
@@ -89,7 +90,7 @@ class CudaOps {
     const DeviceLayer& lw = layer(l);
     const DeviceTensor& o = shaped(out, DType::kF32);
     if (ctx_.config.is_moe(l)) {
-      moe_block(ctx_, lw.moe, x.t, o);
+      moe_block(ctx_, l, lw.moe, x.t, o);
     } else {
       mlp_block(ctx_, lw.mlp, x.t, o);
     }
@@ -159,10 +160,16 @@ void check_geometry(const K3Config& c) {
 
 class CudaExecutor final : public Executor {
  public:
-  using WeightSource = std::function<DeviceWeights(Arena&)>;
+  // The weights into the arena; routed-expert banks to the sink when it is set (expert streaming).
+  using WeightSource = std::function<DeviceWeights(Arena&, ExpertBankSink*)>;
   CudaExecutor(const CudaOptions& o, const K3Config& config, const WeightSource& weights)
       : options_(o), config_(config), device_(select(o.device)), arena_(o.device, parse_memory(o)),
-        weights_(weights(arena_)), blas_(arena_) {
+        experts_(o.expert_cache_bytes > 0 ? std::make_unique<ExpertStream>(config_) : nullptr),
+        weights_(weights(arena_, experts_.get())), blas_(arena_) {
+    if (experts_) {
+      experts_->allocate(arena_, o.expert_cache_bytes);
+      stats_.streaming = true;
+    }
     stats_.weight_bytes = weights_.bytes;
     for (const DeviceLayer& l : weights_.layers) stats_.packed_expert_banks += l.moe.w13.packed() + l.moe.w2.packed();
     cudaDeviceProp prop{};
@@ -207,7 +214,8 @@ class CudaExecutor final : public Executor {
     const int64_t vocab = config_.vocab_size, L = static_cast<int64_t>(logit_rows.size());
     DeviceTensor logits;
     // Graphs need every launch shape fixed per batch size: the generic MLA path's grows with the context.
-    if (options_.graphs && fast_mla_ && meta.decode && L == meta.rows) {
+    // Expert streaming reads each MoE layer's picks on the host: no graphs.
+    if (options_.graphs && !experts_ && fast_mla_ && meta.decode && L == meta.rows) {
       logits = replay_decode(meta);
     } else {
       logits = forward(meta, L);
@@ -222,7 +230,23 @@ class CudaExecutor final : public Executor {
     return out;
   }
 
-  const CudaExecutorStats& stats() const { return stats_; }
+  const CudaExecutorStats& stats() const {
+    if (experts_) {
+      const ExpertStreamStats& e = experts_->stats();
+      stats_.cache_slots = e.slots;
+      stats_.cache_bytes = e.slot_bytes;
+      stats_.host_expert_bytes = e.host_bytes;
+      stats_.cache_hits = e.hits;
+      stats_.cache_misses = e.misses;
+      stats_.cache_waves = e.waves;
+      stats_.cache_passes = e.passes;
+      stats_.moe_layer_calls = e.layer_calls;
+      stats_.multi_wave_calls = e.multi_wave_calls;
+      stats_.bytes_copied = e.bytes_copied;
+      stats_.copy_seconds = e.copy_seconds;
+    }
+    return stats_;
+  }
 
  private:
   struct Sequence {
@@ -352,6 +376,7 @@ class CudaExecutor final : public Executor {
   // The whole forward of one step on the stream; returns the f32 logits [L, vocab] (arena memory).
   DeviceTensor forward(const StepMeta& meta, int64_t L) {
     StepContext ctx{config_, weights_, state_, arena_, blas_, stream_.get(), multiprocessors_, page_size_, meta};
+    ctx.experts = experts_.get();
     CudaOps ops(ctx);
     Act x, normed;
     x.t = arena_.alloc_tensor(DType::kF32, meta.rows, config_.hidden_size, "embedded rows");
@@ -399,6 +424,7 @@ class CudaExecutor final : public Executor {
   K3Config config_;
   int device_;
   Arena arena_;
+  std::unique_ptr<ExpertStream> experts_;  // expert streaming, else null
   DeviceWeights weights_;
   Blas blas_;
   Stream stream_;
@@ -416,7 +442,7 @@ class CudaExecutor final : public Executor {
   std::map<int64_t, Sequence> sequences_;
   std::map<std::pair<int, int>, Captured> graphs_;
   std::set<std::pair<int, int>> warmed_;
-  CudaExecutorStats stats_;
+  mutable CudaExecutorStats stats_;
 };
 
 }  // namespace
@@ -425,8 +451,8 @@ std::unique_ptr<Executor> make_cuda_executor(const CudaOptions& options, const K
                                              PlanFiles& files) {
   check_options(options);
   check_geometry(config);
-  return std::make_unique<CudaExecutor>(options, config, [&](Arena& arena) {
-    return upload_weights(arena, config, plan, files, options.packed_int_experts);
+  return std::make_unique<CudaExecutor>(options, config, [&](Arena& arena, ExpertBankSink* sink) {
+    return upload_weights(arena, config, plan, files, options.packed_int_experts, sink);
   });
 }
 
@@ -434,7 +460,9 @@ std::unique_ptr<Executor> make_synthetic_cuda_executor(const CudaOptions& option
   check_options(options);
   check_geometry(config);
   return std::make_unique<CudaExecutor>(options, config,
-                                        [&](Arena& arena) { return synthetic_weights(arena, config, seed); });
+                                        [&](Arena& arena, ExpertBankSink* sink) {
+                                          return synthetic_weights(arena, config, seed, sink);
+                                        });
 }
 
 CudaExecutorStats cuda_executor_stats(const Executor& executor) {

@@ -24,6 +24,11 @@ struct CudaOptions {
   // on the H200 2026-11-29) instead of dequantised to bf16 (false: 4× the expert bytes, the bf16
   // kernels). NVFP4 / MXFP4 experts are always packed.
   bool packed_int_experts = true;
+  // Expert streaming (docs/gpu.md "Expert streaming"): 0 = off (every routed expert resident), else
+  // the device bytes of an LRU expert cache; the routed experts stay in pinned host memory and are
+  // copied in as the router picks them. Forces decode CUDA graphs off (each MoE layer reads its picks
+  // on the host).
+  uint64_t expert_cache_bytes = 0;
 };
 
 // Checks the options (one-line errors naming the flag) and binds the plan for `options.device`.
@@ -36,9 +41,23 @@ std::unique_ptr<Executor> make_synthetic_cuda_executor(const CudaOptions& option
 
 // Statistics of an executor made here (tests and benchmarks): weight bytes, graph replays.
 struct CudaExecutorStats {
-  uint64_t weight_bytes = 0;
+  uint64_t weight_bytes = 0;        // device bytes of the weights (streamed experts excluded)
   int64_t packed_expert_banks = 0;  // routed-expert banks kept NVFP4 / MXFP4 (the rest are bf16)
   int64_t graph_replays = 0, graph_captures = 0, eager_steps = 0;
+  // Expert streaming (zero when off): cache slots (experts), pinned host bytes of the experts,
+  // lookups, waves and passes, MoE layer calls (and those needing more than one wave), host→device
+  // bytes and the copy stream's time in them.
+  bool streaming = false;
+  int64_t cache_slots = 0;
+  uint64_t cache_bytes = 0, host_expert_bytes = 0;
+  int64_t cache_hits = 0, cache_misses = 0, cache_waves = 0, cache_passes = 0;
+  int64_t moe_layer_calls = 0, multi_wave_calls = 0;
+  uint64_t bytes_copied = 0;
+  double copy_seconds = 0;
+  double hit_rate() const {
+    return cache_hits + cache_misses > 0 ? static_cast<double>(cache_hits) / static_cast<double>(cache_hits + cache_misses) : 0.0;
+  }
+  double copy_gb_per_s() const { return copy_seconds > 0 ? static_cast<double>(bytes_copied) / copy_seconds / 1e9 : 0.0; }
 };
 CudaExecutorStats cuda_executor_stats(const Executor& executor);
 

@@ -338,7 +338,22 @@ DeviceMlp mlp_weights(WeightFiller& f, const std::string& p) {
   return {f.linear(p + "gate_proj.weight"), f.linear(p + "up_proj.weight"), f.linear(p + "down_proj.weight")};
 }
 
-DeviceMoe moe_weights(WeightFiller& f, const K3Config& c, const std::string& p) {
+// Bank `role` of MoE layer `layer` from the filler: kept on the device, or handed to the sink and its
+// device memory given back (only its kind stays). `streamed` sums the bytes handed over.
+DeviceExperts expert_bank(WeightFiller& f, Arena* arena, ExpertBankSink* sink, int64_t layer, int role,
+                          const std::string& first, const std::string& second, uint64_t& streamed) {
+  if (sink == nullptr) return f.experts(first, second);
+  const size_t mark = arena->mark();
+  const DeviceExperts bank = f.experts(first, second);
+  streamed += sink->keep(layer, role, bank);
+  arena->reset(mark);
+  DeviceExperts form;
+  form.kind = bank.kind;
+  return form;
+}
+
+DeviceMoe moe_weights(WeightFiller& f, const K3Config& c, const std::string& p, int64_t layer, Arena* arena,
+                      ExpertBankSink* sink, uint64_t& streamed) {
   const MoeConfig& m = *c.moe;
   DeviceMoe w;
   w.router = f.bf16_linear(p + "gate.weight");
@@ -350,15 +365,17 @@ DeviceMoe moe_weights(WeightFiller& f, const K3Config& c, const std::string& p) 
     w.latent_up = f.linear(p + "routed_expert_up_proj.weight");
     if (m.latent_moe_use_norm) w.latent_norm = f.vector(p + "routed_expert_norm.weight", VectorRole::kNormWeight);
   }
-  w.w13 = f.experts(p + "experts.w1.weight", p + "experts.w3.weight");
-  w.w2 = f.experts(p + "experts.w2.weight", "");
+  w.w13 = expert_bank(f, arena, sink, layer, 0, p + "experts.w1.weight", p + "experts.w3.weight", streamed);
+  w.w2 = expert_bank(f, arena, sink, layer, 1, p + "experts.w2.weight", "", streamed);
   if (m.num_shared_experts > 0) w.shared = mlp_weights(f, p + "shared_experts.");
   return w;
 }
 
 }  // namespace
 
-DeviceWeights build_weights(WeightFiller& f, const K3Config& config) {
+DeviceWeights build_weights(WeightFiller& f, const K3Config& config, Arena* arena, ExpertBankSink* sink) {
+  if (sink != nullptr && arena == nullptr) throw Error("build_weights: expert streaming needs the filler's arena");
+  uint64_t streamed = 0;
   DeviceWeights w;
   w.embed = f.embedding("model.embed_tokens.weight");
   const bool attn_res = config.attn_res_block_size.has_value();
@@ -377,7 +394,7 @@ DeviceWeights build_weights(WeightFiller& f, const K3Config& config) {
       lw.mla = mla_weights(f, config, p + "self_attn.");
     }
     if (config.is_moe(l)) {
-      lw.moe = moe_weights(f, config, p + "block_sparse_moe.");
+      lw.moe = moe_weights(f, config, p + "block_sparse_moe.", l, arena, sink, streamed);
     } else {
       lw.mlp = mlp_weights(f, p + "mlp.");
     }
@@ -392,18 +409,18 @@ DeviceWeights build_weights(WeightFiller& f, const K3Config& config) {
   } else {
     w.lm_head = f.bf16_linear("lm_head.weight");
   }
-  w.bytes = f.bytes();
+  w.bytes = f.bytes() - streamed;  // the device bytes that stay
   return w;
 }
 
 DeviceWeights upload_weights(Arena& arena, const K3Config& config, const LoadPlan& plan, PlanFiles& files,
-                             bool packed_int_experts) {
+                             bool packed_int_experts, ExpertBankSink* sink) {
   if (!plan.ok()) {
     throw Error(plan.problems.front().where, "the load plan has " + std::to_string(plan.problems.size()) +
                                                  " problem(s), first: " + plan.problems.front().message);
   }
   Uploader u(arena, plan, files, packed_int_experts);
-  return build_weights(u, config);
+  return build_weights(u, config, &arena, sink);
 }
 
 }  // namespace k3::cuda

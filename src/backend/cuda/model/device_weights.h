@@ -132,18 +132,31 @@ class WeightFiller {
   uint64_t bytes_ = 0;
 };
 
-// Every member the config implies, each from the filler.
-DeviceWeights build_weights(WeightFiller& filler, const K3Config& config);
+// Expert streaming (expert_stream.h): takes each routed-expert bank of MoE layer `layer` (role 0 =
+// w13, 1 = w2) right after the filler made it on the device, and returns the device bytes it held;
+// build_weights then gives the bank's memory back to the arena and leaves only its form (kind, no
+// pointers) in DeviceMoe.
+class ExpertBankSink {
+ public:
+  virtual ~ExpertBankSink() = default;
+  virtual uint64_t keep(int64_t layer, int role, const DeviceExperts& bank) = 0;
+};
+
+// Every member the config implies, each from the filler. With a sink (and the filler's arena), the
+// routed-expert banks go to it instead of staying on the device: the arena must hold one bank at a
+// time.
+DeviceWeights build_weights(WeightFiller& filler, const K3Config& config, Arena* arena = nullptr,
+                            ExpertBankSink* sink = nullptr);
 
 // Uploads every parameter of an ok plan. Throws k3::Error naming the parameter on any problem.
 // packed_int_experts: W4A8 / GGUF experts packed (CudaOptions::packed_int_experts), else bf16.
 DeviceWeights upload_weights(Arena& arena, const K3Config& config, const LoadPlan& plan, PlanFiles& files,
-                             bool packed_int_experts);
+                             bool packed_int_experts, ExpertBankSink* sink = nullptr);
 
 // Every parameter the config implies, generated on the GPU (no host copies) in the bf16 form above:
 // matrices uniform with variance 1/K (activations keep their scale through the layers), norm weights
 // 1, conv weights, A_log, dt_bias and the correction bias small, so the forward stays finite and
 // routing spreads tokens over the experts. Deterministic in `seed`. For benchmarks only.
-DeviceWeights synthetic_weights(Arena& arena, const K3Config& config, uint64_t seed);
+DeviceWeights synthetic_weights(Arena& arena, const K3Config& config, uint64_t seed, ExpertBankSink* sink = nullptr);
 
 }  // namespace k3::cuda

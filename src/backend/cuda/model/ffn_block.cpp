@@ -6,6 +6,7 @@
 // returns dequantised values — the packed kernels apply every weight scale (NVFP4's per-expert global
 // scale for gate and up separately) in their epilogue — so the activation's gate/up alphas are 1 and
 // no scale is applied twice.
+#include "backend/cuda/model/expert_stream.h"
 #include "backend/cuda/model/rows.h"
 #include "backend/cuda/model/step.h"
 #include "backend/cuda/moe.h"
@@ -19,16 +20,23 @@ namespace {
 
 // ys = xs · W_eᵀ per sorted row in the bank's own kernel; W4A8 and GGUF first quantise the rows
 // under the checkpoint's activation contract (int8 per row / 8-bit blocks), into step scratch.
+// `model_experts`: the E the kernel is chosen for — the model's, also when the dispatch runs over
+// streaming's slot bank, so a streamed layer runs the same kernels as a resident one.
 void expert_gemm(StepContext& ctx, const DeviceTensor& xs, const DeviceExperts& w, const MoeDispatch& d,
-                 const DeviceTensor& ys) {
+                 const DeviceTensor& ys, int64_t model_experts) {
+  const int64_t R = d.rows();
   switch (w.kind) {
-    case DeviceExperts::Kind::kBf16: moe_grouped_gemm_bf16(xs, w.bf16, d, ys, ctx.stream); break;
-    case DeviceExperts::Kind::kW4: moe_grouped_gemm_w4(xs, w.w4, d, ys, ctx.stream); break;
+    case DeviceExperts::Kind::kBf16:
+      moe_grouped_gemm_bf16(xs, w.bf16, d, ys, ctx.stream, moe_tile_for(R, model_experts));
+      break;
+    case DeviceExperts::Kind::kW4:
+      moe_grouped_gemm_w4(xs, w.w4, d, ys, ctx.stream, moe_w4_tile_for(R, model_experts));
+      break;
     case DeviceExperts::Kind::kW4A8: {
       const Int8Rows q{ctx.scratch(DType::kU8, xs.rows, xs.cols, "moe int8 rows"),
                        ctx.arena.alloc_n<float>(static_cast<size_t>(xs.rows), "moe int8 row scales")};
       moe_quantize_int8_rows(xs, q, ctx.stream);
-      moe_grouped_gemm_w4a8(q, w.w4a8, d, ys, ctx.stream);
+      moe_grouped_gemm_w4a8(q, w.w4a8, d, ys, ctx.stream, moe_w4a8_tile_for(R, model_experts, w.w4a8.groups() > 1));
       break;
     }
     case DeviceExperts::Kind::kGgml: {
@@ -54,7 +62,7 @@ void mlp_block(StepContext& ctx, const DeviceMlp& w, const DeviceTensor& x, cons
   ctx.arena.reset(mark);
 }
 
-void moe_block(StepContext& ctx, const DeviceMoe& w, const DeviceTensor& x, const DeviceTensor& out) {
+void moe_block(StepContext& ctx, int64_t layer, const DeviceMoe& w, const DeviceTensor& x, const DeviceTensor& out) {
   const MoeConfig& mc = *ctx.config.moe;
   const int64_t T = x.rows, E = mc.num_experts, k = mc.experts_per_token, I = mc.moe_intermediate_size;
   const size_t mark = ctx.arena.mark();
@@ -71,23 +79,45 @@ void moe_block(StepContext& ctx, const DeviceMoe& w, const DeviceTensor& x, cons
     ctx.linear(w.latent_down, x, z);
   }
   const int64_t D = z.cols, R = T * k;
-  const MoeDispatch d = moe_dispatch_view(ctx.arena.alloc(moe_dispatch_bytes(T, k, E), "moe dispatch"), T, k, E);
-  moe_dispatch(ids, d, ctx.stream);
-  const DeviceTensor xs = ctx.scratch(DType::kBF16, R, D, "moe sorted rows");
-  moe_gather(z, d, xs, ctx.stream);
-  const DeviceTensor gate_up = ctx.scratch(DType::kBF16, R, 2 * I, "moe gate|up");
-  expert_gemm(ctx, xs, w.w13, d, gate_up);
-  const DeviceTensor a = ctx.scratch(DType::kBF16, R, I, "moe activation");
-  gated_activation(gated_activation_params(ctx.config.activation), gate_up.col_slice(0, I), gate_up.col_slice(I, I), a,
-                   ctx.stream);
-  const DeviceTensor ys = ctx.scratch(DType::kF32, R, D, "moe expert outputs");
-  expert_gemm(ctx, a, w.w2, d, ys);
-
   // The routed sum goes straight into `out`, or to the latent up-projection: f32 for its norm, else
-  // bf16 as the GEMM reads it.
-  const DType routed_dtype = w.latent_norm ? DType::kF32 : DType::kBF16;
+  // bf16 as the GEMM reads it (f32 when streaming, whose passes accumulate; the GEMM input rounds the
+  // same sum to bf16 once, as the combine would).
+  const DType routed_dtype = w.latent_norm || ctx.experts != nullptr ? DType::kF32 : DType::kBF16;
   const DeviceTensor routed = w.latent_up ? ctx.scratch(routed_dtype, T, D, "moe routed sum") : out;
-  moe_combine(ys, d, weights, routed, false, ctx.stream);
+
+  // One pass of dispatch → gather → GEMM 1 → activation → GEMM 2 → combine over `bank` (E_bank
+  // experts) for the picks `pick_ids` names (−1: skipped).
+  const int64_t E_bank = ctx.experts != nullptr ? ctx.experts->slots() : E;
+  const MoeDispatch d =
+      moe_dispatch_view(ctx.arena.alloc(moe_dispatch_bytes(T, k, E_bank), "moe dispatch"), T, k, E_bank);
+  const DeviceTensor xs = ctx.scratch(DType::kBF16, R, D, "moe sorted rows");
+  const DeviceTensor gate_up = ctx.scratch(DType::kBF16, R, 2 * I, "moe gate|up");
+  const DeviceTensor a = ctx.scratch(DType::kBF16, R, I, "moe activation");
+  const DeviceTensor ys = ctx.scratch(DType::kF32, R, D, "moe expert outputs");
+  auto pass = [&](const DeviceTensor& pick_ids, const DeviceExperts& w13, const DeviceExperts& w2, bool accumulate) {
+    const size_t pass_mark = ctx.arena.mark();
+    moe_dispatch(pick_ids, d, ctx.stream);
+    moe_gather(z, d, xs, ctx.stream);
+    expert_gemm(ctx, xs, w13, d, gate_up, E);
+    gated_activation(gated_activation_params(ctx.config.activation), gate_up.col_slice(0, I), gate_up.col_slice(I, I),
+                     a, ctx.stream);
+    expert_gemm(ctx, a, w2, d, ys, E);
+    moe_combine(ys, d, weights, routed, accumulate, ctx.stream);
+    ctx.arena.reset(pass_mark);
+  };
+  if (ctx.experts == nullptr) {
+    pass(ids, w.w13, w.w2, false);
+  } else {
+    // Expert streaming (expert_stream.h): the passes over the slot banks, each after the copies it
+    // needs; every pick runs in exactly one pass.
+    ExpertStream& es = *ctx.experts;
+    const std::vector<DeviceTensor> tables = es.plan(layer, ids, ctx.arena, ctx.stream);
+    for (size_t i = 0; i < tables.size(); ++i) {
+      es.before_pass(i, ctx.stream);
+      pass(tables[i], es.slot_bank(0), es.slot_bank(1), i > 0);
+      es.after_pass(i, ctx.stream);
+    }
+  }
   if (w.latent_up) {
     DeviceTensor up_in = routed;
     if (w.latent_norm) {

@@ -41,6 +41,8 @@ struct LayerState {
   DeviceTensor cache;   // MLA layers: bf16 [slots · max_context, r + d_rope] latent rows [c | k_pe]
 };
 
+class ExpertStream;  // expert_stream.h
+
 struct StepContext {
   const K3Config& config;
   const DeviceWeights& weights;
@@ -51,6 +53,7 @@ struct StepContext {
   int multiprocessors = 0;
   int page_size = 64;
   StepMeta meta;
+  ExpertStream* experts = nullptr;  // expert streaming (--expert-cache): the routed experts' slot banks
 
   // y = x·Wᵀ for every weight kind; x f32 or bf16, y f32 or bf16 (converted where a GEMM cannot).
   void linear(const DeviceLinear& w, const DeviceTensor& x, const DeviceTensor& y);
@@ -64,7 +67,7 @@ struct StepContext {
 // [T, hidden] allocated by the caller. Temporaries come from the arena and are given back inside.
 void kda_block(StepContext& ctx, int64_t layer, const DeviceKda& w, const DeviceTensor& x, const DeviceTensor& out);
 void mla_block(StepContext& ctx, int64_t layer, const DeviceMla& w, const DeviceTensor& x, const DeviceTensor& out);
-void moe_block(StepContext& ctx, const DeviceMoe& w, const DeviceTensor& x, const DeviceTensor& out);
+void moe_block(StepContext& ctx, int64_t layer, const DeviceMoe& w, const DeviceTensor& x, const DeviceTensor& out);
 void mlp_block(StepContext& ctx, const DeviceMlp& w, const DeviceTensor& x, const DeviceTensor& out);
 
 // Whether the MLA dims are the fast kernels' (mla.h); others run the generic attention.

@@ -180,9 +180,9 @@ class Generator final : public WeightFiller {
 
 }  // namespace
 
-DeviceWeights synthetic_weights(Arena& arena, const K3Config& config, uint64_t seed) {
+DeviceWeights synthetic_weights(Arena& arena, const K3Config& config, uint64_t seed, ExpertBankSink* sink) {
   Generator generator(arena, config, seed);
-  DeviceWeights w = build_weights(generator, config);
+  DeviceWeights w = build_weights(generator, config, &arena, sink);
   // The fills ran on the legacy default stream; the executor's streams do not wait for it.
   K3_CUDA_CHECK(cudaDeviceSynchronize());
   return w;

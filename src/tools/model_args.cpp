@@ -30,8 +30,9 @@ void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input) {
   }
   cmd->add_option("--threads", args.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--activations", args.activations,
-                  "CPU activation numerics: weight-only (float activations, default), checkpoint (the "
-                  "checkpoint's contract: NVFP4 W4A4 with its input_scale, FP8 e4m3 activations) or bf16 (every "
+                  "activation numerics: weight-only (float activations, default), checkpoint (the "
+                  "checkpoint's contract: NVFP4 W4A4 with its input_scale, FP8 e4m3 activations; on CUDA the "
+                  "routed NVFP4 experts' W4A4, the FP8 GEMMs always quantise) or bf16 (CPU only: every "
                   "linear's input rounded to bf16, as the CUDA backend computes)")
       ->check(CLI::IsMember({"weight-only", "checkpoint", "bf16"}));
   cmd->add_option("--device", args.device, "cpu (default), cuda or cuda:N");
@@ -137,10 +138,11 @@ LoadedModel load_model(const ModelArgs& args) {
   }
   if (device >= 0) {
 #ifdef K3_HAVE_CUDA
-    if (options.linear.activation != cpu::ActivationNumerics::WeightOnly) {
+    if (options.linear.activation == cpu::ActivationNumerics::Bf16Inputs) {
       throw Error(Where{"", "", "--activations"}, "'" + args.activations + "' applies to the CPU backend only");
     }
     cuda::CudaOptions cuda;
+    cuda.w4a4 = options.linear.activation == cpu::ActivationNumerics::CheckpointContract;
     cuda.device = device;
     cuda.memory = args.gpu_memory;
     cuda.max_sequences = args.max_sequences;

@@ -52,8 +52,9 @@ double tolerance(const ModelCase& c) {
   return k3 ? 2.0 : 0.3;
 }
 
-EngineOptions cuda_options(bool graphs = true) {
+EngineOptions cuda_options(bool graphs = true, bool w4a4 = false) {
   CudaOptions o;
+  o.w4a4 = w4a4;
   o.memory = "3G";
   o.max_sequences = 4;
   o.max_context = 256;
@@ -162,6 +163,32 @@ INSTANTIATE_TEST_SUITE_P(Families, CudaModelVsCpu,
                                            ModelCase{FamilyId::Bf16, TinyArch::KimiK3, TinySize::Tiny},
                                            ModelCase{FamilyId::Bf16, TinyArch::KimiLinear, TinySize::Tiny}),
                          cuda::test::CaseIndexName());
+
+// The NVFP4 W4A4 option (CudaOptions::w4a4): ModelOpt MIXED_PRECISION — NVFP4 routed experts, FP8_PB_WO
+// attention, the rest bf16 — is then the checkpoint's own contract on both sides (the GPU's FP8 block
+// GEMMs always quantise their activations 1×128; its experts take FP4 activation values), against the
+// CPU engine under `--activations checkpoint`. The GPU stays closer to it with the option than without
+// (weight-only W4A16 experts, a different contract), and within the model's bound.
+TEST(CudaModel, W4a4OptionFollowsTheCheckpointContract) {
+  K3_REQUIRE_GPU();
+  for (TinyArch arch : {TinyArch::KimiK3, TinyArch::KimiLinear}) {
+    const ModelCase c{FamilyId::ModelOptMixed, arch};
+    const k3::test::TinyCheckpoint ckpt = k3::test::make_tiny_pinned_routing(c.family, arch, 11, c.size);
+    EngineOptions cpu_options;
+    cpu_options.linear.activation = cpu::ActivationNumerics::CheckpointContract;
+    Engine cpu(ckpt.dir, cpu_options);
+    Engine w4a4(ckpt.dir, cuda_options(true, true));
+    Engine w4a16(ckpt.dir, cuda_options(true, false));
+    const std::vector<int64_t> prompt = k3::test::test_prompt(40, cpu.config().vocab_size);
+    const std::vector<float> want = k3::test::prefill_logits(cpu, prompt);
+    const double err = k3::test::relative_max_error(k3::test::prefill_logits(w4a4, prompt), want);
+    const double err_weight_only = k3::test::relative_max_error(k3::test::prefill_logits(w4a16, prompt), want);
+    std::printf("[ modelopt-mixed %s, CPU checkpoint contract ] GPU W4A4 rel err %.2e, GPU W4A16 %.2e\n",
+                arch == TinyArch::KimiK3 ? "kimi-k3" : "kimi-linear", err, err_weight_only);
+    EXPECT_LT(err, tolerance(c));
+    EXPECT_LT(err, 0.5 * err_weight_only);
+  }
+}
 
 // The transformers peer fixture (its own small head geometry runs the generic kernels): logits
 // against the peer's float64 logits and the greedy continuation through the Engine.

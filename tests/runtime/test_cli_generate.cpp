@@ -125,6 +125,18 @@ TEST(CliErrors, ExpertCacheFlagGivesOneLine) {
   }
 }
 
+// --activations bf16 reproduces the GPU's rounding on the CPU: with --device cuda it is refused (a
+// CUDA build names the flag before touching a device; a build without CUDA names the backend).
+TEST(CliErrors, Bf16ActivationsAreCpuOnly) {
+  const test::CliResult r =
+      test::run_k3("logits --model " + peer("ckpt") + " --ids 1,2 --out /tmp/x.npy --device cuda --activations bf16");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_TRUE(r.err.find("field '--activations': 'bf16' applies to the CPU backend only") != std::string::npos ||
+              r.err.find("without the CUDA backend") != std::string::npos)
+      << r.err;
+}
+
 // --device cuda: runs where a GPU is (tests/cuda compares the results); without one — or in a build
 // without CUDA — a one-line error naming the flag, exit 1.
 TEST(CliErrors, CudaDeviceRunsOrNamesWhatIsMissing) {

@@ -452,7 +452,7 @@ std::unique_ptr<Executor> make_cuda_executor(const CudaOptions& options, const K
   check_options(options);
   check_geometry(config);
   return std::make_unique<CudaExecutor>(options, config, [&](Arena& arena, ExpertBankSink* sink) {
-    return upload_weights(arena, config, plan, files, options.packed_int_experts, sink);
+    return upload_weights(arena, config, plan, files, ExpertUploadOptions{options.packed_int_experts, options.w4a4}, sink);
   });
 }
 

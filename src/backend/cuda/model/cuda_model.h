@@ -29,6 +29,10 @@ struct CudaOptions {
   // copied in as the router picks them. Forces decode CUDA graphs off (each MoE layer reads its picks
   // on the host).
   uint64_t expert_cache_bytes = 0;
+  // Routed NVFP4 experts under the checkpoint's W4A4 activation contract (moe_nvfp4_act.h: the GEMM
+  // inputs quantised per 16 with each expert's input_scale, as `--activations checkpoint` on the CPU);
+  // false: weight-only W4A16 (bf16 activations). A checkpoint without input_scale is an error.
+  bool w4a4 = false;
 };
 
 // Checks the options (one-line errors naming the flag) and binds the plan for `options.device`.

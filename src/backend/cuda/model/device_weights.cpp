@@ -19,8 +19,8 @@ namespace {
 // The load plan's parameters: copied as stored where the GEMM reads them so, else dequantised.
 class Uploader final : public WeightFiller {
  public:
-  Uploader(Arena& arena, const LoadPlan& plan, PlanFiles& files, bool packed_int_experts)
-      : arena_(arena), plan_(plan), files_(files), packed_int_experts_(packed_int_experts) {}
+  Uploader(Arena& arena, const LoadPlan& plan, PlanFiles& files, const ExpertUploadOptions& experts)
+      : arena_(arena), plan_(plan), files_(files), experts_(experts) {}
 
   DeviceLinear linear(const std::string& name) override {
     const size_t i = index(name);
@@ -78,11 +78,11 @@ class Uploader final : public WeightFiller {
     DeviceExperts bank;
     const size_t j2 = n2 > 0 ? i2 : i1;
     const std::optional<size_t> second_index = n2 > 0 ? std::optional<size_t>(i2) : std::nullopt;
-    const ExpertPacking packing = choose_expert_packing(plan_, files_, i1, second_index, packed_int_experts_);
+    const ExpertPacking packing = choose_expert_packing(plan_, files_, i1, second_index, experts_.packed_int);
     switch (packing.kind) {
       case ExpertPacking::Kind::kW4:
         bank.kind = DeviceExperts::Kind::kW4;
-        bank.w4 = packed_bank(packing.w4, first, i1, n1, j2, n2, E, K);
+        bank.w4 = packed_bank(packing.w4, first, i1, n1, j2, n2, E, K, bank.input_scale);
         return bank;
       case ExpertPacking::Kind::kW4A8:
         bank.kind = DeviceExperts::Kind::kW4A8;
@@ -147,9 +147,14 @@ class Uploader final : public WeightFiller {
   // the codes and block scales as stored (repacked into the kernels' tiles); out_scale per (expert,
   // part) = NVFP4's weight_scale_2 of that part's matrix (1 for MXFP4) — the only per-tensor factor of
   // the W4A16 contract, applied once in the GEMM epilogue (moe_w4.h).
+  //   Under W4A4 (NVFP4 only) also each expert's static input_scale into `input_scale` ([E], device):
+  // one per expert, so w1 and w3 must agree (they scale the same input); it joins out_scale, as the CPU
+  // folds it into its output scale.
   MoeW4Bank packed_bank(W4Format f, const std::string& name, size_t i1, int64_t n1, size_t i2, int64_t n2, int64_t E,
-                        int64_t K) {
+                        int64_t K, const float*& input_scale) {
     const int64_t parts = n2 > 0 ? 2 : 1;
+    const bool w4a4 = experts_.w4a4 && f == W4Format::kNvfp4;
+    std::vector<float> in_scale(w4a4 ? static_cast<size_t>(E) : 0);
     if (n2 > 0 && n1 != n2) throw Error(Where{"", name, "shape"}, "w1 and w3 differ in rows");
     const MoeW4Bank bank = moe_w4_alloc(arena_, f, E, n1 + n2, K, parts, name.c_str());
     std::vector<float> out_scale(static_cast<size_t>(E * parts), 1.0f);
@@ -177,10 +182,27 @@ class Uploader final : public WeightFiller {
         if (f == W4Format::kNvfp4) {
           out_scale[static_cast<size_t>(e * parts + p)] = scalar_source(b, "weight_scale_2", e, files_);
         }
+        if (w4a4) {
+          const float s = scalar_source(b, "input_scale", e, files_);
+          if (!(s > 0.0f) || !std::isfinite(s)) {
+            throw Error(Where{files_.path(b.source("input_scale", e)), b.param, "input_scale"},
+                        "expert " + std::to_string(e) + ": W4A4 needs a positive finite input_scale, got " + std::to_string(s));
+          }
+          if (p == 1 && s != in_scale[static_cast<size_t>(e)]) {
+            throw Error(Where{files_.path(b.source("input_scale", e)), b.param, "input_scale"},
+                        "expert " + std::to_string(e) + ": W4A4 on the GPU quantises the shared input of w1 and w3 once, but their input_scale differ (" +
+                            std::to_string(in_scale[static_cast<size_t>(e)]) + " vs " + std::to_string(s) + ")");
+          }
+          in_scale[static_cast<size_t>(e)] = s;
+          out_scale[static_cast<size_t>(e * parts + p)] *= s;
+        }
       }
     }
     moe_w4_upload_out_scale(bank, out_scale.data());
     bytes_ += bank.code_bytes() + bank.scale_bytes() + out_scale.size() * sizeof(float);
+    if (w4a4) {
+      input_scale = upload(in_scale, name + " input_scale");
+    }
     return bank;
   }
 
@@ -289,7 +311,7 @@ class Uploader final : public WeightFiller {
   Arena& arena_;
   const LoadPlan& plan_;
   PlanFiles& files_;
-  bool packed_int_experts_;
+  ExpertUploadOptions experts_;
 };
 
 DeviceLinear linear_if(WeightFiller& f, bool present, const std::string& name) {
@@ -414,12 +436,12 @@ DeviceWeights build_weights(WeightFiller& f, const K3Config& config, Arena* aren
 }
 
 DeviceWeights upload_weights(Arena& arena, const K3Config& config, const LoadPlan& plan, PlanFiles& files,
-                             bool packed_int_experts, ExpertBankSink* sink) {
+                             const ExpertUploadOptions& experts, ExpertBankSink* sink) {
   if (!plan.ok()) {
     throw Error(plan.problems.front().where, "the load plan has " + std::to_string(plan.problems.size()) +
                                                  " problem(s), first: " + plan.problems.front().message);
   }
-  Uploader u(arena, plan, files, packed_int_experts);
+  Uploader u(arena, plan, files, experts);
   return build_weights(u, config, &arena, sink);
 }
 

@@ -69,6 +69,10 @@ struct DeviceExperts {
   MoeW4Bank w4;
   MoeW4A8Bank w4a8;
   MoeGgmlBank ggml;
+  // kW4 NVFP4 under the W4A4 contract (CudaOptions::w4a4): each expert's static activation
+  // input_scale [E], which moe_quantize_nvfp4_rows divides the GEMM's input by; w4.out_scale already
+  // carries it (× weight_scale_2). nullptr: weight-only (W4A16).
+  const float* input_scale = nullptr;
   bool packed() const { return kind != Kind::kBf16; }
 };
 
@@ -148,10 +152,14 @@ class ExpertBankSink {
 DeviceWeights build_weights(WeightFiller& filler, const K3Config& config, Arena* arena = nullptr,
                             ExpertBankSink* sink = nullptr);
 
+// How the routed experts are uploaded (CudaOptions' expert fields).
+struct ExpertUploadOptions {
+  bool packed_int = true;  // W4A8 / GGUF packed (CudaOptions::packed_int_experts), else bf16
+  bool w4a4 = false;       // NVFP4 banks take their input_scale (CudaOptions::w4a4)
+};
 // Uploads every parameter of an ok plan. Throws k3::Error naming the parameter on any problem.
-// packed_int_experts: W4A8 / GGUF experts packed (CudaOptions::packed_int_experts), else bf16.
 DeviceWeights upload_weights(Arena& arena, const K3Config& config, const LoadPlan& plan, PlanFiles& files,
-                             bool packed_int_experts, ExpertBankSink* sink = nullptr);
+                             const ExpertUploadOptions& experts, ExpertBankSink* sink = nullptr);
 
 // Every parameter the config implies, generated on the GPU (no host copies) in the bf16 form above:
 // matrices uniform with variance 1/K (activations keep their scale through the layers), norm weights

@@ -27,10 +27,13 @@ std::vector<BankArray> bank_arrays(const DeviceExperts& b, int64_t experts) {
       if (t.ld != t.cols || t.rows % experts != 0) throw Error("expert streaming: a bf16 bank is not contiguous per expert");
       return {{t.data, per(t.rows * t.cols * 2)}};
     }
-    case DeviceExperts::Kind::kW4:
-      return {{b.w4.codes, per(static_cast<int64_t>(b.w4.code_bytes()))},
-              {b.w4.scales, per(static_cast<int64_t>(b.w4.scale_bytes()))},
-              {b.w4.out_scale, static_cast<size_t>(b.w4.parts) * sizeof(float)}};
+    case DeviceExperts::Kind::kW4: {
+      std::vector<BankArray> arrays = {{b.w4.codes, per(static_cast<int64_t>(b.w4.code_bytes()))},
+                                       {b.w4.scales, per(static_cast<int64_t>(b.w4.scale_bytes()))},
+                                       {b.w4.out_scale, static_cast<size_t>(b.w4.parts) * sizeof(float)}};
+      if (b.input_scale != nullptr) arrays.push_back({const_cast<float*>(b.input_scale), sizeof(float)});  // W4A4
+      return arrays;
+    }
     case DeviceExperts::Kind::kW4A8:
       return {{b.w4a8.codes, per(static_cast<int64_t>(b.w4a8.code_bytes()))},
               {b.w4a8.scales, per(static_cast<int64_t>(b.w4a8.scale_count() * sizeof(float)))},
@@ -50,6 +53,7 @@ DeviceExperts alloc_bank_like(Arena& arena, const DeviceExperts& like, int64_t l
       break;
     case DeviceExperts::Kind::kW4:
       b.w4 = moe_w4_alloc(arena, like.w4.format, experts, like.w4.n, like.w4.k, like.w4.parts, what);
+      if (like.input_scale != nullptr) b.input_scale = arena.alloc_n<float>(static_cast<size_t>(experts), what);
       break;
     case DeviceExperts::Kind::kW4A8:
       b.w4a8 = moe_w4a8_alloc(arena, experts, like.w4a8.n, like.w4a8.k, like.w4a8.group_size, like.w4a8.parts, what);

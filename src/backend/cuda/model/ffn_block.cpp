@@ -11,6 +11,7 @@
 #include "backend/cuda/model/step.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/moe_ggml.h"
+#include "backend/cuda/moe_nvfp4_act.h"
 #include "backend/cuda/moe_w4.h"
 #include "backend/cuda/moe_w4a8.h"
 #include "backend/cuda/ops.h"
@@ -19,7 +20,8 @@ namespace k3::cuda {
 namespace {
 
 // ys = xs · W_eᵀ per sorted row in the bank's own kernel; W4A8 and GGUF first quantise the rows
-// under the checkpoint's activation contract (int8 per row / 8-bit blocks), into step scratch.
+// under the checkpoint's activation contract (int8 per row / 8-bit blocks), and NVFP4 under W4A4
+// (CudaOptions::w4a4) to its FP4 values, into step scratch.
 // `model_experts`: the E the kernel is chosen for — the model's, also when the dispatch runs over
 // streaming's slot bank, so a streamed layer runs the same kernels as a resident one.
 void expert_gemm(StepContext& ctx, const DeviceTensor& xs, const DeviceExperts& w, const MoeDispatch& d,
@@ -29,9 +31,15 @@ void expert_gemm(StepContext& ctx, const DeviceTensor& xs, const DeviceExperts& 
     case DeviceExperts::Kind::kBf16:
       moe_grouped_gemm_bf16(xs, w.bf16, d, ys, ctx.stream, moe_tile_for(R, model_experts));
       break;
-    case DeviceExperts::Kind::kW4:
-      moe_grouped_gemm_w4(xs, w.w4, d, ys, ctx.stream, moe_w4_tile_for(R, model_experts));
+    case DeviceExperts::Kind::kW4: {
+      DeviceTensor in = xs;
+      if (w.input_scale != nullptr) {  // W4A4: the checkpoint's NVFP4 activation values
+        in = ctx.scratch(DType::kBF16, xs.rows, xs.cols, "moe nvfp4 activations");
+        moe_quantize_nvfp4_rows(xs, w.input_scale, d, in, ctx.stream);
+      }
+      moe_grouped_gemm_w4(in, w.w4, d, ys, ctx.stream, moe_w4_tile_for(R, model_experts));
       break;
+    }
     case DeviceExperts::Kind::kW4A8: {
       const Int8Rows q{ctx.scratch(DType::kU8, xs.rows, xs.cols, "moe int8 rows"),
                        ctx.arena.alloc_n<float>(static_cast<size_t>(xs.rows), "moe int8 row scales")};

@@ -19,9 +19,10 @@
 //
 // 4-bit experts (backend/cuda/moe_w4.h, --moe-w4): the Kimi-K3 routed layer (896 experts, top-16,
 // GEMM1 [w1|w3] 3584 → 2×3072, GEMM2 3072 → 3584) with NVFP4 and MXFP4 banks at T = 1 … 4096, each
-// kernel (auto, and every tile: m16 = decode class, m64 / m128 = prefill class) timed interleaved with
-// the bf16 grouped GEMM on the same routings; TB/s on the packed bytes (codes + block scales) of the
-// experts hit, TF/s over real rows, and the speed-up over bf16.
+// kernel (auto; dec / dec3 = the decode kernel with 5 / 3 pipeline stages; the tile kernels m16 =
+// decode class, m64 / m128 = prefill class) timed interleaved with the bf16 grouped GEMM on the same
+// routings; TB/s on the packed bytes (codes + block scales) of the experts hit, TF/s over real rows,
+// and the speed-up over bf16. --quick: T = 1 … 512 only.
 //
 // GGUF experts (backend/cuda/moe_ggml.h, --moe-ggml: this section only): the decode grouped GEMV over
 // Q4_K, Q2_K, Q3_K, Q4_0 and Q8_0 banks at the Kimi-K3 layer shapes, T = 1, 8, 64, with 1, 2 and 4 weight
@@ -682,11 +683,11 @@ constexpr MoeTile kAllTiles[] = {MoeTile::kAuto, MoeTile::kM16, MoeTile::kM64, M
 
 // ---- MoE, 4-bit experts ----------------------------------------------------------------------------
 
-void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
+void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool, bool quick) {
   const int64_t E = MoeLayer::E, H = MoeLayer::H, I = MoeLayer::I;
   print_moe_layer_header("4-bit experts (W4A16)", "packed codes + block scales (bf16 weights for bf16)");
   MoeLayer l;
-  l.tokens = {1, 8, 64, 512, 4096};
+  l.tokens = quick ? std::vector<int64_t>{1, 8, 64, 512} : std::vector<int64_t>{1, 8, 64, 512, 4096};
   const size_t mark = arena.mark();
   if (!moe_layer_fits(arena, l, 2.0 * E * 3 * I * H * (0.5 + 1.0 / 16), 0.0, true)) return;
   alloc_moe_layer(arena, bf16_pool, l);
@@ -711,10 +712,16 @@ void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
     std::vector<MoeVariant> vs;
     for (const Banks& b : banks) {
       const MoeW4Bank& w = g.gemm == 1 ? b.g1 : b.g2;
-      for (MoeTile tile : kAllTiles) {
-        vs.push_back({std::string(w4_format_name(b.f)) + " " + tile_label(tile, moe_w4_tile_for(g.R, E)),
-                      g.rt.hit * g.N * g.K * (0.5 + 1.0 / w4_group(b.f)),
-                      [&, w, tile](int i) { moe_grouped_gemm_w4(g.in, w, g.rt.d[i % kRoutings], g.out, stream, tile); }});
+      // auto, the decode kernel (10 and 5 stages), the tile kernels (m16 = the register-prefetch
+      // decode-class kernel it replaces where it fits).
+      for (W4Kernel kernel : {W4Kernel::kAuto, W4Kernel::kDecode, W4Kernel::kDecode3, W4Kernel::kM16, W4Kernel::kM64,
+                              W4Kernel::kM128}) {
+        const std::string name =
+            kernel == W4Kernel::kAuto
+                ? "auto=" + std::string(w4_kernel_name(moe_w4_kernel_for(MoeTile::kAuto, b.f, g.R, E, g.K)))
+                : std::string(w4_kernel_name(kernel));
+        vs.push_back({std::string(w4_format_name(b.f)) + " " + name, g.rt.hit * g.N * g.K * (0.5 + 1.0 / w4_group(b.f)),
+                      [&, w, kernel](int i) { moe_grouped_gemm_w4(g.in, w, g.rt.d[i % kRoutings], g.out, stream, kernel); }});
       }
     }
     return vs;
@@ -908,7 +915,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (moe_w4_only) {
-    bench_moe_w4(arena, stream, bf16_pool);
+    bench_moe_w4(arena, stream, bf16_pool, quick);
     return 0;
   }
   if (moe_w4a8_only) {

@@ -8,11 +8,13 @@
 // reference dequantisation (quant/nvfp4, quant/mxfp4) × 2^-7 and is a bf16 value, so the GPU's
 // bf16x2 multiply is exact.
 //
-// On the GPU: every kernel (kM16 decode class, kM64 / kM128 prefill class, and kAuto) against a
-// float64 GEMM over the exactly dequantised weights and the same bf16 activations, times the
-// per-expert output scale of the column's part. The operands are exact, each product is exact in fp32,
-// so the error is fp32 accumulation (≤ 2e-5·S, S = |scale|·Σ_k |x_k·w_k|, as the bf16 grouped GEMM's
-// test) plus, for bf16 output, the final rounding (2^-8·|ref|).
+// On the GPU: every kernel (kDecode / kDecode3 and the kM16 tile kernel of the decode class, kM64 /
+// kM128 prefill class, kAuto, and the tile classes' choice) against a float64 GEMM over the exactly
+// dequantised weights and the same bf16 activations, times the per-expert output scale of the
+// column's part; the decode kernel also on 1…16 rows per expert at both Kimi-K3 GEMM shapes. The
+// operands are exact, each product is exact in fp32, so the error is fp32 accumulation (≤ 2e-5·S,
+// S = |scale|·Σ_k |x_k·w_k|, as the bf16 grouped GEMM's test) plus, for bf16 output, the final
+// rounding (2^-8·|ref|).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -185,6 +187,16 @@ TEST(MoeW4Repack, KernelChoiceFollowsRowsPerExpert) {
   EXPECT_EQ(moe_w4_tile_for(16, 896), MoeTile::kM16);            // decode, one token
   EXPECT_EQ(moe_w4_tile_for(4096 * 16, 896), MoeTile::kM128);    // prefill
   EXPECT_EQ(moe_w4_tile_for(0, 8), MoeTile::kM16);
+  for (W4Format f : kFormats) {
+    // The decode class runs the decode kernel at the Kimi-K3 widths (both GEMMs), its 5-stage form
+    // where 10 stages do not fit K, and the tile kernel past that (sm_90: 227 KB per block).
+    EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 16, 896, 3584), W4Kernel::kDecode);
+    EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 64 * 16, 896, 3072), W4Kernel::kDecode);
+    EXPECT_EQ(moe_w4_kernel_for(MoeTile::kM16, f, 16, 896, 4608), W4Kernel::kDecode3);
+    EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 16, 896, 8192), W4Kernel::kM16);
+    EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 4096 * 16, 896, 3584), W4Kernel::kM128);
+    EXPECT_EQ(moe_w4_kernel_for(MoeTile::kM64, f, 16, 896, 3584), W4Kernel::kM64);
+  }
 }
 
 // ---- grouped GEMM on the GPU ---------------------------------------------------------------------
@@ -194,7 +206,16 @@ enum class Routing {
   kRepeats,   // k picks with replacement: duplicates within a token
   kSubset,    // k distinct picks from a few experts: most experts get no rows
   kOne,       // every pick on one expert
+  kCounts,    // top-1; the first E − 1 experts of a shuffled order get 16, 1, 15, 2, 14, … rows (every
+              // count 1…16 once E ≥ 17), the last none; tokens in random order (T = counts_total(E))
 };
+
+int64_t count_for(int64_t j) { return j % 2 == 0 ? 16 - (j / 2) % 16 : 1 + (j / 2) % 16; }
+int64_t counts_total(int64_t E) {
+  int64_t t = 0;
+  for (int64_t j = 0; j + 1 < E; ++j) t += count_for(j);
+  return t;
+}
 
 std::vector<int32_t> make_ids(test::Rng& rng, int64_t T, int64_t k, int64_t E, Routing mode) {
   std::vector<int32_t> pool(static_cast<size_t>(E));
@@ -203,6 +224,12 @@ std::vector<int32_t> make_ids(test::Rng& rng, int64_t T, int64_t k, int64_t E, R
   if (mode == Routing::kSubset) pool.resize(static_cast<size_t>(std::max<int64_t>(k, E / 8)));
   const int n = static_cast<int>(pool.size());
   std::vector<int32_t> ids(static_cast<size_t>(T * k));
+  if (mode == Routing::kCounts) {
+    ids.clear();
+    for (int64_t j = 0; j + 1 < E; ++j) ids.insert(ids.end(), static_cast<size_t>(count_for(j)), pool[j]);
+    std::shuffle(ids.begin(), ids.end(), rng.gen());
+    return ids;
+  }
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t j = 0; j < k; ++j) {
       if (mode == Routing::kOne) {
@@ -229,7 +256,8 @@ TEST_P(MoeW4GemmTest, MatchesFloat64OverExactDequant) {
   K3_REQUIRE_GPU();
   test::ArenaScope scope;
   test::Rng rng;
-  const GemmCase c = GetParam();
+  GemmCase c = GetParam();
+  if (c.routing == Routing::kCounts) c.tokens = counts_total(c.experts), c.top_k = 1;
   SCOPED_TRACE("T " + std::to_string(c.tokens) + " k " + std::to_string(c.top_k) + " E " + std::to_string(c.experts) +
                " N " + std::to_string(c.n) + " K " + std::to_string(c.k) + " parts " + std::to_string(c.parts) +
                ", seed " + std::to_string(rng.seed()));
@@ -261,16 +289,23 @@ TEST_P(MoeW4GemmTest, MatchesFloat64OverExactDequant) {
     const test::MoeReference ref = test::moe_reference(
         off, N, K, [&](int64_t r, int64_t i) { return static_cast<double>(x[static_cast<size_t>(sorted[r] * K + i)]); }, w,
         [&](int64_t e, int64_t n) { return static_cast<double>(out_scale[static_cast<size_t>(e * c.parts + n / (N / c.parts))]); });
-    for (MoeTile tile : {MoeTile::kAuto, MoeTile::kM16, MoeTile::kM64, MoeTile::kM128}) {
+    // Every kernel, and the tile classes' choice (MoeTile overload).
+    for (W4Kernel kernel : {W4Kernel::kAuto, W4Kernel::kDecode, W4Kernel::kDecode3, W4Kernel::kM16, W4Kernel::kM64,
+                            W4Kernel::kM128}) {
       for (DType out : {DType::kBF16, DType::kF32}) {
-        SCOPED_TRACE(std::string("tile ") +
-                     (tile == MoeTile::kAuto ? std::string("auto") : std::to_string(moe_tile_rows(tile))) + ", out " +
-                     dtype_name(out));
+        SCOPED_TRACE(std::string("kernel ") + w4_kernel_name(kernel) + ", out " + dtype_name(out));
         const DeviceTensor ys = a.alloc_tensor(out, R, N, "ys");
         poison(ys);
-        moe_grouped_gemm_w4(xs, bank, d, ys, nullptr, tile);
+        moe_grouped_gemm_w4(xs, bank, d, ys, nullptr, kernel);
         test::expect_within_reference(download_f32(ys), ref, N, out, 2e-5);
       }
+    }
+    for (MoeTile tile : {MoeTile::kAuto, MoeTile::kM16}) {
+      SCOPED_TRACE(std::string("tile class ") + (tile == MoeTile::kAuto ? "auto" : "m16"));
+      const DeviceTensor ys = a.alloc_tensor(DType::kBF16, R, N, "ys");
+      poison(ys);
+      moe_grouped_gemm_w4(xs, bank, d, ys, nullptr, tile);
+      test::expect_within_reference(download_f32(ys), ref, N, DType::kBF16, 2e-5);
     }
   }
 }
@@ -283,7 +318,11 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{40, 6, 7, 256, 448, 2, Routing::kRepeats},        // duplicates; [gate | up] parts
                       GemmCase{200, 8, 17, 160, 256, 1, Routing::kDistinct},     // ~94 rows per expert; N % 128 != 0
                       GemmCase{300, 4, 5, 48, 128, 1, Routing::kOne},            // 1200 rows on one expert
-                      GemmCase{2, 16, 64, 32, 3584, 2, Routing::kDistinct}),     // K3 width
+                      GemmCase{2, 16, 64, 32, 3584, 2, Routing::kDistinct},      // K3 width
+                      GemmCase{2, 8, 40, 80, 320, 1, Routing::kRepeats},         // N % 32 == 16 (half a decode unit)
+                      GemmCase{0, 1, 18, 256, 512, 1, Routing::kCounts},         // rows per expert 1…16, one empty
+                      GemmCase{0, 1, 4, 6144, 3584, 2, Routing::kCounts},        // K3 GEMM1 [w1|w3]: 16, 1, 15 rows, one empty
+                      GemmCase{0, 1, 4, 3584, 3072, 1, Routing::kCounts}),       // K3 GEMM2: the same counts
     test::CaseIndexName());
 
 }  // namespace

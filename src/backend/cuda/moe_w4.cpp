@@ -145,8 +145,60 @@ MoeTile moe_w4_tile_for(int64_t rows, int64_t experts) {
   return per_expert <= 48 ? MoeTile::kM64 : MoeTile::kM128;
 }
 
+const char* w4_kernel_name(W4Kernel k) {
+  switch (k) {
+    case W4Kernel::kAuto: return "auto";
+    case W4Kernel::kDecode: return "dec";
+    case W4Kernel::kDecode3: return "dec3";
+    case W4Kernel::kM16: return "m16";
+    case W4Kernel::kM64: return "m64";
+    case W4Kernel::kM128: return "m128";
+  }
+  return "?";
+}
+
+namespace {
+
+// Opt-in shared memory per block of the current device; sm_90's 227 KB where no device answers (the
+// CPU-only tests of the choice).
+int64_t max_block_smem() {
+  int dev = 0, v = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || v <= 0) {
+    (void)cudaGetLastError();
+    return 227 * 1024;
+  }
+  return v;
+}
+
+int decode_stages(W4Kernel k) { return k == W4Kernel::kDecode3 ? w4::kDecodeStagesShallow : w4::kDecodeStagesDeep; }
+
+}  // namespace
+
+bool moe_w4_decode_fits(W4Format f, int64_t k, W4Kernel kernel) {
+  return k > 0 && k <= INT32_MAX / 2 &&
+         static_cast<int64_t>(w4::decode_smem_bytes(f, k, decode_stages(kernel))) <= max_block_smem();
+}
+
+W4Kernel moe_w4_kernel_for(MoeTile tile, W4Format f, int64_t rows, int64_t experts, int64_t k) {
+  if (tile == MoeTile::kAuto) tile = moe_w4_tile_for(rows, experts);
+  switch (tile) {
+    case MoeTile::kM64: return W4Kernel::kM64;
+    case MoeTile::kM128: return W4Kernel::kM128;
+    default: break;
+  }
+  if (moe_w4_decode_fits(f, k, W4Kernel::kDecode)) return W4Kernel::kDecode;
+  if (moe_w4_decode_fits(f, k, W4Kernel::kDecode3)) return W4Kernel::kDecode3;
+  return W4Kernel::kM16;
+}
+
 void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
                          cudaStream_t stream, MoeTile tile) {
+  moe_grouped_gemm_w4(xs, w, d, ys, stream, moe_w4_kernel_for(tile, w.format, d.rows(), d.experts, w.k));
+}
+
+void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
+                         cudaStream_t stream, W4Kernel kernel) {
   const int64_t R = d.rows(), K = w.k, N = w.n;
   expect_dtype(xs, DType::kBF16, "moe_grouped_gemm_w4 xs");
   expect_shape(xs, R, K, "moe_grouped_gemm_w4 xs");
@@ -166,14 +218,28 @@ void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDi
   if (ys.dtype != DType::kF32 && ys.dtype != DType::kBF16) {
     throw Error("moe_grouped_gemm_w4: ys must be f32 or bf16, got " + ys.describe());
   }
-  if (tile == MoeTile::kAuto) tile = moe_w4_tile_for(R, d.experts);
+  if (kernel == W4Kernel::kAuto) kernel = moe_w4_kernel_for(MoeTile::kAuto, w.format, R, d.experts, K);
+  const bool decode = kernel == W4Kernel::kDecode || kernel == W4Kernel::kDecode3;
+  if (decode && !moe_w4_decode_fits(w.format, K, kernel)) {
+    throw Error(std::string("moe_grouped_gemm_w4: the ") + w4_kernel_name(kernel) + " kernel needs " +
+                std::to_string(w4::decode_smem_bytes(w.format, K, decode_stages(kernel))) +
+                " bytes of shared memory for K " + std::to_string(K) + ", more than the device's " +
+                std::to_string(max_block_smem()));
+  }
+  const MoeTile tile = kernel == W4Kernel::kM64 ? MoeTile::kM64 : kernel == W4Kernel::kM128 ? MoeTile::kM128 : MoeTile::kM16;
   const MoeTileMap map = moe_tile_map(d, tile);
   if (R == 0) return;
   const w4::GemmArgs a{xs.data, xs.ld, w.codes, w.scales, w.out_scale, ys.data, ys.ld, static_cast<int>(N),
                        static_cast<int>(K), static_cast<int>(N / w.parts), static_cast<int>(w.parts),
                        d.expert_offsets};
   const bool f32 = ys.dtype == DType::kF32;
-  if (w.format == W4Format::kNvfp4) {
+  if (decode) {
+    if (w.format == W4Format::kNvfp4) {
+      w4::launch_decode<W4Format::kNvfp4>(decode_stages(kernel), f32, a, map, stream);
+    } else {
+      w4::launch_decode<W4Format::kMxfp4>(decode_stages(kernel), f32, a, map, stream);
+    }
+  } else if (w.format == W4Format::kNvfp4) {
     w4::launch_gemm<W4Format::kNvfp4>(tile, f32, a, map, stream);
   } else {
     w4::launch_gemm<W4Format::kMxfp4>(tile, f32, a, map, stream);

@@ -14,10 +14,16 @@
 //     (GEMM1 [w1|w3]: parts = 2, gate then up) and 1 for MXFP4; a caller folding an alpha (a1·scale_2,
 //     spec §3.2) stores the product instead. Nothing else is applied.
 //
-// Kernels (one template over a format trait, moe_w4_gemm.cuh), chosen from shapes by moe_w4_tile_for:
-//   kM16   decode class: ≤ 16 sorted rows of one expert per CTA, 128 weight rows per CTA; the weight
-//          tile is the mma A operand (rows of W on the m16 side, tokens on the n8 side), so each
-//          packed byte is read from HBM once per expert and met by all of that expert's rows;
+// Kernels (W4Kernel), chosen from shapes by moe_w4_kernel_for. In all of them the weight tile is the
+// mma A operand (rows of W on the m16 side, tokens on the n8 side), so each packed byte is read from
+// HBM once per expert and met by all of that expert's rows:
+//   kDecode  decode class (moe_w4_decode.cuh): persistent grid, one CTA of 16 warps per SM over equal
+//          ranges of (kM16 tile, 64 weight rows) units; weights HBM → shared memory through per-warp
+//          cp.async rings (5 stages), the tile's ≤ 16 activation rows in shared memory once per tile,
+//          K split over 8 warp pairs. Needs 16·K·2 + ~110 KB of shared memory (K ≤ 3840; kDecode3,
+//          the same with 3 stages, K ≤ 4992);
+//   kM16   the tile kernel of the decode class (moe_w4_gemm.cuh): ≤ 16 rows of one expert per CTA,
+//          128 weight rows per CTA, weights prefetched into registers — the fallback for larger K;
 //   kM64, kM128  prefill class: 64 / 128 rows of one expert per CTA, same dequantisation, tensor cores
 //          busy (n8 fragments past the expert's rows are skipped).
 // No host synchronisation, grids sized by the dispatch's bounds: graph-capturable (moe.h).
@@ -70,13 +76,24 @@ void moe_w4_upload_rows(const MoeW4Bank& bank, int64_t row0, const uint8_t* code
 // out_scale from the host: [E·parts] floats.
 void moe_w4_upload_out_scale(const MoeW4Bank& bank, const float* host);
 
-// The host-side kernel choice from the shapes alone (never the counts): kM16 (decode class) while
+// The host-side tile class from the shapes alone (never the counts): kM16 (decode class) while
 // experts see few rows, then the prefill-class tile heights.
 MoeTile moe_w4_tile_for(int64_t rows, int64_t experts);
 
+enum class W4Kernel : uint8_t { kAuto, kDecode, kDecode3, kM16, kM64, kM128 };
+const char* w4_kernel_name(W4Kernel k);  // "dec", "dec3", "m16", "m64", "m128" ("auto" for kAuto)
+// Whether the decode kernel (kDecode / kDecode3) fits K on the current device.
+bool moe_w4_decode_fits(W4Format f, int64_t k, W4Kernel kernel = W4Kernel::kDecode);
+// The kernel of a tile class: kM16 → kDecode where it fits K (else kDecode3, else kM16); kM64 / kM128
+// as they are; kAuto → moe_w4_tile_for's class first.
+W4Kernel moe_w4_kernel_for(MoeTile tile, W4Format f, int64_t rows, int64_t experts, int64_t k);
+
 // ys[r] = out_scale(e, part) · xs[r] · dequant(W_e)ᵀ for every expert e and sorted row r of e:
-// xs bf16 [R, K] (moe_gather), ys bf16 or f32 [R, N], 16-byte aligned rows. `tile` forces a kernel.
+// xs bf16 [R, K] (moe_gather), ys bf16 or f32 [R, N], 16-byte aligned rows. `tile` picks the class
+// (moe_w4_kernel_for); the W4Kernel overload forces one kernel (tests, bench).
 void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
                          cudaStream_t stream, MoeTile tile = MoeTile::kAuto);
+void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
+                         cudaStream_t stream, W4Kernel kernel);
 
 }  // namespace k3::cuda

@@ -1,5 +1,6 @@
 // The 4-bit expert grouped GEMM kernel (moe_w4.h), one template over the format trait and the tile
-// configuration; moe_w4_nvfp4.cu and moe_w4_mxfp4.cu instantiate it. Included by those two only.
+// configuration; moe_w4_nvfp4.cu and moe_w4_mxfp4.cu instantiate it. Included by those two and by
+// moe_w4_decode.cuh (the decode kernel reuses Trait, ScaleRegs and dequant).
 //
 // Swapped operands: C[feature][token] = Σ_k W[feature][k] · x[token][k] with the dequantised weights
 // as the mma A operand (m16 = 16 weight rows, straight from the bank's fragment-ordered words in

@@ -130,15 +130,18 @@ TEST_P(CudaModelVsCpu, PrefillAndDecodeMatchTheCpuEngine) {
   if (packed_experts && c.size == TinySize::Small) {
     EXPECT_GT(stats.packed_expert_banks, 0);
   }
+  // ExpertPack's split kv_b (k_b Q4_0, v_b Q2_K) stays in its blocks for the absorbed decode.
+  EXPECT_EQ(stats.ggml_kv_b_layers > 0, c.family == FamilyId::GgufExpertPack && c.size == TinySize::Small);
   // Graphs replay decode steps where every launch shape is fixed per batch: the fast geometry.
   if (c.size == TinySize::Small) {
     EXPECT_GE(stats.graph_replays, 3);
   }
-  std::printf("[ %s %s %s ] prefill rel err %.2e, decode rel err %.2e, graph vs eager %.1e, graph replays %lld, packed expert banks %lld, weights %.1f MiB\n",
+  std::printf("[ %s %s %s ] prefill rel err %.2e, decode rel err %.2e, graph vs eager %.1e, graph replays %lld, packed expert banks %lld, GGUF kv_b layers %lld, weights %.1f MiB\n",
               family_name(c.family), c.arch == TinyArch::KimiK3 ? "kimi-k3" : "kimi-linear",
               c.size == TinySize::Small ? "small" : "tiny", prefill_err,
               decode_err, graph_err, static_cast<long long>(stats.graph_replays),
-              static_cast<long long>(stats.packed_expert_banks), stats.weight_bytes / 1048576.0);
+              static_cast<long long>(stats.packed_expert_banks), static_cast<long long>(stats.ggml_kv_b_layers),
+              stats.weight_bytes / 1048576.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, CudaModelVsCpu,

@@ -171,7 +171,10 @@ class CudaExecutor final : public Executor {
       stats_.streaming = true;
     }
     stats_.weight_bytes = weights_.bytes;
-    for (const DeviceLayer& l : weights_.layers) stats_.packed_expert_banks += l.moe.w13.packed() + l.moe.w2.packed();
+    for (const DeviceLayer& l : weights_.layers) {
+      stats_.packed_expert_banks += l.moe.w13.packed() + l.moe.w2.packed();
+      stats_.ggml_kv_b_layers += l.mla.k_b.data != nullptr;
+    }
     cudaDeviceProp prop{};
     K3_CUDA_CHECK(cudaGetDeviceProperties(&prop, o.device));
     multiprocessors_ = prop.multiProcessorCount;

@@ -46,7 +46,8 @@ std::unique_ptr<Executor> make_synthetic_cuda_executor(const CudaOptions& option
 // Statistics of an executor made here (tests and benchmarks): weight bytes, graph replays.
 struct CudaExecutorStats {
   uint64_t weight_bytes = 0;        // device bytes of the weights (streamed experts excluded)
-  int64_t packed_expert_banks = 0;  // routed-expert banks kept NVFP4 / MXFP4 (the rest are bf16)
+  int64_t packed_expert_banks = 0;  // routed-expert banks kept packed (NVFP4 / MXFP4, W4A8, GGUF; the rest bf16)
+  int64_t ggml_kv_b_layers = 0;     // MLA layers whose absorbed decode reads a split GGUF kv_b in its blocks
   int64_t graph_replays = 0, graph_captures = 0, eager_steps = 0;
   // Expert streaming (zero when off): cache slots (experts), pinned host bytes of the experts,
   // lookups, waves and passes, MoE layer calls (and those needing more than one wave), host→device

@@ -52,6 +52,10 @@ struct DeviceMla {
   DeviceLinear q_a, q_b, q, kv_a, kv_b, g, o;
   DeviceVector q_a_norm = nullptr, kv_a_norm = nullptr;
   DeviceTensor w_uk, w_uv;  // bf16 [H·d_nope, r] and [H·d_v, r] (mla.h's absorbed decode)
+  // A split GGUF kv_b (ExpertPack: k_b Q4_0 [H, r, d_nope], v_b Q2_K [H, d_v, r]) kept in its blocks
+  // for the absorbed decode (mla_absorb_q_ggml / mla_unabsorb_o_ggml) instead of w_uk / w_uv; the
+  // expanded (prefill) path still multiplies kv_b dequantised. Empty (data nullptr) otherwise.
+  MoeGgmlBank k_b, v_b;
 };
 
 struct DeviceMlp {

@@ -54,13 +54,21 @@ void mla_block(StepContext& ctx, int64_t layer, const DeviceMla& w, const Device
   const DeviceTensor o = ctx.scratch(DType::kBF16, T, H * dv, "mla attention output");
   if (fast && m.decode) {
     const DeviceTensor q_abs = ctx.scratch(DType::kBF16, T, H * kMlaRow, "mla absorbed q");
-    mla_absorb_q(q, w.w_uk, q_abs, ctx.stream);
+    if (w.k_b.data != nullptr) {
+      mla_absorb_q_ggml(q, w.k_b, q_abs, ctx.stream);
+    } else {
+      mla_absorb_q(q, w.w_uk, q_abs, ctx.stream);
+    }
     const MlaPagedCache paged{cache.data, ctx.page_size, m.block_table, m.block_table_ld};
     const int splits = mla_decode_splits(m.n, static_cast<int>(H), m.max_kv, ctx.multiprocessors);
     void* workspace = ctx.arena.alloc(mla_decode_workspace_bytes(m.n, static_cast<int>(H), splits), "mla decode workspace");
     const DeviceTensor o_lat = ctx.scratch(DType::kF32, T, H * kMlaRank, "mla latent output");
     mla_decode_attention(q_abs, paged, m.seqlens, m.n, m.max_kv, scale, splits, workspace, o_lat, ctx.stream);
-    mla_unabsorb_o(o_lat, w.w_uv, gate, o, ctx.stream);
+    if (w.v_b.data != nullptr) {
+      mla_unabsorb_o_ggml(o_lat, w.v_b, gate, o, ctx.stream);
+    } else {
+      mla_unabsorb_o(o_lat, w.w_uv, gate, o, ctx.stream);
+    }
   } else {
     const DeviceTensor latent = ctx.scratch(DType::kBF16, m.kv_rows, row, "mla gathered latent rows");
     copy_rows(cache, m.kv_src, latent, nullptr, m.kv_rows, ctx.stream);

@@ -842,7 +842,7 @@ void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
           const MoeGgmlActs& a = g.gemm == 1 ? b.a1 : b.a2;
           const std::string name(ggml_type_name(b.type));
           for (int rw : {1, 2, 4}) {
-            const std::string label = " gemv rw" + std::to_string(rw) + (rw == kGgmlGemvRowsPerWarp ? " (auto)" : "");
+            const std::string label = " gemv rw" + std::to_string(rw) + (rw == moe_ggml_gemv_rows_per_warp(b.type) ? " (auto)" : "");
             vs.push_back({name + label, g.rt.hit * w.n * w.row_bytes(), [&, w, a, rw](int i) {
                             moe_grouped_gemv_ggml(g.in, w, g.rt.d[i % kRoutings], a, g.out, stream, rw);
                           }});

@@ -78,10 +78,14 @@ void moe_ggml_quantize(const DeviceTensor& xs, const MoeGgmlActs& acts, cudaStre
 // first (moe_ggml_quantize; acts sized for R = d.rows() rows and the bank's K). xs bf16 or f32 [R, K];
 // ys f32 or bf16 [R, N]. Any number of rows per expert (experts with more than 16 take several tiles,
 // each reading the expert's weights again: meant for few rows per expert). rows_per_warp: weight rows
-// a warp streams at once, 1, 2 or 4 (0: kGgmlGemvRowsPerWarp); the results do not depend on it.
-inline constexpr int kGgmlGemvRowsPerWarp = 2;  // 4 spills registers for Q2_K/Q3_K/Q6_K; to be measured (--moe-ggml)
+// a warp streams at once, 1, 2 or 4 (0: moe_ggml_gemv_rows_per_warp); the results do not depend on it.
 void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
                            const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp = 0);
+// The default rows per warp of a type, from the H200 (k3_bench_cuda --moe-ggml, Kimi-K3 layer, T = 1, 8,
+// 64; 2026-11-29): 4 for Q4_0, Q4_K, Q2_K (more bytes in flight: Q2_K 0.74 → 1.25–1.61 TB/s, Q4_K
+// 1.55–1.96 → 1.60–2.20 over one row), 2 for Q8_0 (4 is slower) and Q3_K (ALU-bound, 2 ≈ 4); Q5_K
+// as Q4_K and Q6_K 2 (4 spills registers) unmeasured.
+int moe_ggml_gemv_rows_per_warp(GgmlType type);
 
 // w (bf16 [E·N, K]) rows of every expert with at least one row in d ← bf16(ggml dequant); other rows
 // untouched.

@@ -120,6 +120,16 @@ void launch(GgmlType type, bool f32_out, const GemvArgs& a, int n_slices, unsign
 
 }  // namespace
 
+int moe_ggml_gemv_rows_per_warp(GgmlType type) {
+  switch (type) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q2_K: return 4;
+    default: return 2;
+  }
+}
+
 void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
                            const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp) {
   const int64_t R = d.rows(), N = bank.n, K = bank.k;
@@ -135,7 +145,7 @@ void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, cons
   }
   expect_shape(ys, R, N, "moe_grouped_gemv_ggml ys");
   if (ys.dtype != DType::kF32 && ys.dtype != DType::kBF16) throw Error("moe_grouped_gemv_ggml: ys must be f32 or bf16");
-  if (rows_per_warp == 0) rows_per_warp = kGgmlGemvRowsPerWarp;
+  if (rows_per_warp == 0) rows_per_warp = moe_ggml_gemv_rows_per_warp(bank.type);
   if (rows_per_warp != 1 && rows_per_warp != 2 && rows_per_warp != 4) {
     throw Error("moe_grouped_gemv_ggml: rows_per_warp must be 1, 2 or 4, got " + std::to_string(rows_per_warp));
   }

@@ -19,9 +19,9 @@
 //
 // 4-bit experts (backend/cuda/moe_w4.h, --moe-w4): the Kimi-K3 routed layer (896 experts, top-16,
 // GEMM1 [w1|w3] 3584 → 2×3072, GEMM2 3072 → 3584) with NVFP4 and MXFP4 banks at T = 1 … 4096, each
-// kernel (auto; dec / dec3 = the decode kernel with 5 / 3 pipeline stages; the tile kernels m16 =
-// decode class, m64 / m128 = prefill class) timed interleaved with the bf16 grouped GEMM on the same
-// routings; TB/s on the packed bytes (codes + block scales) of the experts hit, TF/s over real rows,
+// kernel (auto; dec8 / dec / dec3 = the decode kernel with 8 activation rows and 8 pipeline stages,
+// 16 rows and 5 / 3 stages; the tile kernels m16 = decode class, m64 / m128 = prefill class) timed
+// interleaved with the bf16 grouped GEMM on the same routings; TB/s on the packed bytes (codes + block scales) of the experts hit, TF/s over real rows,
 // and the speed-up over bf16. --quick: T = 1 … 512 only.
 //
 // GGUF experts (backend/cuda/moe_ggml.h, --moe-ggml: this section only): the decode grouped GEMV over
@@ -714,8 +714,8 @@ void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool, boo
       const MoeW4Bank& w = g.gemm == 1 ? b.g1 : b.g2;
       // auto, the decode kernel (10 and 5 stages), the tile kernels (m16 = the register-prefetch
       // decode-class kernel it replaces where it fits).
-      for (W4Kernel kernel : {W4Kernel::kAuto, W4Kernel::kDecode, W4Kernel::kDecode3, W4Kernel::kM16, W4Kernel::kM64,
-                              W4Kernel::kM128}) {
+      for (W4Kernel kernel : {W4Kernel::kAuto, W4Kernel::kDecode8, W4Kernel::kDecode, W4Kernel::kDecode3, W4Kernel::kM16,
+                              W4Kernel::kM64, W4Kernel::kM128}) {
         const std::string name =
             kernel == W4Kernel::kAuto
                 ? "auto=" + std::string(w4_kernel_name(moe_w4_kernel_for(MoeTile::kAuto, b.f, g.R, E, g.K)))

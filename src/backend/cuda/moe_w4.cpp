@@ -150,6 +150,7 @@ const char* w4_kernel_name(W4Kernel k) {
     case W4Kernel::kAuto: return "auto";
     case W4Kernel::kDecode: return "dec";
     case W4Kernel::kDecode3: return "dec3";
+    case W4Kernel::kDecode8: return "dec8";
     case W4Kernel::kM16: return "m16";
     case W4Kernel::kM64: return "m64";
     case W4Kernel::kM128: return "m128";
@@ -171,13 +172,19 @@ int64_t max_block_smem() {
   return v;
 }
 
-int decode_stages(W4Kernel k) { return k == W4Kernel::kDecode3 ? w4::kDecodeStagesShallow : w4::kDecodeStagesDeep; }
+w4::DecodeShape decode_shape(W4Kernel k) {
+  return k == W4Kernel::kDecode3 ? w4::kDecode16Shallow : k == W4Kernel::kDecode8 ? w4::kDecode8 : w4::kDecode16;
+}
+size_t decode_smem(W4Format f, int64_t k, W4Kernel kernel) {
+  const w4::DecodeShape s = decode_shape(kernel);
+  return w4::decode_smem_bytes(f, k, s.stages, s.xrows);
+}
 
 }  // namespace
 
 bool moe_w4_decode_fits(W4Format f, int64_t k, W4Kernel kernel) {
   return k > 0 && k <= INT32_MAX / 2 &&
-         static_cast<int64_t>(w4::decode_smem_bytes(f, k, decode_stages(kernel))) <= max_block_smem();
+         static_cast<int64_t>(decode_smem(f, k, kernel)) <= max_block_smem();
 }
 
 W4Kernel moe_w4_kernel_for(MoeTile tile, W4Format f, int64_t rows, int64_t experts, int64_t k) {
@@ -187,6 +194,8 @@ W4Kernel moe_w4_kernel_for(MoeTile tile, W4Format f, int64_t rows, int64_t exper
     case MoeTile::kM128: return W4Kernel::kM128;
     default: break;
   }
+  // kDecode8 (8 activation rows, deeper rings) is not chosen until it has been measured: it was
+  // compiled after the last GPU run of the session that wrote it.
   if (moe_w4_decode_fits(f, k, W4Kernel::kDecode)) return W4Kernel::kDecode;
   if (moe_w4_decode_fits(f, k, W4Kernel::kDecode3)) return W4Kernel::kDecode3;
   return W4Kernel::kM16;
@@ -219,10 +228,10 @@ void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDi
     throw Error("moe_grouped_gemm_w4: ys must be f32 or bf16, got " + ys.describe());
   }
   if (kernel == W4Kernel::kAuto) kernel = moe_w4_kernel_for(MoeTile::kAuto, w.format, R, d.experts, K);
-  const bool decode = kernel == W4Kernel::kDecode || kernel == W4Kernel::kDecode3;
+  const bool decode = kernel == W4Kernel::kDecode || kernel == W4Kernel::kDecode3 || kernel == W4Kernel::kDecode8;
   if (decode && !moe_w4_decode_fits(w.format, K, kernel)) {
     throw Error(std::string("moe_grouped_gemm_w4: the ") + w4_kernel_name(kernel) + " kernel needs " +
-                std::to_string(w4::decode_smem_bytes(w.format, K, decode_stages(kernel))) +
+                std::to_string(decode_smem(w.format, K, kernel)) +
                 " bytes of shared memory for K " + std::to_string(K) + ", more than the device's " +
                 std::to_string(max_block_smem()));
   }
@@ -235,9 +244,9 @@ void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDi
   const bool f32 = ys.dtype == DType::kF32;
   if (decode) {
     if (w.format == W4Format::kNvfp4) {
-      w4::launch_decode<W4Format::kNvfp4>(decode_stages(kernel), f32, a, map, stream);
+      w4::launch_decode<W4Format::kNvfp4>(decode_shape(kernel), f32, a, map, stream);
     } else {
-      w4::launch_decode<W4Format::kMxfp4>(decode_stages(kernel), f32, a, map, stream);
+      w4::launch_decode<W4Format::kMxfp4>(decode_shape(kernel), f32, a, map, stream);
     }
   } else if (w.format == W4Format::kNvfp4) {
     w4::launch_gemm<W4Format::kNvfp4>(tile, f32, a, map, stream);

@@ -22,6 +22,9 @@
 //          cp.async rings (5 stages), the tile's ≤ 16 activation rows in shared memory once per tile,
 //          K split over 8 warp pairs. Needs 16·K·2 + ~110 KB of shared memory (K ≤ 3840; kDecode3,
 //          the same with 3 stages, K ≤ 4992);
+//   kDecode8 the same with 8 activation rows in shared memory and 8-stage rings (a tile of 9–16
+//          rows takes two passes over its weights; K ≤ 4224) — compiled, NOT yet run on a GPU, so
+//          only on request (meant for ≤ 4 rows per expert once measured);
 //   kM16   the tile kernel of the decode class (moe_w4_gemm.cuh): ≤ 16 rows of one expert per CTA,
 //          128 weight rows per CTA, weights prefetched into registers — the fallback for larger K;
 //   kM64, kM128  prefill class: 64 / 128 rows of one expert per CTA, same dequantisation, tensor cores
@@ -80,12 +83,12 @@ void moe_w4_upload_out_scale(const MoeW4Bank& bank, const float* host);
 // experts see few rows, then the prefill-class tile heights.
 MoeTile moe_w4_tile_for(int64_t rows, int64_t experts);
 
-enum class W4Kernel : uint8_t { kAuto, kDecode, kDecode3, kM16, kM64, kM128 };
-const char* w4_kernel_name(W4Kernel k);  // "dec", "dec3", "m16", "m64", "m128" ("auto" for kAuto)
-// Whether the decode kernel (kDecode / kDecode3) fits K on the current device.
+enum class W4Kernel : uint8_t { kAuto, kDecode, kDecode3, kDecode8, kM16, kM64, kM128 };
+const char* w4_kernel_name(W4Kernel k);  // "dec", "dec3", "dec8", "m16", "m64", "m128" ("auto" for kAuto)
+// Whether a decode kernel (kDecode / kDecode3 / kDecode8) fits K on the current device.
 bool moe_w4_decode_fits(W4Format f, int64_t k, W4Kernel kernel = W4Kernel::kDecode);
-// The kernel of a tile class: kM16 → kDecode where it fits K (else kDecode3, else kM16); kM64 / kM128
-// as they are; kAuto → moe_w4_tile_for's class first.
+// The kernel of a tile class: kM16 → kDecode where it fits K (else kDecode3, else kM16); kM64 /
+// kM128 as they are; kAuto → moe_w4_tile_for's class first.
 W4Kernel moe_w4_kernel_for(MoeTile tile, W4Format f, int64_t rows, int64_t experts, int64_t k);
 
 // ys[r] = out_scale(e, part) · xs[r] · dequant(W_e)ᵀ for every expert e and sorted row r of e:

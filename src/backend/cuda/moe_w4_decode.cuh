@@ -77,7 +77,10 @@ __device__ __forceinline__ ScaleRegs<Trait<F>::kScaleWords> lds_scales(const uns
   return sc;
 }
 
-template <W4Format F, int STAGES, typename Tout>
+// XR: activation rows held in shared memory — 16 (a tile in one pass, one or two token fragments) or
+// 8 (one fragment; a tile of 9–16 rows takes a second pass over its weights, whose shared memory goes
+// to deeper rings instead).
+template <W4Format F, int STAGES, int XR, typename Tout>
 __global__ void __launch_bounds__(DecodeCfg<F, STAGES>::kThreads, 1)
     moe_w4_decode_kernel(GemmArgs a, int nb, const int32_t* __restrict__ tile_count, const int4* __restrict__ tiles) {
   using T = Trait<F>;
@@ -92,8 +95,8 @@ __global__ void __launch_bounds__(DecodeCfg<F, STAGES>::kThreads, 1)
   if (u_begin >= u_end) return;  // uniform over the CTA
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  bf16* sx = reinterpret_cast<bf16*>(smem_raw);                                      // [16][K], swizzled
-  unsigned char* ring_all = smem_raw + static_cast<size_t>(kDecodeXRows) * K * 2;    // [warps][STAGES][kStage]
+  bf16* sx = reinterpret_cast<bf16*>(smem_raw);                         // [XR][K], swizzled
+  unsigned char* ring_all = smem_raw + static_cast<size_t>(XR) * K * 2;  // [warps][STAGES][kStage]
   float* red = reinterpret_cast<float*>(ring_all + C::kWarps * STAGES * kStage);     // [slices][8 tokens][kLd]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -101,7 +104,7 @@ __global__ void __launch_bounds__(DecodeCfg<F, STAGES>::kThreads, 1)
   const int nj = ks < KC ? (KC - ks + kSlices - 1) / kSlices : 0;  // chunks of this warp per unit
   unsigned char* ring = ring_all + warp * STAGES * kStage;
 
-  // Producer: the next stage this warp copies — unit pu, its chunk index pi — into ring slot pslot:
+  // Producer: the next stage this warp copies — unit pu, pass pp, chunk index pi — into ring slot pslot:
   // 16 bytes of codes per lane and group from pc (group 1 at + KC·512), the two groups' scales
   // (2·kSB bytes) by the first 2·kSB/16 lanes from ps. Pointers advance 8 chunks per stage; the
   // 64-bit index arithmetic runs once per unit.
@@ -109,9 +112,15 @@ __global__ void __launch_bounds__(DecodeCfg<F, STAGES>::kThreads, 1)
   const bool scale_lane = lane < 2 * kScaleLanes;
   const int64_t sc_lane_off = lane < kScaleLanes ? lane * 16 : static_cast<int64_t>(KC) * kSB + (lane - kScaleLanes) * 16;
   const int64_t g1_codes = static_cast<int64_t>(KC) * kChunkCodeBytes;
-  int pu = u_begin, pi = 0, pslot = 0;
+  int pu = u_begin, pp = 0, pi = 0, pslot = 0;
   int pq = pu / nb, pblk = pu - pq * nb;
-  int pe = tiles[pq].x;
+  int pe = 0, pnpass = 1;
+  auto tile_info = [&]() {
+    const int4 tile = tiles[pq];
+    pe = tile.x;
+    if constexpr (XR < kDecodeXRows) pnpass = (min(kDecodeXRows, a.offsets[pe + 1] - tile.y) + XR - 1) / XR;
+  };
+  tile_info();
   const uint8_t* pc = nullptr;
   const uint8_t* ps = nullptr;
   bool pv0 = false, pv1 = false, pvs = false;
@@ -134,13 +143,16 @@ __global__ void __launch_bounds__(DecodeCfg<F, STAGES>::kThreads, 1)
       ps += kSlices * kSB;
       if (++pi == nj) {
         pi = 0;
-        ++pu;
-        if (++pblk == nb) {
-          pblk = 0;
-          ++pq;
-          if (pu < u_end) pe = tiles[pq].x;
+        if (++pp == pnpass) {
+          pp = 0;
+          ++pu;
+          if (++pblk == nb) {
+            pblk = 0;
+            ++pq;
+            if (pu < u_end) tile_info();
+          }
         }
-        unit_base();
+        unit_base();  // the next unit, or the same one again for its next pass
       }
       pslot = pslot + 1 == STAGES ? 0 : pslot + 1;
     }
@@ -154,69 +166,73 @@ __global__ void __launch_bounds__(DecodeCfg<F, STAGES>::kThreads, 1)
   // units 0–3 then 4–7 of the chunk; two — tokens 0–15, units 2s + (0|1) of step s.
   const int r1 = lane & 7, q1 = lane >> 3;
   const int xo1a = x_off(K, r1, q1), xo1b = x_off(K, r1, 4 + q1);
-  const int r2 = (lane & 7) + 8 * (lane >> 4), h2 = (lane >> 3) & 1;
+  const int r2 = (lane & 7) + (XR > 8 ? 8 * (lane >> 4) : 0), h2 = (lane >> 3) & 1;
   const int xo2[4] = {x_off(K, r2, h2), x_off(K, r2, 2 + h2), x_off(K, r2, 4 + h2), x_off(K, r2, 6 + h2)};
 
-  int cslot = 0, cq = -1, expert = 0, r0 = 0, rows = 0;
+  int cslot = 0, cq = -1, xq = -1, xp = -1, expert = 0, r0 = 0, rows = 0, npass = 1;
   for (int u = u_begin; u < u_end; ++u) {
     const int q = u / nb, blk = u - q * nb;
     if (q != cq) {
-      // A new tile: its activation rows into shared memory. Every warp finished reading the previous
-      // ones before the last unit's reduction barriers. Plain loads, not cp.async: the weight rings'
-      // group counts stay untouched.
       const int4 tile = tiles[q];
       cq = q, expert = tile.x, r0 = tile.y;
       rows = min(kDecodeXRows, a.offsets[expert + 1] - r0);
-      const bf16* xg = static_cast<const bf16*>(a.x) + static_cast<int64_t>(r0) * a.ldx;
-      const int qk = K / 8;
-      for (int i = tid; i < rows * qk; i += C::kThreads) {
-        const int r = i / qk, c = i - r * qk;
-        *reinterpret_cast<uint4*>(sx + x_off(K, r, c)) =
-            *reinterpret_cast<const uint4*>(xg + static_cast<int64_t>(r) * a.ldx + c * 8);
-      }
-      __syncthreads();
+      npass = (rows + XR - 1) / XR;
     }
-    const bool two = rows > 8;  // token fragments: one (rows ≤ 8) or two
+    for (int p = 0; p < npass; ++p) {
+      if (q != xq || p != xp) {
+        // Rows XR·p … of a tile into shared memory. Every warp finished reading the previous ones before
+        // the last reduction barriers. Plain loads, not cp.async: the rings' group counts stay untouched.
+        xq = q, xp = p;
+        const bf16* xg = static_cast<const bf16*>(a.x) + static_cast<int64_t>(r0 + XR * p) * a.ldx;
+        const int qk = K / 8, xr = min(XR, rows - XR * p);
+        for (int i = tid; i < xr * qk; i += C::kThreads) {
+          const int r = i / qk, c = i - r * qk;
+          *reinterpret_cast<uint4*>(sx + x_off(K, r, c)) =
+              *reinterpret_cast<const uint4*>(xg + static_cast<int64_t>(r) * a.ldx + c * 8);
+        }
+        __syncthreads();
+      }
+      const bool two = XR > 8 && rows > 8;  // token fragments: one (rows ≤ 8, or XR = 8) or two
 
-    float acc[2][2][4];  // [group][token fragment]
+      float acc[2][2][4];  // [group][token fragment]
 #pragma unroll
-    for (int i = 0; i < 16; ++i) (&acc[0][0][0])[i] = 0.0f;
-    const bf16* xc = sx + ks * kChunk;  // this warp's first chunk of x
-    for (int i = 0; i < nj; ++i, xc += kSlices * kChunk) {
-      ring_wait<STAGES - 2>();  // this lane's copies of the oldest stage landed
-      __syncwarp();             // and every lane's (the scales come from a few lanes)
-      const unsigned char* src = ring + cslot * kStage;
-      const uint4 w0 = *reinterpret_cast<const uint4*>(src + lane * 16);
-      const uint4 w1 = *reinterpret_cast<const uint4*>(src + kChunkCodeBytes + lane * 16);
-      const auto s0 = lds_scales<F>(src + 2 * kChunkCodeBytes + g * kSbLane);
-      const auto s1 = lds_scales<F>(src + 2 * kChunkCodeBytes + kSB + g * kSbLane);
-      // Refill the slot read in the previous iteration (every lane is past it: the __syncwarp above).
-      issue();
-      cslot = cslot + 1 == STAGES ? 0 : cslot + 1;
-      uint32_t af[4];
-      uint32_t b[4];
-      if (!two) {
-        // ldmatrix.x4: tokens 0–7 × the chunk's units 0–3 (then 4–7) = b0, b1 of steps 0, 1 (2, 3).
-        ldsm4(b, xc + xo1a);
-        dequant<F, 0>(af, w0.x, s0);
-        mma_bf16(acc[0][0], af, b[0], b[1]);
-        dequant<F, 0>(af, w1.x, s1);
-        mma_bf16(acc[1][0], af, b[0], b[1]);
-        dequant<F, 1>(af, w0.y, s0);
-        mma_bf16(acc[0][0], af, b[2], b[3]);
-        dequant<F, 1>(af, w1.y, s1);
-        mma_bf16(acc[1][0], af, b[2], b[3]);
-        ldsm4(b, xc + xo1b);
-        dequant<F, 2>(af, w0.z, s0);
-        mma_bf16(acc[0][0], af, b[0], b[1]);
-        dequant<F, 2>(af, w1.z, s1);
-        mma_bf16(acc[1][0], af, b[0], b[1]);
-        dequant<F, 3>(af, w0.w, s0);
-        mma_bf16(acc[0][0], af, b[2], b[3]);
-        dequant<F, 3>(af, w1.w, s1);
-        mma_bf16(acc[1][0], af, b[2], b[3]);
-      } else {
-        // Per k16 step: tokens 0–7 and 8–15 = {b0, b1} of each n8 fragment.
+      for (int i = 0; i < 16; ++i) (&acc[0][0][0])[i] = 0.0f;
+      const bf16* xc = sx + ks * kChunk;  // this warp's first chunk of x
+      for (int i = 0; i < nj; ++i, xc += kSlices * kChunk) {
+        ring_wait<STAGES - 2>();  // this lane's copies of the oldest stage landed
+        __syncwarp();             // and every lane's (the scales come from a few lanes)
+        const unsigned char* src = ring + cslot * kStage;
+        const uint4 w0 = *reinterpret_cast<const uint4*>(src + lane * 16);
+        const uint4 w1 = *reinterpret_cast<const uint4*>(src + kChunkCodeBytes + lane * 16);
+        const auto s0 = lds_scales<F>(src + 2 * kChunkCodeBytes + g * kSbLane);
+        const auto s1 = lds_scales<F>(src + 2 * kChunkCodeBytes + kSB + g * kSbLane);
+        // Refill the slot read in the previous iteration (every lane is past it: the __syncwarp above).
+        issue();
+        cslot = cslot + 1 == STAGES ? 0 : cslot + 1;
+        uint32_t af[4];
+        uint32_t b[4];
+        if (!two) {
+          // ldmatrix.x4: tokens 0–7 × the chunk's units 0–3 (then 4–7) = b0, b1 of steps 0, 1 (2, 3).
+          ldsm4(b, xc + xo1a);
+          dequant<F, 0>(af, w0.x, s0);
+          mma_bf16(acc[0][0], af, b[0], b[1]);
+          dequant<F, 0>(af, w1.x, s1);
+          mma_bf16(acc[1][0], af, b[0], b[1]);
+          dequant<F, 1>(af, w0.y, s0);
+          mma_bf16(acc[0][0], af, b[2], b[3]);
+          dequant<F, 1>(af, w1.y, s1);
+          mma_bf16(acc[1][0], af, b[2], b[3]);
+          ldsm4(b, xc + xo1b);
+          dequant<F, 2>(af, w0.z, s0);
+          mma_bf16(acc[0][0], af, b[0], b[1]);
+          dequant<F, 2>(af, w1.z, s1);
+          mma_bf16(acc[1][0], af, b[0], b[1]);
+          dequant<F, 3>(af, w0.w, s0);
+          mma_bf16(acc[0][0], af, b[2], b[3]);
+          dequant<F, 3>(af, w1.w, s1);
+          mma_bf16(acc[1][0], af, b[2], b[3]);
+        } else if constexpr (XR > 8) {
+          // Per k16 step: tokens 0–7 and 8–15 = {b0, b1} of each n8 fragment.
 #define K3_W4_DECODE_STEP2(S, WORD)              \
   ldsm4(b, xc + xo2[S]);                         \
   dequant<F, S>(af, w0.WORD, s0);                \
@@ -225,80 +241,85 @@ __global__ void __launch_bounds__(DecodeCfg<F, STAGES>::kThreads, 1)
   dequant<F, S>(af, w1.WORD, s1);                \
   mma_bf16(acc[1][0], af, b[0], b[1]);           \
   mma_bf16(acc[1][1], af, b[2], b[3]);
-        K3_W4_DECODE_STEP2(0, x)
-        K3_W4_DECODE_STEP2(1, y)
-        K3_W4_DECODE_STEP2(2, z)
-        K3_W4_DECODE_STEP2(3, w)
+          K3_W4_DECODE_STEP2(0, x)
+          K3_W4_DECODE_STEP2(1, y)
+          K3_W4_DECODE_STEP2(2, z)
+          K3_W4_DECODE_STEP2(3, w)
 #undef K3_W4_DECODE_STEP2
-      }
-    }
-
-    // The eight K slices' partial sums: red[slice][token][row] (rows 0–31 from the even warp of the
-    // slice, 32–63 from the odd one; the row stride kDecodeRedLd = 68 makes these stores and the
-    // reads below conflict-free), summed in slice order, one output per thread.
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      if (j == 1 && !two) break;
-      float* pr = red + ks * 8 * kLd + 32 * gp + g;
-#pragma unroll
-      for (int mm = 0; mm < 2; ++mm) {
-        pr[(2 * t) * kLd + 16 * mm] = acc[mm][j][0];
-        pr[(2 * t + 1) * kLd + 16 * mm] = acc[mm][j][1];
-        pr[(2 * t) * kLd + 16 * mm + 8] = acc[mm][j][2];
-        pr[(2 * t + 1) * kLd + 16 * mm + 8] = acc[mm][j][3];
-      }
-      __syncthreads();
-      {
-        const int tok = tid >> 6, fl = tid & 63;
-        const int token = 8 * j + tok, f = blk * 64 + fl;
-        if (token < rows && f < N) {
-          float sum = 0.0f;
-#pragma unroll
-          for (int k2 = 0; k2 < kSlices; ++k2) sum += red[(k2 * 8 + tok) * kLd + fl];
-          const float scale = static_cast<float>(1 << kOffsetLog2) * a.out_scale[expert * a.parts + f / a.part_rows];
-          Tout* y = static_cast<Tout*>(a.y) + static_cast<int64_t>(r0 + token) * a.ldy + f;
-          store_val(y, sum * scale);
         }
       }
-      __syncthreads();
-    }
+
+      // The eight K slices' partial sums: red[slice][token][row] (rows 0–31 from the even warp of the
+      // slice, 32–63 from the odd one; the row stride kDecodeRedLd = 68 makes these stores and the
+      // reads below conflict-free), summed in slice order, one output per thread.
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        if (j == 1 && !two) break;
+        float* pr = red + ks * 8 * kLd + 32 * gp + g;
+#pragma unroll
+        for (int mm = 0; mm < 2; ++mm) {
+          pr[(2 * t) * kLd + 16 * mm] = acc[mm][j][0];
+          pr[(2 * t + 1) * kLd + 16 * mm] = acc[mm][j][1];
+          pr[(2 * t) * kLd + 16 * mm + 8] = acc[mm][j][2];
+          pr[(2 * t + 1) * kLd + 16 * mm + 8] = acc[mm][j][3];
+        }
+        __syncthreads();
+        {
+          const int tok = tid >> 6, fl = tid & 63;
+          const int token = XR * p + 8 * j + tok, f = blk * 64 + fl;
+          if (token < rows && f < N) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int k2 = 0; k2 < kSlices; ++k2) sum += red[(k2 * 8 + tok) * kLd + fl];
+            const float scale = static_cast<float>(1 << kOffsetLog2) * a.out_scale[expert * a.parts + f / a.part_rows];
+            Tout* y = static_cast<Tout*>(a.y) + static_cast<int64_t>(r0 + token) * a.ldy + f;
+            store_val(y, sum * scale);
+          }
+        }
+        __syncthreads();
+      }
+    }  // passes
   }
 }
 
-template <W4Format F, int STAGES, typename Tout>
+template <W4Format F, int STAGES, int XR, typename Tout>
 void launch_decode_cfg(const GemmArgs& a, const MoeTileMap& map, cudaStream_t stream) {
   using C = DecodeCfg<F, STAGES>;
   const int nb = (a.n + 63) / 64;
-  const size_t smem = decode_smem_bytes(F, a.k, STAGES);
+  const size_t smem = decode_smem_bytes(F, a.k, STAGES, XR);
   int dev = 0, sms = 0;
   K3_CUDA_CHECK(cudaGetDevice(&dev));
   K3_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int64_t units = map.bound * nb;
   const int grid = static_cast<int>(std::min<int64_t>(sms, units));
   if (grid <= 0) return;
-  K3_CUDA_CHECK(cudaFuncSetAttribute(moe_w4_decode_kernel<F, STAGES, Tout>,
+  K3_CUDA_CHECK(cudaFuncSetAttribute(moe_w4_decode_kernel<F, STAGES, XR, Tout>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  moe_w4_decode_kernel<F, STAGES, Tout><<<grid, C::kThreads, smem, stream>>>(a, nb, map.count,
-                                                                             reinterpret_cast<const int4*>(map.tiles));
+  moe_w4_decode_kernel<F, STAGES, XR, Tout><<<grid, C::kThreads, smem, stream>>>(
+      a, nb, map.count, reinterpret_cast<const int4*>(map.tiles));
   K3_CUDA_CHECK_LAUNCH("moe_w4_decode_kernel");
 }
 
-template <W4Format F>
-void launch_decode(int stages, bool f32_out, const GemmArgs& a, const MoeTileMap& map, cudaStream_t stream) {
-  if (stages == kDecodeStagesDeep) {
-    if (f32_out) {
-      launch_decode_cfg<F, kDecodeStagesDeep, float>(a, map, stream);
-    } else {
-      launch_decode_cfg<F, kDecodeStagesDeep, bf16>(a, map, stream);
-    }
-  } else if (stages == kDecodeStagesShallow) {
-    if (f32_out) {
-      launch_decode_cfg<F, kDecodeStagesShallow, float>(a, map, stream);
-    } else {
-      launch_decode_cfg<F, kDecodeStagesShallow, bf16>(a, map, stream);
-    }
+template <W4Format F, int STAGES, int XR>
+void launch_decode_out(bool f32_out, const GemmArgs& a, const MoeTileMap& map, cudaStream_t stream) {
+  if (f32_out) {
+    launch_decode_cfg<F, STAGES, XR, float>(a, map, stream);
   } else {
-    throw Error("moe_grouped_gemm_w4: no decode kernel with " + std::to_string(stages) + " stages");
+    launch_decode_cfg<F, STAGES, XR, bf16>(a, map, stream);
+  }
+}
+
+template <W4Format F>
+void launch_decode(DecodeShape shape, bool f32_out, const GemmArgs& a, const MoeTileMap& map, cudaStream_t stream) {
+  if (shape.stages == kDecode16.stages && shape.xrows == kDecode16.xrows) {
+    launch_decode_out<F, kDecode16.stages, kDecode16.xrows>(f32_out, a, map, stream);
+  } else if (shape.stages == kDecode16Shallow.stages && shape.xrows == kDecode16Shallow.xrows) {
+    launch_decode_out<F, kDecode16Shallow.stages, kDecode16Shallow.xrows>(f32_out, a, map, stream);
+  } else if (shape.stages == kDecode8.stages && shape.xrows == kDecode8.xrows) {
+    launch_decode_out<F, kDecode8.stages, kDecode8.xrows>(f32_out, a, map, stream);
+  } else {
+    throw Error("moe_grouped_gemm_w4: no decode kernel with " + std::to_string(shape.stages) + " stages and " +
+                std::to_string(shape.xrows) + " activation rows");
   }
 }
 

@@ -3,6 +3,6 @@
 
 namespace k3::cuda::w4 {
 
-template void launch_decode<W4Format::kMxfp4>(int, bool, const GemmArgs&, const MoeTileMap&, cudaStream_t);
+template void launch_decode<W4Format::kMxfp4>(DecodeShape, bool, const GemmArgs&, const MoeTileMap&, cudaStream_t);
 
 }  // namespace k3::cuda::w4

@@ -33,25 +33,29 @@ extern template void launch_gemm<W4Format::kNvfp4>(MoeTile, bool, const GemmArgs
 extern template void launch_gemm<W4Format::kMxfp4>(MoeTile, bool, const GemmArgs&, const MoeTileMap&, cudaStream_t);
 
 // The decode kernel (moe_w4_decode.cuh): 16 warps = 8 K slices × 2 pairs of 16-row groups per unit
-// of 64 weight rows, the tile's ≤ 16 activation rows in shared memory, a cp.async ring of `stages`
-// stages (one chunk of both groups: 2·(512 + scale bytes)) per warp. Shared memory: activations
-// 16·K·2 + rings 16·stages·2·(512 + scale bytes) + the slices' partial sums 8·8·68·4 bytes.
+// of 64 weight rows, `xrows` (16 or 8) of the tile's activation rows in shared memory, a cp.async ring
+// of `stages` stages (one chunk of both groups: 2·(512 + scale bytes)) per warp. Shared memory:
+// activations xrows·K·2 + rings 16·stages·2·(512 + scale bytes) + the slices' partial sums 8·8·68·4.
 inline constexpr int kDecodeSlices = 8;
 inline constexpr int kDecodeXRows = 16;
 inline constexpr int kDecodeRedLd = 68;
-inline constexpr int kDecodeStagesDeep = 5;     // 4 stages = 4.6 KB in flight per warp, 74 KB per SM; K ≤ 3840
-inline constexpr int kDecodeStagesShallow = 3;  // what fits larger K (≤ 4992), and the depth measurement
-inline constexpr size_t decode_smem_bytes(W4Format f, int64_t k, int stages) {
+struct DecodeShape {
+  int stages, xrows;
+};
+inline constexpr DecodeShape kDecode16{5, 16};        // 4 stages = 4.6 KB in flight per warp, 74 KB per SM; K ≤ 3840
+inline constexpr DecodeShape kDecode16Shallow{3, 16};  // K ≤ 4992 (and the depth measurement)
+inline constexpr DecodeShape kDecode8{8, 8};          // 7 stages = 8 KB per warp, 129 KB per SM; K ≤ 4224
+inline constexpr size_t decode_smem_bytes(W4Format f, int64_t k, int stages, int xrows) {
   const int sb = scale_bytes_per_chunk(f == W4Format::kNvfp4 ? kNvfp4Bits : kMxfp4Bits);
-  return static_cast<size_t>(kDecodeXRows * k * 2) +
+  return static_cast<size_t>(xrows * k * 2) +
          static_cast<size_t>(2 * kDecodeSlices * stages * 2 * (kChunkCodeBytes + sb)) +
          static_cast<size_t>(kDecodeSlices * 8 * kDecodeRedLd * 4);
 }
 
 template <W4Format F>
-void launch_decode(int stages, bool f32_out, const GemmArgs& a, const MoeTileMap& map, cudaStream_t stream);
+void launch_decode(DecodeShape shape, bool f32_out, const GemmArgs& a, const MoeTileMap& map, cudaStream_t stream);
 
-extern template void launch_decode<W4Format::kNvfp4>(int, bool, const GemmArgs&, const MoeTileMap&, cudaStream_t);
-extern template void launch_decode<W4Format::kMxfp4>(int, bool, const GemmArgs&, const MoeTileMap&, cudaStream_t);
+extern template void launch_decode<W4Format::kNvfp4>(DecodeShape, bool, const GemmArgs&, const MoeTileMap&, cudaStream_t);
+extern template void launch_decode<W4Format::kMxfp4>(DecodeShape, bool, const GemmArgs&, const MoeTileMap&, cudaStream_t);
 
 }  // namespace k3::cuda::w4

@@ -188,12 +188,13 @@ TEST(MoeW4Repack, KernelChoiceFollowsRowsPerExpert) {
   EXPECT_EQ(moe_w4_tile_for(4096 * 16, 896), MoeTile::kM128);    // prefill
   EXPECT_EQ(moe_w4_tile_for(0, 8), MoeTile::kM16);
   for (W4Format f : kFormats) {
-    // The decode class runs the decode kernel at the Kimi-K3 widths (both GEMMs), its 3-stage form
-    // where 5 stages do not fit K, and the tile kernel past that (sm_90: 227 KB per block).
-    EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 16, 896, 3584), W4Kernel::kDecode);
-    EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 64 * 16, 896, 3072), W4Kernel::kDecode);
+    // The decode class runs the 8-row decode kernel while experts average ≤ 2 rows, the 16-row one
+    // above that, at the Kimi-K3 widths (both GEMMs), its 3-stage form where 5 stages do not fit K,
+    // and the tile kernel past that (sm_90: 227 KB per block).
+    EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 16, 896, 3584), W4Kernel::kDecode8);
+    EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 64 * 16, 896, 3072), W4Kernel::kDecode8);
     EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 512 * 16, 896, 3584), W4Kernel::kDecode);
-    EXPECT_EQ(moe_w4_kernel_for(MoeTile::kM16, f, 16, 896, 4608), W4Kernel::kDecode3);
+    EXPECT_EQ(moe_w4_kernel_for(MoeTile::kM16, f, 3 * 896, 896, 4608), W4Kernel::kDecode3);
     EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 16, 896, 8192), W4Kernel::kM16);
     EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 4096 * 16, 896, 3584), W4Kernel::kM128);
     EXPECT_EQ(moe_w4_kernel_for(MoeTile::kM64, f, 16, 896, 3584), W4Kernel::kM64);

@@ -23,8 +23,7 @@
 //          K split over 8 warp pairs. Needs 16·K·2 + ~110 KB of shared memory (K ≤ 3840; kDecode3,
 //          the same with 3 stages, K ≤ 4992);
 //   kDecode8 the same with 8 activation rows in shared memory and 8-stage rings (a tile of 9–16
-//          rows takes two passes over its weights; K ≤ 4224) — compiled, NOT yet run on a GPU, so
-//          only on request (meant for ≤ 4 rows per expert once measured);
+//          rows takes two passes over its weights; K ≤ 4224): chosen while experts average ≤ 2 rows;
 //   kM16   the tile kernel of the decode class (moe_w4_gemm.cuh): ≤ 16 rows of one expert per CTA,
 //          128 weight rows per CTA, weights prefetched into registers — the fallback for larger K;
 //   kM64, kM128  prefill class: 64 / 128 rows of one expert per CTA, same dequantisation, tensor cores

@@ -227,7 +227,7 @@ TEST(MoeW4A8Quantize, MatchesCpuContractBitForBit) {
   test::Rng rng;
   SCOPED_TRACE("seed " + std::to_string(rng.seed()));
   Arena& ar = test::arena();
-  for (const int64_t K : {512, 3584}) {
+  for (const int64_t K : {512, 3584, 10000}) {  // 10000: past the values a thread keeps in registers
     const int64_t R = 37;
     std::vector<float> x = test::round_bf16(rng.normal(static_cast<size_t>(R * K), 3.0f));
     std::fill_n(x.begin(), K, 0.0f);  // row 0: all zero

@@ -79,7 +79,7 @@ void moe_w4a8_upload_rows(const MoeW4A8Bank& bank, int64_t row0, const int8_t* w
 void moe_w4a8_upload_out_scale(const MoeW4A8Bank& bank, const float* host);
 
 // The activation contract above, per row of x (f32 or bf16 [R, K], K % 8 == 0, 16-byte aligned rows):
-// codes into q.codes, s into q.scale. One warp per row.
+// codes into q.codes, s into q.scale. One CTA per row.
 void moe_quantize_int8_rows(const DeviceTensor& x, const Int8Rows& q, cudaStream_t stream);
 
 // The host-side kernel choice from the shapes alone (never the counts), measured on the H200 for the

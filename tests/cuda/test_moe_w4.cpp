@@ -9,7 +9,7 @@
 // bf16x2 multiply is exact.
 //
 // On the GPU: every kernel (kDecode / kDecode3 / kDecode8 and the kM16 tile kernel of the decode
-// class, kM64 / kM128 prefill class, kAuto, and the tile classes' choice) against a float64 GEMM over the exactly
+// class, kM64 / kM128 / kWgmma prefill class, kAuto, and the tile classes' choice) against a float64 GEMM over the exactly
 // dequantised weights and the same bf16 activations, times the per-expert output scale of the
 // column's part; the decode kernel also on 1…16 rows per expert at both Kimi-K3 GEMM shapes. The
 // operands are exact, each product is exact in fp32, so the error is fp32 accumulation (≤ 2e-5·S,
@@ -196,7 +196,9 @@ TEST(MoeW4Repack, KernelChoiceFollowsRowsPerExpert) {
     EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 512 * 16, 896, 3584), W4Kernel::kDecode);
     EXPECT_EQ(moe_w4_kernel_for(MoeTile::kM16, f, 3 * 896, 896, 4608), W4Kernel::kDecode3);
     EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 16, 896, 8192), W4Kernel::kM16);
-    EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 4096 * 16, 896, 3584), W4Kernel::kM128);
+    // The tall prefill class runs the warpgroup-MMA kernel.
+    EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 4096 * 16, 896, 3584), W4Kernel::kWgmma);
+    EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 2048 * 16, 896, 3584), W4Kernel::kM64);
     EXPECT_EQ(moe_w4_kernel_for(MoeTile::kM64, f, 16, 896, 3584), W4Kernel::kM64);
   }
 }
@@ -293,7 +295,7 @@ TEST_P(MoeW4GemmTest, MatchesFloat64OverExactDequant) {
         [&](int64_t e, int64_t n) { return static_cast<double>(out_scale[static_cast<size_t>(e * c.parts + n / (N / c.parts))]); });
     // Every kernel, and the tile classes' choice (MoeTile overload).
     for (W4Kernel kernel : {W4Kernel::kAuto, W4Kernel::kDecode, W4Kernel::kDecode3, W4Kernel::kDecode8, W4Kernel::kM16,
-                            W4Kernel::kM64, W4Kernel::kM128}) {
+                            W4Kernel::kM64, W4Kernel::kM128, W4Kernel::kWgmma}) {
       for (DType out : {DType::kBF16, DType::kF32}) {
         SCOPED_TRACE(std::string("kernel ") + w4_kernel_name(kernel) + ", out " + dtype_name(out));
         const DeviceTensor ys = a.alloc_tensor(out, R, N, "ys");

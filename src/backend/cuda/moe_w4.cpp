@@ -10,6 +10,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/moe_w4_internal.h"
 #include "backend/cuda/moe_w4_layout.h"
+#include "backend/cuda/tensor_map.h"
 #include "backend/cuda/upload.h"
 #include "core/numeric.h"
 
@@ -154,6 +155,7 @@ const char* w4_kernel_name(W4Kernel k) {
     case W4Kernel::kM16: return "m16";
     case W4Kernel::kM64: return "m64";
     case W4Kernel::kM128: return "m128";
+    case W4Kernel::kWgmma: return "wg";
   }
   return "?";
 }
@@ -170,6 +172,26 @@ int64_t max_block_smem() {
     return 227 * 1024;
   }
   return v;
+}
+
+int multiprocessor_count() {
+  int dev = 0, v = 0;
+  K3_CUDA_CHECK(cudaGetDevice(&dev));
+  K3_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+  return v;
+}
+
+// The warpgroup-MMA kernel's tensor maps (moe_w4_internal.h): the bank as [row groups, chunks, words].
+w4::WgmmaMaps wgmma_maps(const DeviceTensor& xs, const MoeW4Bank& w) {
+  const int64_t groups = w.rows() / w4::kRowGroup, chunks = w.k / w4::kChunk;
+  const int64_t scale_bytes = w4::scale_bytes_per_chunk(format_bits(w.format));
+  const int box_chunks = w4::kWgmmaStageChunks, box_groups = w4::kWgmmaBoxGroups;
+  return {tensor_map_bf16_sw128(xs, w4::kWgmmaBoxRows, w4::kChunk, "moe_grouped_gemm_w4 xs"),
+          tensor_map_u32_3d(w.codes, {w4::kChunkCodeBytes / 4, chunks, groups},
+                            {w4::kChunkCodeBytes, chunks * w4::kChunkCodeBytes},
+                            {w4::kChunkCodeBytes / 4, box_chunks, box_groups}, "moe_grouped_gemm_w4 codes"),
+          tensor_map_u32_3d(w.scales, {scale_bytes / 4, chunks, groups}, {scale_bytes, chunks * scale_bytes},
+                            {static_cast<int>(scale_bytes / 4), box_chunks, box_groups}, "moe_grouped_gemm_w4 scales")};
 }
 
 w4::DecodeShape decode_shape(W4Kernel k) {
@@ -190,8 +212,11 @@ bool moe_w4_decode_fits(W4Format f, int64_t k, W4Kernel kernel) {
 W4Kernel moe_w4_kernel_for(MoeTile tile, W4Format f, int64_t rows, int64_t experts, int64_t k) {
   if (tile == MoeTile::kAuto) tile = moe_w4_tile_for(rows, experts);
   switch (tile) {
+    // H200, Kimi-K3 layer (k3_bench_cuda --moe-w4, 2026-12-01): at T = 4096 (73 rows per expert) the
+    // warpgroup-MMA kernel runs 228–240 TFLOP/s, kM128 183–188; at T = 2048 (37 rows) kM64 138–140,
+    // the warpgroup-MMA kernel 126–129.
     case MoeTile::kM64: return W4Kernel::kM64;
-    case MoeTile::kM128: return W4Kernel::kM128;
+    case MoeTile::kM128: return W4Kernel::kWgmma;
     default: break;
   }
   // kDecode8 (8 activation rows, deeper rings) while experts average ≤ 2 rows, so tiles of 9–16 rows
@@ -238,7 +263,9 @@ void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDi
                 " bytes of shared memory for K " + std::to_string(K) + ", more than the device's " +
                 std::to_string(max_block_smem()));
   }
-  const MoeTile tile = kernel == W4Kernel::kM64 ? MoeTile::kM64 : kernel == W4Kernel::kM128 ? MoeTile::kM128 : MoeTile::kM16;
+  const MoeTile tile = kernel == W4Kernel::kM64                                    ? MoeTile::kM64
+                       : kernel == W4Kernel::kM128 || kernel == W4Kernel::kWgmma ? MoeTile::kM128
+                                                                                  : MoeTile::kM16;
   const MoeTileMap map = moe_tile_map(d, tile);
   if (R == 0) return;
   const w4::GemmArgs a{xs.data, xs.ld, w.codes, w.scales, w.out_scale, ys.data, ys.ld, static_cast<int>(N),
@@ -250,6 +277,14 @@ void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDi
       w4::launch_decode<W4Format::kNvfp4>(decode_shape(kernel), f32, a, map, stream);
     } else {
       w4::launch_decode<W4Format::kMxfp4>(decode_shape(kernel), f32, a, map, stream);
+    }
+  } else if (kernel == W4Kernel::kWgmma) {
+    const w4::WgmmaMaps maps = wgmma_maps(xs, w);
+    const int sms = multiprocessor_count();
+    if (w.format == W4Format::kNvfp4) {
+      w4::launch_wgmma<W4Format::kNvfp4>(f32, maps, a, map, sms, stream);
+    } else {
+      w4::launch_wgmma<W4Format::kMxfp4>(f32, maps, a, map, sms, stream);
     }
   } else if (w.format == W4Format::kNvfp4) {
     w4::launch_gemm<W4Format::kNvfp4>(tile, f32, a, map, stream);

@@ -26,8 +26,12 @@
 //          rows takes two passes over its weights; K ≤ 4224): chosen while experts average ≤ 2 rows;
 //   kM16   the tile kernel of the decode class (moe_w4_gemm.cuh): ≤ 16 rows of one expert per CTA,
 //          128 weight rows per CTA, weights prefetched into registers — the fallback for larger K;
-//   kM64, kM128  prefill class: 64 / 128 rows of one expert per CTA, same dequantisation, tensor cores
-//          busy (n8 fragments past the expert's rows are skipped).
+//   kM64, kM128  prefill class on mma.sync: 64 / 128 rows of one expert per CTA, same dequantisation,
+//          tensor cores busy (n8 fragments past the expert's rows are skipped);
+//   kWgmma the prefill class on Hopper warpgroup MMA (moe_w4_wgmma.cuh): persistent warp-specialised
+//          CTAs over items of ≤ 128 rows of one expert × 128 weight rows; codes, scales and activations
+//          by TMA into mbarrier rings, the A operand dequantised in registers, wgmma N = the item's
+//          rows rounded up to 16.
 // No host synchronisation, grids sized by the dispatch's bounds: graph-capturable (moe.h).
 // Host-only header.
 #pragma once
@@ -82,12 +86,13 @@ void moe_w4_upload_out_scale(const MoeW4Bank& bank, const float* host);
 // experts see few rows, then the prefill-class tile heights.
 MoeTile moe_w4_tile_for(int64_t rows, int64_t experts);
 
-enum class W4Kernel : uint8_t { kAuto, kDecode, kDecode3, kDecode8, kM16, kM64, kM128 };
-const char* w4_kernel_name(W4Kernel k);  // "dec", "dec3", "dec8", "m16", "m64", "m128" ("auto" for kAuto)
+enum class W4Kernel : uint8_t { kAuto, kDecode, kDecode3, kDecode8, kM16, kM64, kM128, kWgmma };
+// "dec", "dec3", "dec8", "m16", "m64", "m128", "wg" ("auto" for kAuto)
+const char* w4_kernel_name(W4Kernel k);
 // Whether a decode kernel (kDecode / kDecode3 / kDecode8) fits K on the current device.
 bool moe_w4_decode_fits(W4Format f, int64_t k, W4Kernel kernel = W4Kernel::kDecode);
-// The kernel of a tile class: kM16 → kDecode where it fits K (else kDecode3, else kM16); kM64 /
-// kM128 as they are; kAuto → moe_w4_tile_for's class first.
+// The kernel of a tile class: kM16 → kDecode where it fits K (else kDecode3, else kM16); kM64 → kM64;
+// kM128 → kWgmma; kAuto → moe_w4_tile_for's class first.
 W4Kernel moe_w4_kernel_for(MoeTile tile, W4Format f, int64_t rows, int64_t experts, int64_t k);
 
 // ys[r] = out_scale(e, part) · xs[r] · dequant(W_e)ᵀ for every expert e and sorted row r of e:

@@ -1,8 +1,10 @@
 // Between the host side of the 4-bit expert GEMMs (moe_w4.cpp) and the per-format kernel
-// translation units (moe_w4_nvfp4.cu, moe_w4_mxfp4.cu: the tile kernels; moe_w4_decode_nvfp4.cu,
+// translation units (moe_w4_nvfp4.cu, moe_w4_mxfp4.cu: the tile kernels; moe_w4_wgmma_nvfp4.cu, moe_w4_wgmma_mxfp4.cu:
+// the warpgroup-MMA prefill kernel; moe_w4_decode_nvfp4.cu,
 // moe_w4_decode_mxfp4.cu: the decode kernel). Host-only header.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -31,6 +33,25 @@ void launch_gemm(MoeTile tile, bool f32_out, const GemmArgs& a, const MoeTileMap
 
 extern template void launch_gemm<W4Format::kNvfp4>(MoeTile, bool, const GemmArgs&, const MoeTileMap&, cudaStream_t);
 extern template void launch_gemm<W4Format::kMxfp4>(MoeTile, bool, const GemmArgs&, const MoeTileMap&, cudaStream_t);
+
+// The prefill kernel on warpgroup MMA (moe_w4_wgmma.cuh, sm_90a) over the kM128 tile map, one
+// persistent CTA per multiprocessor. Its operands come by TMA: `x` maps a.x in boxes of
+// kWgmmaBoxRows × 64 (tensor_map_bf16_sw128); `codes` and `scales` map the bank as [row groups,
+// chunks, words of a group's chunk] in boxes of 8 groups × kWgmmaStageChunks chunks.
+inline constexpr int kWgmmaBoxRows = 16;
+inline constexpr int kWgmmaBoxGroups = 8;
+inline constexpr int kWgmmaStageChunks = 2;
+struct WgmmaMaps {
+  CUtensorMap x, codes, scales;
+};
+template <W4Format F>
+void launch_wgmma(bool f32_out, const WgmmaMaps& maps, const GemmArgs& a, const MoeTileMap& map, int multiprocessors,
+                  cudaStream_t stream);
+
+extern template void launch_wgmma<W4Format::kNvfp4>(bool, const WgmmaMaps&, const GemmArgs&, const MoeTileMap&, int,
+                                                    cudaStream_t);
+extern template void launch_wgmma<W4Format::kMxfp4>(bool, const WgmmaMaps&, const GemmArgs&, const MoeTileMap&, int,
+                                                    cudaStream_t);
 
 // The decode kernel (moe_w4_decode.cuh): 16 warps = 8 K slices × 2 pairs of 16-row groups per unit
 // of 64 weight rows, `xrows` (16 or 8) of the tile's activation rows in shared memory, a cp.async ring

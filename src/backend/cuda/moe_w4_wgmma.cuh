@@ -1,0 +1,301 @@
+// The 4-bit expert grouped GEMM on Hopper warpgroup MMA (W4Kernel::kWgmma, the prefill class; moe_w4.h).
+// moe_w4_wgmma_nvfp4.cu and moe_w4_wgmma_mxfp4.cu instantiate it.
+//
+// Swapped operands as in moe_w4_gemm.cuh: D[feature][token] = Σ_k W[feature][k] · x[token][k]. A work
+// item is one tile of the kM128 tile map (≤ 128 sorted rows of one expert) × 128 weight rows (eight
+// 16-row groups of the bank). Persistent CTAs (one per SM, 384 threads) walk the items with a stride
+// of the grid, warp-specialised:
+//   - producer warp 0 (one lane): the item's activation rows, one 64-column chunk at a time, by TMA
+//     (a tensor map of xs in boxes of 16 rows × 64 columns, as many boxes as the item has rows; the
+//     128-byte swizzle = the wgmma B operand layout) into a ring of kXStages stages;
+//   - producer warp 1 (one lane): the packed codes and block scales of the eight groups, two chunks at
+//     a time, by TMA (3-D maps of the bank: two boxes per stage) into a deeper ring of kWStages stages:
+//     weights come from HBM once per item, many chunks in flight;
+//   - two consumer warpgroups, one group per warp: per chunk, each warp dequantises its code words
+//     (dequant(): the exact bf16 operands E2M1 · block scale · 2^-7 of the mma.sync kernels), releases
+//     the weight stage and stores its 16 rows into one of three 128-byte-swizzled A tiles of its
+//     warpgroup in shared memory; the warpgroup issues four wgmma m64nNk16 with both operands in shared
+//     memory (N = the item's rows rounded up to 16: rows past the expert's are multiplied but never
+//     stored), commits, and releases the previous chunk's activation stage once its wgmmas are done,
+//     so one chunk's MMAs overlap the next chunk's dequantisation.
+//     (A straight from registers, as in the mma.sync kernels, does not work here: ptxas reuses an
+//     in-flight wgmma's A registers for the next chunk's fragments — wrong results on the H200 — or,
+//     when they are kept live, serialises the wgmmas.)
+// Full/empty mbarrier pairs per stage; the producers run ahead across items, so an item's epilogue
+// (fp32 × 2^7 · out_scale[expert, part], stored in pairs as in moe_w4_gemm.cuh) overlaps the next
+// item's loads. The item count is read on the device: graph-capturable. Needs sm_90a.
+#pragma once
+
+#include <cuda.h>
+
+#include "backend/cuda/bulk_copy.cuh"
+#include "backend/cuda/moe_w4_gemm.cuh"
+#include "backend/cuda/wgmma.cuh"
+
+namespace k3::cuda::w4 {
+
+template <W4Format F>
+struct WgmmaCfg {
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
+  static constexpr int kGroups = 4 * kConsumerWarpgroups;  // 16-row groups per item, one per consumer warp
+  static constexpr int BF = 16 * kGroups;                  // weight rows per item
+  static constexpr int BT = 128;                           // rows of one expert per item (MoeTile::kM128)
+  static_assert(BT % kWgmmaBoxRows == 0 && kWgmmaBoxRows % 8 == 0, "boxes of whole swizzle atoms");
+  static constexpr int kXStages = 6;
+  static constexpr int kWStages = 8;
+  static constexpr int kWChunks = kWgmmaStageChunks;  // chunks per weight stage
+  static constexpr int kScaleBytes = scale_bytes_per_chunk(Trait<F>::kBits);
+  static constexpr int kXBytes = BT * 128;  // BT rows × 64 bf16, swizzled
+  static constexpr int kCodeBytes = kGroups * kWChunks * kChunkCodeBytes;  // [group][chunk][512]
+  static constexpr int kWBytes = kCodeBytes + kGroups * kWChunks * kScaleBytes;
+  static_assert(kGroups == kWgmmaBoxGroups && kWBytes % 128 == 0, "the weight boxes fill a stage");
+  static constexpr int kABytes = 64 * 128;  // one warpgroup's 64 dequantised weight rows × 64 bf16, swizzled
+  static constexpr int kABuffers = 3;       // per consumer warpgroup
+  static constexpr int kAOffset = kXStages * kXBytes;
+  static constexpr int kWOffset = kAOffset + kConsumerWarpgroups * kABuffers * kABytes;
+  static constexpr int kBarOffset = kWOffset + kWStages * kWBytes;
+  static constexpr int kSmemBytes = kBarOffset + 2 * (kXStages + kWStages) * 8 + 1024;  // + alignment of the base
+};
+
+// A ring position: stage index and the parity of its current phase.
+struct RingPos {
+  int stage = 0;
+  unsigned phase = 0;
+  __device__ __forceinline__ void next(int stages) {
+    if (++stage == stages) stage = 0, phase ^= 1u;
+  }
+};
+
+// One consumer warp's side of the kernel (warp cw of the two consumer warpgroups, group cw); the ring
+// positions carry over from item to item.
+template <W4Format F, typename Tout>
+struct Consumer {
+  using T = Trait<F>;
+  using C = WgmmaCfg<F>;
+  static constexpr int kSB = C::kScaleBytes;
+  const GemmArgs& a;
+  unsigned char* smem;
+  uint64_t *full_x, *empty_x, *full_w, *empty_w;
+  int cw, lane;
+  RingPos xpos{}, wpos{};
+
+  // Item ct with the wgmma width N (≥ its rows).
+  template <int N>
+  __device__ __forceinline__ void item(const detail::MoeCtaTile& ct, int kchunks) {
+    float acc[N / 2];
+#pragma unroll
+    for (int j = 0; j < N / 2; ++j) acc[j] = 0.0f;
+    const int wg = cw / 4;
+    unsigned char* a_tiles = smem + C::kAOffset + wg * C::kABuffers * C::kABytes;  // this warpgroup's A buffers
+    int prev_x = -1;
+    for (int c = 0; c < kchunks; ++c) {
+      // The group's code words and block scales of this chunk; after a stage's last chunk the stage
+      // goes back to its producer.
+      const int p = c % C::kWChunks;
+      if (p == 0) bulk::wait(&full_w[wpos.stage], wpos.phase);
+      const unsigned char* st = smem + C::kWOffset + wpos.stage * C::kWBytes;
+      const int slot = cw * C::kWChunks + p;
+      const uint4 w = *reinterpret_cast<const uint4*>(st + slot * kChunkCodeBytes + lane * 16);
+      ScaleRegs<T::kScaleWords> sc;
+      const unsigned char* sp = st + C::kCodeBytes + slot * kSB + (lane >> 2) * scale_bytes_per_lane(T::kBits);
+#pragma unroll
+      for (int j = 0; j < T::kScaleWords; ++j) sc.w[j] = reinterpret_cast<const uint32_t*>(sp)[j];
+      if (p == C::kWChunks - 1 || c == kchunks - 1) {
+        __syncwarp();
+        if (lane == 0) bulk::arrive(&empty_w[wpos.stage]);
+        wpos.next(C::kWStages);
+      }
+
+      // Dequantised rows into A buffer c % 3, free: chunk c − 3's wgmmas were retired by every warp's
+      // wait in chunk c − 2, before the warpgroup's barrier in chunk c − 1. Then visible to the wgmma.
+      unsigned char* at = a_tiles + (c % C::kABuffers) * C::kABytes;
+      store_a_fragments(at, w, sc);
+      bulk::fence_proxy_async();
+      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+
+      bulk::wait(&full_x[xpos.stage], xpos.phase);
+      const uint32_t aaddr = bulk::smem_addr(at);
+      const uint32_t xaddr = bulk::smem_addr(smem + xpos.stage * C::kXBytes);
+      wgmma::fence();
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        wgmma::mma_bf16<N>(acc, wgmma::desc_k_sw128(aaddr + 32 * s), wgmma::desc_k_sw128(xaddr + 32 * s));
+      }
+      wgmma::commit();
+      wgmma::wait<1>();  // the previous chunk's wgmmas are retired: its activation stage is free
+      if (prev_x >= 0 && lane == 0) bulk::arrive(&empty_x[prev_x]);
+      prev_x = xpos.stage;
+      xpos.next(C::kXStages);
+    }
+    wgmma::wait<0>();
+#pragma unroll
+    for (int j = 0; j < N / 2; ++j) wgmma::fence_operand(acc[j]);
+    if (prev_x >= 0 && lane == 0) bulk::arrive(&empty_x[prev_x]);
+    store(ct, acc);
+  }
+
+  // The warp's 16 weight rows of one chunk, dequantised (dequant(): the mma fragment of each k16 step,
+  // a_i = rows g + 8·(i % 2), columns 16s + 8·(i / 2) + 2t, +1), into the 128-byte-swizzled A tile.
+  __device__ __forceinline__ void store_a_fragments(unsigned char* at, const uint4& w,
+                                                    const ScaleRegs<T::kScaleWords>& sc) const {
+    const int g = lane >> 2, t = lane & 3;
+    uint32_t f[4][4];
+    dequant<F, 0>(f[0], w.x, sc);
+    dequant<F, 1>(f[1], w.y, sc);
+    dequant<F, 2>(f[2], w.z, sc);
+    dequant<F, 3>(f[3], w.w, sc);
+    unsigned char* rows = at + (cw % 4) * kRowGroup * 128;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = g + 8 * (i & 1), chunk16 = 2 * s + (i >> 1);
+        *reinterpret_cast<uint32_t*>(rows + wgmma::sw128_offset(r, chunk16) + 4 * t) = f[s][i];
+      }
+    }
+  }
+
+  // acc[4j..4j+3] = features (g, g, g+8, g+8) × tokens (8j + 2t, +1), transposed in pairs so that each
+  // lane stores two adjacent features of one token. Groups past N are computed but not stored.
+  template <int NH>
+  __device__ __forceinline__ void store(const detail::MoeCtaTile& ct, const float (&acc)[NH]) const {
+    const int f = ct.col0 + cw * kRowGroup;
+    if (f >= a.n) return;
+    const int g = lane >> 2, t = lane & 3;
+    const bool odd = g & 1;
+    const int tok = 2 * t + (odd ? 1 : 0), fcol = g & ~1;
+    const float scale = static_cast<float>(1 << kOffsetLog2) * a.out_scale[ct.expert * a.parts + f / a.part_rows];
+    Tout* yt = static_cast<Tout*>(a.y) + static_cast<int64_t>(ct.row0) * a.ldy;
+    const int nv = (ct.rows + 7) / 8;
+#pragma unroll
+    for (int j = 0; j < NH / 4; ++j) {
+      if (j >= nv) break;
+      const float* d = acc + 4 * j;
+      const float r0v = __shfl_xor_sync(0xFFFFFFFFu, odd ? d[0] : d[1], 4);
+      const float r1v = __shfl_xor_sync(0xFFFFFFFFu, odd ? d[2] : d[3], 4);
+      const int row = 8 * j + tok;
+      if (row >= ct.rows) continue;
+      Tout* yr = yt + static_cast<int64_t>(row) * a.ldy + f + fcol;
+      if (odd) {
+        store_pair(yr, r0v * scale, d[1] * scale);
+        store_pair(yr + 8, r1v * scale, d[3] * scale);
+      } else {
+        store_pair(yr, d[0] * scale, r0v * scale);
+        store_pair(yr + 8, d[2] * scale, r1v * scale);
+      }
+    }
+  }
+};
+
+template <W4Format F, typename Tout>
+__global__ void __launch_bounds__(WgmmaCfg<F>::kThreads, 1)
+    moe_w4_wgmma_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap code_map,
+                        const __grid_constant__ CUtensorMap scale_map, GemmArgs a, int n_tiles,
+                        const int32_t* __restrict__ tile_count, const int4* __restrict__ tiles) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using C = WgmmaCfg<F>;
+  constexpr int kSB = C::kScaleBytes;
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  unsigned char* smem = smem_raw + ((1024u - (raw_addr & 1023u)) & 1023u);  // swizzle atoms: 1024-byte aligned
+  uint64_t* full_x = reinterpret_cast<uint64_t*>(smem + C::kBarOffset);
+  uint64_t* empty_x = full_x + C::kXStages;
+  uint64_t* full_w = empty_x + C::kXStages;
+  uint64_t* empty_w = full_w + C::kWStages;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (tid == 0) {
+    for (int i = 0; i < C::kXStages; ++i) bulk::init(&full_x[i]), bulk::init(&empty_x[i], C::kGroups);
+    for (int i = 0; i < C::kWStages; ++i) bulk::init(&full_w[i]), bulk::init(&empty_w[i], C::kGroups);
+    bulk::fence_init();
+  }
+  __syncthreads();
+
+  const int kchunks = a.k / kChunk;
+  const int n_items = *tile_count * n_tiles;
+  auto item_at = [&](int i, detail::MoeCtaTile& ct) {
+    return detail::moe_tile_item(i, n_tiles, C::BT, C::BF, tile_count, tiles, a.offsets, ct);
+  };
+
+  if (warp < 4) {  // producer warpgroup: warps 0 and 1, one lane each; empty barriers start "released"
+    if (warp > 1 || lane != 0) return;
+    RingPos pos;
+    for (int i = blockIdx.x; i < n_items; i += gridDim.x) {
+      detail::MoeCtaTile ct;
+      if (!item_at(i, ct)) break;
+      const int group0 = static_cast<int>((static_cast<int64_t>(ct.expert) * a.n + ct.col0) / kRowGroup);
+      for (int c = 0; c < kchunks; ++c) {
+        if (warp == 0) {
+          // The item's rows in boxes of 16 (what its wgmma width reads; rows past the expert's: zeros or
+          // the next expert's, never stored).
+          const int boxes = (ct.rows + kWgmmaBoxRows - 1) / kWgmmaBoxRows;
+          bulk::wait(&empty_x[pos.stage], pos.phase ^ 1u);
+          bulk::arrive_expect(&full_x[pos.stage], boxes * kWgmmaBoxRows * 128);
+          for (int b = 0; b < boxes; ++b) {
+            bulk::copy_tile_2d(smem + pos.stage * C::kXBytes + b * kWgmmaBoxRows * 128, &x_map, c * kChunk,
+                               ct.row0 + b * kWgmmaBoxRows, &full_x[pos.stage]);
+          }
+          pos.next(C::kXStages);
+        } else if (c % C::kWChunks == 0) {
+          // kWChunks chunks of the eight groups: two boxes (past K or the bank: zeros, never stored).
+          bulk::wait(&empty_w[pos.stage], pos.phase ^ 1u);
+          unsigned char* st = smem + C::kWOffset + pos.stage * C::kWBytes;
+          bulk::arrive_expect(&full_w[pos.stage], C::kWBytes);
+          bulk::copy_tile_3d(st, &code_map, 0, c, group0, &full_w[pos.stage]);
+          bulk::copy_tile_3d(st + C::kCodeBytes, &scale_map, 0, c, group0, &full_w[pos.stage]);
+          pos.next(C::kWStages);
+        }
+      }
+    }
+    return;
+  }
+
+  // Consumers: warp cw owns group cw (weight rows 16·cw … of the item's 128); warps 4…7 and 8…11 are the
+  // two warpgroups (rows 0…63, 64…127). The wgmma width is a template parameter of the whole item
+  // (a branch around single wgmmas would make the compiler serialise them).
+  Consumer<F, Tout> cons{a, smem, full_x, empty_x, full_w, empty_w, warp - 4, lane};
+  for (int i = blockIdx.x; i < n_items; i += gridDim.x) {
+    detail::MoeCtaTile ct;
+    if (!item_at(i, ct)) break;
+    switch ((ct.rows + 15) / 16) {
+      case 1: cons.template item<16>(ct, kchunks); break;
+      case 2: cons.template item<32>(ct, kchunks); break;
+      case 3: cons.template item<48>(ct, kchunks); break;
+      case 4: cons.template item<64>(ct, kchunks); break;
+      case 5: cons.template item<80>(ct, kchunks); break;
+      case 6: cons.template item<96>(ct, kchunks); break;
+      case 7: cons.template item<112>(ct, kchunks); break;
+      default: cons.template item<128>(ct, kchunks); break;
+    }
+  }
+#else
+  __trap();  // wgmma and TMA need sm_90a
+#endif
+}
+
+template <W4Format F, typename Tout>
+void launch_wgmma_out(const WgmmaMaps& maps, const GemmArgs& a, const MoeTileMap& map, int multiprocessors,
+                      cudaStream_t stream) {
+  using C = WgmmaCfg<F>;
+  const int n_tiles = (a.n + C::BF - 1) / C::BF;
+  const int64_t items = static_cast<int64_t>(n_tiles) * map.bound;
+  if (items > INT32_MAX) throw Error("moe_grouped_gemm_w4: too many work items");
+  const int grid = static_cast<int>(std::min<int64_t>(items, multiprocessors));
+  K3_CUDA_CHECK(cudaFuncSetAttribute(moe_w4_wgmma_kernel<F, Tout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     C::kSmemBytes));
+  moe_w4_wgmma_kernel<F, Tout><<<grid, C::kThreads, C::kSmemBytes, stream>>>(
+      maps.x, maps.codes, maps.scales, a, n_tiles, map.count, reinterpret_cast<const int4*>(map.tiles));
+  K3_CUDA_CHECK_LAUNCH("moe_w4_wgmma_kernel");
+}
+
+template <W4Format F>
+void launch_wgmma(bool f32_out, const WgmmaMaps& maps, const GemmArgs& a, const MoeTileMap& map,
+                  int multiprocessors, cudaStream_t stream) {
+  if (f32_out) {
+    launch_wgmma_out<F, float>(maps, a, map, multiprocessors, stream);
+  } else {
+    launch_wgmma_out<F, bf16>(maps, a, map, multiprocessors, stream);
+  }
+}
+
+}  // namespace k3::cuda::w4

@@ -25,6 +25,9 @@ template <int BLOCK, typename Tin>
 __global__ void __launch_bounds__(kQuantThreads) quantize_kernel(const Tin* __restrict__ x, int64_t ldx, int k,
                                                                  MoeGgmlActs a) {
   constexpr int kLanes = BLOCK / 8;
+  // The decode GEMV launched next (programmatic dependent launch) may start streaming its weights now;
+  // it waits for this grid's completion before it reads the activations.
+  asm volatile("griddepcontrol.launch_dependents;");
   const int64_t row = blockIdx.x;
   const int col = (blockIdx.y * kQuantThreads + threadIdx.x) * 8;
   const bool valid = col < k;  // lanes past K take part in the shuffles with zeros

@@ -5,20 +5,33 @@
 //
 // A trait F has kType, kBlock (elements), kBytes (bytes per block, as stored in GGUF) and kParts
 // (lanes per block; each part covers 32 of the block's elements, so a warp covers 1024 elements per
-// step in every format), and:
-//   W load(blk, part)            the part's packed bytes and the scales it needs, in registers;
-//   float dot(w, part, x)        Σ over the part's 32 elements of w·x for one token's 8-bit block x
-//                                (ActBlock: codes, Σ codes per 16, scale), integer dp4a sums with the
-//                                block's integer scales, then the float scales. The zero-point / min
-//                                terms of a group of 16 (or sub-block of 32) are added by the part
-//                                holding its first elements only, so the parts of a block sum to it;
-//   float value(blk, i)          element i of the block, the same float operations in the same order
-//                                as ggml's dequantisation (bit-identical; no FMA contraction).
+// step in every format), and, split so that the weight work is done once per weight row and the
+// activation work once per token:
+//   U unpack(blk, part)          the part's 32 codes as dp4a-ready signed bytes (or unsigned codes
+//                                whose zero point / min comes back through the activation sums),
+//                                its integer scales and the block's float scales, in registers.
+//                                blk may point to global or shared memory (plain loads);
+//   X xload(x, part)             one token's 32 activation codes of the part (ActBlock: codes, Σ codes
+//                                per 16, scale) and the sums and scale the dot needs;
+//   float dot(u, x)              Σ over the part's 32 elements of w·x: integer dp4a sums with the
+//                                block's integer scales, then the float scales. A min / zero-point
+//                                term of a group of 16 (or sub-block of 32) is carried by the part
+//                                holding its first elements only (the others unpack a zero min), so
+//                                the parts of a block sum to it;
+//   float value(blk, i)          element i of the block (global memory), the same float operations in
+//                                the same order as ggml's dequantisation (bit-identical; no FMA
+//                                contraction).
+// Q4_0 and Q2_K also keep the register-prefetch kernel's pair (moe_ggml.h, GgmlGemv::kRegs; measured
+// faster for these two on the H200, concept HasRegs):
+//   W load(blk, part)            the part's packed bytes and scales as stored, in registers (global
+//                                memory, read-only path), loaded one warp step ahead;
+//   float dot(w, part, x)        the part's Σ for one token's ActBlock x, as dot(unpack, xload).
 // Activation contract (the CPU's, ggml's vec_dot_type): the activation block is the weight block
 // (32 for Q4_0 / Q8_0, 256 for the K-quants); scale = amax / 127, code = round-half-even(x · 127 /
 // amax) clamped to ±127, an all-zero block has scale 0 and codes 0.
 // Alignment: Q4_K / Q5_K blocks are 16-byte multiples, Q2_K 4-byte, Q4_0 / Q8_0 / Q3_K / Q6_K only
-// 2-byte; the loads below use the widest access the format's alignment allows.
+// 2-byte; the loads below use the widest access the format's alignment allows (a copy to shared
+// memory keeps the address modulo 16, so the same loads serve there).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -103,6 +116,53 @@ K3_GGML_HD uint4 ld_x16(const int8_t* p) {
 #endif
 }
 
+// Plain loads (global or shared memory: unpack() reads blocks a kernel staged in shared memory).
+K3_GGML_HD uint32_t rd_u16(const uint8_t* p) {
+#ifdef __CUDA_ARCH__
+  return *reinterpret_cast<const unsigned short*>(p);
+#else
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+#endif
+}
+K3_GGML_HD uint32_t rd_u32(const uint8_t* p) {  // 4-byte aligned
+#ifdef __CUDA_ARCH__
+  return *reinterpret_cast<const unsigned int*>(p);
+#else
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+#endif
+}
+K3_GGML_HD uint32_t rd_u32_a2(const uint8_t* p) { return rd_u16(p) | rd_u16(p + 2) << 16; }  // 2-byte aligned
+K3_GGML_HD uint4 rd_16(const uint8_t* p) {  // 16-byte aligned
+#ifdef __CUDA_ARCH__
+  return *reinterpret_cast<const uint4*>(p);
+#else
+  uint4 v;
+  std::memcpy(&v, p, 16);
+  return v;
+#endif
+}
+
+// Bytes of the 8-byte value (hi:lo) picked by the four selector nibbles of s (PTX prmt, default mode).
+K3_GGML_HD uint32_t prmt(uint32_t lo, uint32_t hi, uint32_t s) {
+#ifdef __CUDA_ARCH__
+  return __byte_perm(lo, hi, s);
+#else
+  const uint64_t v = static_cast<uint64_t>(hi) << 32 | lo;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+  return r;
+#endif
+}
+// Per byte: the unsigned code c (c < 128) minus the zero point z (z ≤ 128), as a signed byte. Borrow-free:
+// every byte of c | 0x80 is ≥ 0x80 ≥ z before the subtraction.
+K3_GGML_HD uint32_t sub_zero(uint32_t c, uint32_t z) {
+  return ((c | 0x80808080u) - z * 0x01010101u) ^ 0x80808080u;
+}
+
 // Σ of the four signed byte products, plus c.
 K3_GGML_HD int dp4a(uint32_t a, uint32_t b, int c) {
 #ifdef __CUDA_ARCH__
@@ -139,16 +199,18 @@ K3_GGML_HD float sub_rn(float a, float b) {
 K3_GGML_HD uint32_t byte_of(uint32_t w, int i) { return (w >> (8 * i)) & 0xFFu; }
 K3_GGML_HD uint32_t word_of(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
-// Dot of 8 codes (two words) with the 8 activation codes at p.
-K3_GGML_HD int dot8(uint32_t w0, uint32_t w1, const int8_t* p) {
-  const uint2 x = ld_x8(p);
-  return dp4a(w1, x.y, dp4a(w0, x.x, 0));
-}
-// Dot of 16 codes (four words) with the 16 activation codes at p.
-K3_GGML_HD int dot16(const uint32_t (&w)[4], const int8_t* p) {
-  const uint4 x = ld_x16(p);
+// Dot of 8 codes (two words) with 8 activation codes.
+K3_GGML_HD int dot8(uint32_t w0, uint32_t w1, const uint2& x) { return dp4a(w1, x.y, dp4a(w0, x.x, 0)); }
+// Dot of 16 codes (four words) with 16 activation codes.
+K3_GGML_HD int dot16(const uint32_t (&w)[4], const uint4& x) {
   return dp4a(w[3], x.w, dp4a(w[2], x.z, dp4a(w[1], x.y, dp4a(w[0], x.x, 0))));
 }
+K3_GGML_HD int dot16(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, const uint4& x) {
+  return dp4a(w3, x.w, dp4a(w2, x.z, dp4a(w1, x.y, dp4a(w0, x.x, 0))));
+}
+// The same with the activation codes at p (the register pair below).
+K3_GGML_HD int dot8(uint32_t w0, uint32_t w1, const int8_t* p) { return dot8(w0, w1, ld_x8(p)); }
+K3_GGML_HD int dot16(const uint32_t (&w)[4], const int8_t* p) { return dot16(w, ld_x16(p)); }
 
 // ---- 32-element formats: one part per block ----------------------------------------------------
 
@@ -156,6 +218,31 @@ K3_GGML_HD int dot16(const uint32_t (&w)[4], const int8_t* p) {
 struct Q4_0 {
   static constexpr GgmlType kType = GgmlType::Q4_0;
   static constexpr int kBlock = 32, kBytes = 18, kParts = 1;
+  struct U {
+    uint32_t lo[4], hi[4];  // unsigned nibbles; the −8 comes back through Σ codes
+    float d;
+  };
+  struct X {
+    uint4 lo, hi;
+    int sum;  // Σ of the 32 codes
+    float d;
+  };
+  K3_GGML_HD static U unpack(const uint8_t* b, int) {
+    U u;
+    u.d = f16(rd_u16(b));
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t q = rd_u32_a2(b + 2 + 4 * i);
+      u.lo[i] = q & 0x0F0F0F0Fu, u.hi[i] = (q >> 4) & 0x0F0F0F0Fu;
+    }
+    return u;
+  }
+  K3_GGML_HD static X xload(const ActBlock& x, int) {
+    return {ld_x16(x.q), ld_x16(x.q + 16), x.s16[0] + x.s16[1], x.d};
+  }
+  K3_GGML_HD static float dot(const U& u, const X& x) {
+    const int s = dot16(u.lo, x.lo) + dot16(u.hi, x.hi) - 8 * x.sum;
+    return u.d * x.d * static_cast<float>(s);
+  }
   struct W {
     uint32_t q[4];
     float d;
@@ -182,19 +269,24 @@ struct Q4_0 {
 struct Q8_0 {
   static constexpr GgmlType kType = GgmlType::Q8_0;
   static constexpr int kBlock = 32, kBytes = 34, kParts = 1;
-  struct W {
+  struct U {
     uint32_t q[8];
     float d;
   };
-  K3_GGML_HD static W load(const uint8_t* b, int) {
-    W w;
-    w.d = f16(ld_u16(b));
-    for (int i = 0; i < 8; ++i) w.q[i] = ld_u32_a2(b + 2 + 4 * i);
-    return w;
+  struct X {
+    uint4 lo, hi;
+    float d;
+  };
+  K3_GGML_HD static U unpack(const uint8_t* b, int) {
+    U u;
+    u.d = f16(rd_u16(b));
+    for (int i = 0; i < 8; ++i) u.q[i] = rd_u32_a2(b + 2 + 4 * i);
+    return u;
   }
-  K3_GGML_HD static float dot(const W& w, int, const ActBlock& x) {
-    const uint32_t lo[4] = {w.q[0], w.q[1], w.q[2], w.q[3]}, hi[4] = {w.q[4], w.q[5], w.q[6], w.q[7]};
-    return w.d * x.d * static_cast<float>(dot16(lo, x.q) + dot16(hi, x.q + 16));
+  K3_GGML_HD static X xload(const ActBlock& x, int) { return {ld_x16(x.q), ld_x16(x.q + 16), x.d}; }
+  K3_GGML_HD static float dot(const U& u, const X& x) {
+    return u.d * x.d *
+           static_cast<float>(dot16(u.q[0], u.q[1], u.q[2], u.q[3], x.lo) + dot16(u.q[4], u.q[5], u.q[6], u.q[7], x.hi));
   }
   K3_GGML_HD static float value(const uint8_t* b, int i) {
     return mul_rn(static_cast<float>(static_cast<int8_t>(b[2 + i])), f16(ld_u16(b)));
@@ -214,6 +306,49 @@ K3_GGML_HD int k23_offset(int p) { return 32 * (p >> 2) + 16 * ((p >> 1) & 1) + 
 struct Q2_K {
   static constexpr GgmlType kType = GgmlType::Q2_K;
   static constexpr int kBlock = 256, kBytes = 84, kParts = 8;
+  struct U {
+    uint32_t q[4][2];  // group s: codes 0..3 of elements o .. o+7
+    int sc[4], mn[4];  // mins 0 on the parts with o = 8
+    float d, dmin;
+  };
+  struct X {
+    uint2 q[4];
+    int s16[4];
+    float d;
+  };
+  K3_GGML_HD static U unpack(const uint8_t* b, int p) {
+    U u;
+    const uint8_t* q = b + 16 + k23_offset(p);
+    const uint32_t q0 = rd_u32(q), q1 = rd_u32(q + 4);
+    const int h = p >> 2, sub = (p >> 1) & 1;
+    // Scale bytes 8h + 2s + sub, s = 0..3 (of the 8 at 8h).
+    const uint32_t sc = prmt(rd_u32(b + 8 * h), rd_u32(b + 8 * h + 4), 0x6420u + 0x1111u * sub);
+    const uint32_t mn = p & 1 ? 0u : (sc >> 4) & 0x0F0F0F0Fu;
+    for (int s = 0; s < 4; ++s) {
+      u.q[s][0] = (q0 >> (2 * s)) & 0x03030303u, u.q[s][1] = (q1 >> (2 * s)) & 0x03030303u;
+      u.sc[s] = static_cast<int>(byte_of(sc, s) & 0x0F), u.mn[s] = static_cast<int>(byte_of(mn, s));
+    }
+    const uint32_t dd = rd_u32(b + 80);
+    u.d = f16(dd & 0xFFFF), u.dmin = f16(dd >> 16);
+    return u;
+  }
+  K3_GGML_HD static X xload(const ActBlock& x, int p) {
+    X v;
+    for (int s = 0; s < 4; ++s) {
+      const int g = k23_group(p, s);
+      v.q[s] = ld_x8(x.q + 16 * g + 8 * (p & 1)), v.s16[s] = x.s16[g];
+    }
+    v.d = x.d;
+    return v;
+  }
+  K3_GGML_HD static float dot(const U& u, const X& x) {
+    int isum = 0, imin = 0;
+    for (int s = 0; s < 4; ++s) {
+      isum += u.sc[s] * dot8(u.q[s][0], u.q[s][1], x.q[s]);
+      imin += u.mn[s] * x.s16[s];
+    }
+    return x.d * (u.d * static_cast<float>(isum) - u.dmin * static_cast<float>(imin));
+  }
   struct W {
     uint32_t q[2];
     uint32_t sc;  // scale bytes of the part's groups s = 0..3
@@ -260,34 +395,47 @@ struct Q3_K {
     const uint32_t hi = (byte_of(s[2], j % 4) >> (2 * (j / 4))) & 3;
     return static_cast<int>(lo | hi << 4) - 32;
   }
-  struct W {
-    uint32_t q[2], hm[2];
+  struct U {
+    uint32_t q[4][2];  // group s: signed codes u − 4 of elements o .. o+7
     int sc[4];
     float d;
   };
-  K3_GGML_HD static W load(const uint8_t* b, int p) {
-    W w;
+  struct X {
+    uint2 q[4];
+    float d;
+  };
+  K3_GGML_HD static U unpack(const uint8_t* b, int p) {
+    U u;
+    const int h = p >> 2, sub = (p >> 1) & 1;
     const uint8_t* q = b + 32 + k23_offset(p);
-    const uint8_t* hm = b + 16 * ((p >> 1) & 1) + 8 * (p & 1);
-    w.q[0] = ld_u32_a2(q), w.q[1] = ld_u32_a2(q + 4);
-    w.hm[0] = ld_u32_a2(hm), w.hm[1] = ld_u32_a2(hm + 4);
-    const uint32_t s[3] = {ld_u32_a2(b + 96), ld_u32_a2(b + 100), ld_u32_a2(b + 104)};
-    for (int k = 0; k < 4; ++k) w.sc[k] = scale(s, k23_group(p, k));
-    w.d = f16(ld_u16(b + 108));
-    return w;
-  }
-  K3_GGML_HD static float dot(const W& w, int p, const ActBlock& x) {
-    const int o = 8 * (p & 1);
-    int isum = 0;
+    const uint8_t* hm = b + 16 * sub + 8 * (p & 1);
+    const uint32_t q0 = rd_u32_a2(q), q1 = rd_u32_a2(q + 4), h0 = rd_u32_a2(hm), h1 = rd_u32_a2(hm + 4);
+    // Scales of groups j = 8h + 2s + sub (scale() below, four at once): low 4 bits = nibble h of byte
+    // 2s + sub of bytes 96..103; high 2 bits = bits 2·(j / 4) of byte j % 4 of bytes 104..107.
+    const uint32_t s2 = rd_u32_a2(b + 104);
+    const uint32_t lo = (prmt(rd_u32_a2(b + 96), rd_u32_a2(b + 100), 0x6420u + 0x1111u * sub) >> (4 * h)) & 0x0F0F0F0Fu;
+    const uint32_t hb = prmt(s2, s2, 0x2020u + 0x1111u * sub);
+    const uint32_t hi = ((hb >> (4 * h)) & 0x00000303u) | ((hb >> (4 * h + 2)) & 0x03030000u);
+    const uint32_t sc = lo | hi << 4;
     for (int s = 0; s < 4; ++s) {
-      const int g = k23_group(p, s), hbit = g / 2;
-      const uint32_t u0 = ((w.q[0] >> (2 * s)) & 0x03030303u) | ((w.hm[0] >> hbit) & 0x01010101u) << 2;
-      const uint32_t u1 = ((w.q[1] >> (2 * s)) & 0x03030303u) | ((w.hm[1] >> hbit) & 0x01010101u) << 2;
-      int part = dot8(u0, u1, x.q + 16 * g + o);
-      if (o == 0) part -= 4 * x.s16[g];
-      isum += w.sc[s] * part;
+      const int hbit = 4 * h + s;
+      u.q[s][0] = sub_zero(((q0 >> (2 * s)) & 0x03030303u) | ((h0 >> hbit) & 0x01010101u) << 2, 4);
+      u.q[s][1] = sub_zero(((q1 >> (2 * s)) & 0x03030303u) | ((h1 >> hbit) & 0x01010101u) << 2, 4);
+      u.sc[s] = static_cast<int>(byte_of(sc, s)) - 32;
     }
-    return w.d * x.d * static_cast<float>(isum);
+    u.d = f16(rd_u16(b + 108));
+    return u;
+  }
+  K3_GGML_HD static X xload(const ActBlock& x, int p) {
+    X v;
+    for (int s = 0; s < 4; ++s) v.q[s] = ld_x8(x.q + 16 * k23_group(p, s) + 8 * (p & 1));
+    v.d = x.d;
+    return v;
+  }
+  K3_GGML_HD static float dot(const U& u, const X& x) {
+    int isum = 0;
+    for (int s = 0; s < 4; ++s) isum += u.sc[s] * dot8(u.q[s][0], u.q[s][1], x.q[s]);
+    return u.d * x.d * static_cast<float>(isum);
   }
   K3_GGML_HD static float value(const uint8_t* b, int i) {
     const int g = i / 16, idx = 16 * (g % 2) + i % 16;
@@ -318,38 +466,51 @@ struct QK4 {
       mn = (s(j + 4) >> 4) | (s(j) >> 6) << 4;
     }
   }
-  struct W {
-    uint4 head;  // d, dmin, scales: shared by the block's 8 lanes (cached load)
-    uint4 qs;
-    uint4 qh;  // Q5_K only
+  struct U {
+    uint32_t lo[4], hi[4];  // codes of sub-blocks 2c and 2c + 1, elements o .. o+15
+    int sc1, sc2, mn1, mn2;  // mins 0 on the parts with o = 16
+    float d, dmin;
   };
-  K3_GGML_HD static W load(const uint8_t* b, int p) {
-    W w;
-    w.head = ld_16(b, false);
-    w.qs = ld_16(b + kQs + 32 * (p >> 1) + 16 * (p & 1), true);
-    if constexpr (kFive) w.qh = ld_16(b + 16 + 16 * (p & 1), true);
-    return w;
-  }
-  K3_GGML_HD static float dot(const W& w, int p, const ActBlock& x) {
-    const int c = p >> 1, o = 16 * (p & 1);
-    uint32_t lo[4], hi[4];
+  struct X {
+    uint4 lo, hi;
+    int s1, s2;  // Σ codes of sub-blocks 2c, 2c + 1
+    float d;
+  };
+  K3_GGML_HD static U unpack(const uint8_t* b, int p) {
+    U u;
+    const int c = p >> 1;
+    const uint4 h = rd_16(b);  // d, dmin, scales: the block's 8 lanes read the same 16 bytes
+    const uint4 qs = rd_16(b + kQs + 32 * c + 16 * (p & 1));
+    uint4 qh{};
+    if constexpr (kFive) qh = rd_16(b + 16 + 16 * (p & 1));
     for (int i = 0; i < 4; ++i) {
-      const uint32_t q = word_of(w.qs, i);
-      lo[i] = q & 0x0F0F0F0Fu, hi[i] = (q >> 4) & 0x0F0F0F0Fu;
+      const uint32_t q = word_of(qs, i);
+      u.lo[i] = q & 0x0F0F0F0Fu, u.hi[i] = (q >> 4) & 0x0F0F0F0Fu;
       if constexpr (kFive) {
-        const uint32_t h = word_of(w.qh, i);
-        lo[i] |= ((h >> (2 * c)) & 0x01010101u) << 4;
-        hi[i] |= ((h >> (2 * c + 1)) & 0x01010101u) << 4;
+        const uint32_t hw = word_of(qh, i);
+        u.lo[i] |= ((hw >> (2 * c)) & 0x01010101u) << 4;
+        u.hi[i] |= ((hw >> (2 * c + 1)) & 0x01010101u) << 4;
       }
     }
-    uint32_t sc1, mn1, sc2, mn2;
-    scale_min(w.head, 2 * c, sc1, mn1);
-    scale_min(w.head, 2 * c + 1, sc2, mn2);
-    const int isum = static_cast<int>(sc1) * dot16(lo, x.q + 64 * c + o) + static_cast<int>(sc2) * dot16(hi, x.q + 64 * c + 32 + o);
-    const int imin = o != 0 ? 0
-                            : static_cast<int>(mn1) * (x.s16[4 * c] + x.s16[4 * c + 1]) +
-                                  static_cast<int>(mn2) * (x.s16[4 * c + 2] + x.s16[4 * c + 3]);
-    return x.d * (f16(w.head.x & 0xFFFF) * static_cast<float>(isum) - f16(w.head.x >> 16) * static_cast<float>(imin));
+    // scale_min() for all 8 sub-blocks at once (bytes j of sc / mn, j < 4 from the low words), then
+    // bytes 2c, 2c + 1: no branch on the lane's sub-block.
+    const uint32_t sc = c < 2 ? h.y & 0x3F3F3F3Fu : (h.w & 0x0F0F0F0Fu) | ((h.y >> 2) & 0x30303030u);
+    const uint32_t mn = c < 2 ? h.z & 0x3F3F3F3Fu : ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
+    const int sh = 16 * (c & 1);
+    u.sc1 = static_cast<int>((sc >> sh) & 0xFF), u.sc2 = static_cast<int>((sc >> (sh + 8)) & 0xFF);
+    u.mn1 = p & 1 ? 0 : static_cast<int>((mn >> sh) & 0xFF), u.mn2 = p & 1 ? 0 : static_cast<int>((mn >> (sh + 8)) & 0xFF);
+    u.d = f16(h.x & 0xFFFF), u.dmin = f16(h.x >> 16);
+    return u;
+  }
+  K3_GGML_HD static X xload(const ActBlock& x, int p) {
+    const int c = p >> 1, o = 16 * (p & 1);
+    return {ld_x16(x.q + 64 * c + o), ld_x16(x.q + 64 * c + 32 + o), x.s16[4 * c] + x.s16[4 * c + 1],
+            x.s16[4 * c + 2] + x.s16[4 * c + 3], x.d};
+  }
+  K3_GGML_HD static float dot(const U& u, const X& x) {
+    const int isum = u.sc1 * dot16(u.lo, x.lo) + u.sc2 * dot16(u.hi, x.hi);
+    const int imin = u.mn1 * x.s1 + u.mn2 * x.s2;
+    return x.d * (u.d * static_cast<float>(isum) - u.dmin * static_cast<float>(imin));
   }
   K3_GGML_HD static float value(const uint8_t* b, int i) {
     const int c = i / 64, j = 2 * c + (i % 64) / 32, l = i % 32;
@@ -374,39 +535,44 @@ using Q5_K = QK4<true>;
 struct Q6_K {
   static constexpr GgmlType kType = GgmlType::Q6_K;
   static constexpr int kBlock = 256, kBytes = 210, kParts = 8;
-  struct W {
-    uint32_t l0[2], l32[2], h[2];
-    uint32_t sc;  // scales of groups 8hh + 2k + t, k = 0..3 (t = (p%4)/2), as bytes
+  struct U {
+    uint32_t q[4][2];  // quarter k: signed codes q − 32 of elements l .. l+7
+    int sc[4];         // scales of groups 8hh + 2k + t (t = (p%4)/2)
     float d;
   };
-  K3_GGML_HD static W load(const uint8_t* b, int p) {
-    W w;
+  struct X {
+    uint2 q[4];
+    float d;
+  };
+  K3_GGML_HD static U unpack(const uint8_t* b, int p) {
+    U u;
     const int hh = p >> 2, l = 8 * (p & 3), t = (p & 3) >> 1;
     const uint8_t* L = b + 64 * hh + l;
     const uint8_t* H = b + 128 + 32 * hh + l;
-    w.l0[0] = ld_u32_a2(L), w.l0[1] = ld_u32_a2(L + 4);
-    w.l32[0] = ld_u32_a2(L + 32), w.l32[1] = ld_u32_a2(L + 36);
-    w.h[0] = ld_u32_a2(H), w.h[1] = ld_u32_a2(H + 4);
-    const uint32_t s0 = ld_u32_a2(b + 192 + 8 * hh), s1 = ld_u32_a2(b + 196 + 8 * hh);
-    w.sc = byte_of(s0, t) | byte_of(s0, t + 2) << 8 | byte_of(s1, t) << 16 | byte_of(s1, t + 2) << 24;
-    w.d = f16(ld_u16(b + 208));
-    return w;
-  }
-  K3_GGML_HD static float dot(const W& w, int p, const ActBlock& x) {
-    const int hh = p >> 2, l = 8 * (p & 3), t = (p & 3) >> 1;
-    int isum = 0;
+    const uint32_t l0[2] = {rd_u32_a2(L), rd_u32_a2(L + 4)}, l32[2] = {rd_u32_a2(L + 32), rd_u32_a2(L + 36)};
+    const uint32_t hw[2] = {rd_u32_a2(H), rd_u32_a2(H + 4)};
+    const uint32_t sc = prmt(rd_u32_a2(b + 192 + 8 * hh), rd_u32_a2(b + 196 + 8 * hh), 0x6420u + 0x1111u * t);
     for (int k = 0; k < 4; ++k) {
-      uint32_t q[2];
       for (int i = 0; i < 2; ++i) {
-        const uint32_t low = ((k % 2 == 0 ? w.l0[i] : w.l32[i]) >> (4 * (k / 2))) & 0x0F0F0F0Fu;
-        q[i] = low | ((w.h[i] >> (2 * k)) & 0x03030303u) << 4;
+        const uint32_t low = ((k % 2 == 0 ? l0[i] : l32[i]) >> (4 * (k / 2))) & 0x0F0F0F0Fu;
+        u.q[k][i] = sub_zero(low | ((hw[i] >> (2 * k)) & 0x03030303u) << 4, 32);
       }
-      const int g = 8 * hh + 2 * k + t;
-      int part = dot8(q[0], q[1], x.q + 128 * hh + 32 * k + l);
-      if ((p & 1) == 0) part -= 32 * x.s16[g];
-      isum += static_cast<int>(static_cast<int8_t>(byte_of(w.sc, k))) * part;
+      u.sc[k] = static_cast<int>(static_cast<int8_t>(byte_of(sc, k)));
     }
-    return w.d * x.d * static_cast<float>(isum);
+    u.d = f16(rd_u16(b + 208));
+    return u;
+  }
+  K3_GGML_HD static X xload(const ActBlock& x, int p) {
+    X v;
+    const int hh = p >> 2, l = 8 * (p & 3);
+    for (int k = 0; k < 4; ++k) v.q[k] = ld_x8(x.q + 128 * hh + 32 * k + l);
+    v.d = x.d;
+    return v;
+  }
+  K3_GGML_HD static float dot(const U& u, const X& x) {
+    int isum = 0;
+    for (int k = 0; k < 4; ++k) isum += u.sc[k] * dot8(u.q[k][0], u.q[k][1], x.q[k]);
+    return u.d * x.d * static_cast<float>(isum);
   }
   K3_GGML_HD static float value(const uint8_t* b, int i) {
     const int hh = i / 128, k = (i % 128) / 32, l = i % 32;
@@ -415,6 +581,13 @@ struct Q6_K {
     const float ds = mul_rn(f16(ld_u16(b + 208)), static_cast<float>(static_cast<int8_t>(b[192 + 8 * hh + 2 * k + l / 16])));
     return mul_rn(ds, static_cast<float>(static_cast<int>(low | high << 4) - 32));
   }
+};
+
+// Traits with the register-prefetch pair (load, dot(w, part, x)).
+template <class F>
+concept HasRegs = requires(const uint8_t* b, const typename F::W& w, const ActBlock& x) {
+  F::load(b, 0);
+  F::dot(w, 0, x);
 };
 
 // Calls fn(Trait{}) for the trait of `type`; returns false when there is none.

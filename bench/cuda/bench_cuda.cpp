@@ -34,7 +34,7 @@
 // GEMM kernel (auto and every tile) timed interleaved with the bf16 grouped GEMM; TB/s on the packed
 // bytes (codes + fp32 scales) of the experts hit, TOPS over real rows, speed-up over bf16.
 //
-// Run: k3_bench_cuda [--reps N] [--arena 75%] [--quick] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4] [--moe-w4a8]
+// Run: k3_bench_cuda [--reps N] [--arena 75%] [--quick] [--tokens T,T,...] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4] [--moe-w4a8] [--moe-ggml]
 //   --moe        the MoE section only;  --moe-tiles  time every grouped-GEMM tile height, not only kAuto
 //   --memory     the copy ceiling and the memory-bound table only;  --gemv  the decode bf16 GEMMs only
 //   --moe-w4     the 4-bit expert section only;  --moe-w4a8  the W4A8 expert section only
@@ -70,6 +70,7 @@ constexpr double kFp8CeilingTF = 1332.0;   // H200, cuBLASLt block-scaled FP8 81
 constexpr size_t kRotateBytes = size_t{256} << 20;  // > 4× the L2
 
 int g_reps = 30;
+std::vector<int64_t> g_tokens;  // --tokens: the MoE benches' token counts instead of their defaults
 
 // Median milliseconds of `reps` timed calls of fn(i) after 3 warm-up calls.
 double time_ms(cudaStream_t stream, const std::function<void(int)>& fn) {
@@ -689,6 +690,7 @@ void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool, boo
   print_moe_layer_header("4-bit experts (W4A16)", "packed codes + block scales (bf16 weights for bf16)");
   MoeLayer l;
   l.tokens = quick ? std::vector<int64_t>{1, 8, 64, 512} : std::vector<int64_t>{1, 8, 64, 512, 4096};
+  if (!g_tokens.empty()) l.tokens = g_tokens;
   const size_t mark = arena.mark();
   if (!moe_layer_fits(arena, l, 2.0 * E * 3 * I * H * (0.5 + 1.0 / 16), 0.0, true)) return;
   alloc_moe_layer(arena, bf16_pool, l);
@@ -716,7 +718,7 @@ void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool, boo
       // auto, the decode kernel (10 and 5 stages), the tile kernels (m16 = the register-prefetch
       // decode-class kernel it replaces where it fits).
       for (W4Kernel kernel : {W4Kernel::kAuto, W4Kernel::kDecode8, W4Kernel::kDecode, W4Kernel::kDecode3, W4Kernel::kM16,
-                              W4Kernel::kM64, W4Kernel::kM128}) {
+                              W4Kernel::kM64, W4Kernel::kM128, W4Kernel::kWgmma}) {
         const std::string name =
             kernel == W4Kernel::kAuto
                 ? "auto=" + std::string(w4_kernel_name(moe_w4_kernel_for(MoeTile::kAuto, b.f, g.R, E, g.K)))
@@ -741,6 +743,7 @@ void bench_moe_w4a8(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
                          "int4 codes + f32 scales (bf16 weights for bf16)");
   MoeLayer l;
   l.tokens = {1, 8, 64, 512, 4096};
+  if (!g_tokens.empty()) l.tokens = g_tokens;
   double bank_bytes = 0;
   for (int64_t gs : group_sizes) bank_bytes += E * 3.0 * I * H * (0.5 + 4.0 / static_cast<double>(gs > 0 ? gs : I));
   const size_t mark = arena.mark();
@@ -873,6 +876,18 @@ int run(int argc, char** argv) {
       arena_size = argv[++i];
     } else if (a == "--quick") {
       quick = true;
+    } else if (a == "--tokens" && i + 1 < argc) {
+      g_tokens.clear();
+      for (const char* p = argv[++i]; *p != '\0';) {
+        char* end = nullptr;
+        const long long t = std::strtoll(p, &end, 10);
+        if (end == p || t <= 0 || (*end != ',' && *end != '\0')) {
+          std::fprintf(stderr, "k3_bench_cuda: --tokens wants a list like 1,8,4096, got '%s'\n", argv[i]);
+          return 2;
+        }
+        g_tokens.push_back(t);
+        p = *end == ',' ? end + 1 : end;
+      }
     } else if (a == "--moe") {
       moe_only = true;
     } else if (a == "--moe-tiles") {
@@ -888,7 +903,7 @@ int run(int argc, char** argv) {
     } else if (a == "--gemv") {
       gemv_only = true;
     } else {
-      std::fprintf(stderr, "usage: k3_bench_cuda [--reps N] [--arena SIZE] [--quick] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4] [--moe-w4a8]\n");
+      std::fprintf(stderr, "usage: k3_bench_cuda [--reps N] [--arena SIZE] [--quick] [--tokens T,T,...] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4] [--moe-w4a8] [--moe-ggml]\n");
       return 2;
     }
   }

@@ -26,6 +26,7 @@
 #include "backend/cuda/moe.h"
 #include "backend/cuda/moe_w4.h"
 #include "backend/cuda/moe_w4_layout.h"
+#include "backend/cuda/tensor_map.h"
 #include "backend/cuda/upload.h"
 #include "core/numeric.h"
 #include "cuda_test_util.h"
@@ -181,6 +182,25 @@ TEST(MoeW4Repack, RejectsWhatTheKernelsCannotRepresent) {
   mx[3] = 0xFF;
   EXPECT_THROW(moe_w4_repack(W4Format::kMxfp4, codes.data(), mx.data(), 16, 64, out_codes.data(), out_scales.data()), Error);
   EXPECT_THROW(moe_w4_repack(W4Format::kMxfp4, codes.data(), mx.data(), 8, 64, out_codes.data(), out_scales.data()), Error);
+}
+
+// The warpgroup-MMA kernel's activation map (tensor_map.h) refuses, before any driver call, what a
+// 128-byte-swizzled box cannot read: one-line errors naming the tensor (no GPU needed).
+TEST(TensorMap, RefusesTensorsTheSwizzledBoxCannotRead) {
+  alignas(16) static unsigned char buf[4096];
+  auto expect_refused = [](const DeviceTensor& t, int box_cols) {
+    try {
+      tensor_map_bf16_sw128(t, 16, box_cols, "test xs");
+      ADD_FAILURE() << "accepted " << t.describe();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("test xs"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    }
+  };
+  expect_refused(DeviceTensor(buf, DType::kF32, 8, 64), 64);         // not bf16
+  expect_refused(DeviceTensor(buf, DType::kBF16, 8, 64, 68), 64);    // rows not 16-byte aligned
+  expect_refused(DeviceTensor(buf + 2, DType::kBF16, 8, 64), 64);    // base not 16-byte aligned
+  expect_refused(DeviceTensor(buf, DType::kBF16, 8, 64), 32);        // box rows of 64 bytes
 }
 
 TEST(MoeW4Repack, KernelChoiceFollowsRowsPerExpert) {

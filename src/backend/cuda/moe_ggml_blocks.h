@@ -56,25 +56,33 @@ struct ActBlock {
 
 // ---- loads and integer / float primitives (device: PTX intrinsics; host: plain C++) -----------------
 
-K3_GGML_HD uint32_t ld_u16(const uint8_t* p) {
+// T at p (aligned to sizeof(T)) through the read-only data path on the device, memcpy on the host.
+template <typename T>
+K3_GGML_HD T ldg(const uint8_t* p) {
 #ifdef __CUDA_ARCH__
-  return __ldg(reinterpret_cast<const unsigned short*>(p));
+  return __ldg(reinterpret_cast<const T*>(p));
 #else
-  uint16_t v;
-  std::memcpy(&v, p, 2);
+  T v;
+  std::memcpy(&v, p, sizeof(T));
   return v;
 #endif
 }
+// T at p as a plain load on the device (global or shared memory: unpack() reads blocks a kernel
+// staged in shared memory), memcpy on the host.
+template <typename T>
+K3_GGML_HD T plain_load(const void* p) {
+#ifdef __CUDA_ARCH__
+  return *reinterpret_cast<const T*>(p);
+#else
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+#endif
+}
+
+K3_GGML_HD uint32_t ld_u16(const uint8_t* p) { return ldg<unsigned short>(p); }
 // 4 bytes at a 4-byte aligned address.
-K3_GGML_HD uint32_t ld_u32(const uint8_t* p) {
-#ifdef __CUDA_ARCH__
-  return __ldg(reinterpret_cast<const unsigned int*>(p));
-#else
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-#endif
-}
+K3_GGML_HD uint32_t ld_u32(const uint8_t* p) { return ldg<unsigned int>(p); }
 // 4 bytes at a 2-byte aligned address.
 K3_GGML_HD uint32_t ld_u32_a2(const uint8_t* p) { return ld_u16(p) | ld_u16(p + 2) << 16; }
 // 16 bytes at a 16-byte aligned address; `stream`: read once (no L1 allocation).
@@ -97,54 +105,14 @@ K3_GGML_HD uint4 ld_16(const uint8_t* p, bool stream) {
 #endif
 }
 // 8 activation codes at an 8-byte aligned address (codes rows are 16-byte aligned).
-K3_GGML_HD uint2 ld_x8(const int8_t* p) {
-#ifdef __CUDA_ARCH__
-  return *reinterpret_cast<const uint2*>(p);
-#else
-  uint2 v;
-  std::memcpy(&v, p, 8);
-  return v;
-#endif
-}
-K3_GGML_HD uint4 ld_x16(const int8_t* p) {
-#ifdef __CUDA_ARCH__
-  return *reinterpret_cast<const uint4*>(p);
-#else
-  uint4 v;
-  std::memcpy(&v, p, 16);
-  return v;
-#endif
-}
+K3_GGML_HD uint2 ld_x8(const int8_t* p) { return plain_load<uint2>(p); }
+K3_GGML_HD uint4 ld_x16(const int8_t* p) { return plain_load<uint4>(p); }
 
-// Plain loads (global or shared memory: unpack() reads blocks a kernel staged in shared memory).
-K3_GGML_HD uint32_t rd_u16(const uint8_t* p) {
-#ifdef __CUDA_ARCH__
-  return *reinterpret_cast<const unsigned short*>(p);
-#else
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-#endif
-}
-K3_GGML_HD uint32_t rd_u32(const uint8_t* p) {  // 4-byte aligned
-#ifdef __CUDA_ARCH__
-  return *reinterpret_cast<const unsigned int*>(p);
-#else
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-#endif
-}
+// Plain loads of weight blocks (global or shared memory).
+K3_GGML_HD uint32_t rd_u16(const uint8_t* p) { return plain_load<unsigned short>(p); }
+K3_GGML_HD uint32_t rd_u32(const uint8_t* p) { return plain_load<unsigned int>(p); }  // 4-byte aligned
 K3_GGML_HD uint32_t rd_u32_a2(const uint8_t* p) { return rd_u16(p) | rd_u16(p + 2) << 16; }  // 2-byte aligned
-K3_GGML_HD uint4 rd_16(const uint8_t* p) {  // 16-byte aligned
-#ifdef __CUDA_ARCH__
-  return *reinterpret_cast<const uint4*>(p);
-#else
-  uint4 v;
-  std::memcpy(&v, p, 16);
-  return v;
-#endif
-}
+K3_GGML_HD uint4 rd_16(const uint8_t* p) { return plain_load<uint4>(p); }  // 16-byte aligned
 
 // Bytes of the 8-byte value (hi:lo) picked by the four selector nibbles of s (PTX prmt, default mode).
 K3_GGML_HD uint32_t prmt(uint32_t lo, uint32_t hi, uint32_t s) {

@@ -1,11 +1,12 @@
-// Hopper bulk copies (the TMA unit: cp.async.bulk, 1-D runs of bytes, and cp.async.bulk.tensor, 2-D
+// Hopper bulk copies (the TMA unit: cp.async.bulk, 1-D runs of bytes, and cp.async.bulk.tensor, 2-/3-D
 // boxes of a tensor map; sm_90) global → shared completing on an mbarrier (.cu files only). One thread
 // announces the bytes (arrive.expect_tx) and issues the copies; every consumer waits on the
 // barrier's phase parity. The copies do not hold per-thread request slots, so one CTA per
 // multiprocessor can keep far more bytes in flight than with 16-byte cp.async.
 // Rules kept by the callers: addresses and sizes multiples of 16 bytes; a buffer is refilled only
-// after a __syncthreads that follows its last read, or after its readers released it on an mbarrier; shared memory written by ordinary stores before
-// a bulk copy writes it is fenced (fence_proxy_async) by the writing threads before that barrier.
+// after a __syncthreads that follows its last read, or after its readers released it on an mbarrier;
+// shared memory written by ordinary stores before a bulk copy writes it is fenced (fence_proxy_async)
+// by the writing threads before that barrier.
 #pragma once
 
 #include <cuda_runtime.h>

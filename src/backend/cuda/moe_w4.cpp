@@ -213,8 +213,8 @@ W4Kernel moe_w4_kernel_for(MoeTile tile, W4Format f, int64_t rows, int64_t exper
   if (tile == MoeTile::kAuto) tile = moe_w4_tile_for(rows, experts);
   switch (tile) {
     // H200, Kimi-K3 layer (k3_bench_cuda --moe-w4, 2026-12-01): at T = 4096 (73 rows per expert) the
-    // warpgroup-MMA kernel runs 228–240 TFLOP/s, kM128 183–188; at T = 2048 (37 rows) kM64 138–140,
-    // the warpgroup-MMA kernel 126–129.
+    // warpgroup-MMA kernel runs 227–242 TFLOP/s, kM128 182–188; at T = 2048 (37 rows) kM64 137–140,
+    // the warpgroup-MMA kernel 123–129.
     case MoeTile::kM64: return W4Kernel::kM64;
     case MoeTile::kM128: return W4Kernel::kWgmma;
     default: break;

@@ -96,6 +96,29 @@ __device__ __forceinline__ void dequant(uint32_t (&a)[4], uint32_t word, const S
 __device__ __forceinline__ void store_pair(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
 __device__ __forceinline__ void store_pair(bf16* p, float a, float b) { *reinterpret_cast<uint32_t*>(p) = pack_bf16(a, b); }
 
+// One m16n8 accumulator fragment (16 features × 8 tokens) times `scale`: c0, c1 = feature g, tokens
+// 2t, 2t + 1; c2, c3 = feature g + 8 (g = lane / 4, t = lane % 4). Lanes g and g ^ 1 swap halves with
+// one shuffle per pair, so that even g stores token 2t of features (g, g + 1) and odd g token 2t + 1
+// of features (g − 1, g). y: feature 0 of the fragment's token 0; tokens from `rows` on are not
+// stored. Every lane of the warp takes part.
+template <typename Tout>
+__device__ __forceinline__ void store_fragment(Tout* y, int64_t ldy, int rows, const float* c, float scale, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  const bool odd = g & 1;
+  const float r0v = __shfl_xor_sync(0xFFFFFFFFu, odd ? c[0] : c[1], 4);
+  const float r1v = __shfl_xor_sync(0xFFFFFFFFu, odd ? c[2] : c[3], 4);
+  const int tok = 2 * t + (odd ? 1 : 0);
+  if (tok >= rows) return;
+  Tout* yr = y + static_cast<int64_t>(tok) * ldy + (g & ~1);
+  if (odd) {
+    store_pair(yr, r0v * scale, c[1] * scale);
+    store_pair(yr + 8, r1v * scale, c[3] * scale);
+  } else {
+    store_pair(yr, c[0] * scale, r0v * scale);
+    store_pair(yr + 8, c[2] * scale, r1v * scale);
+  }
+}
+
 template <W4Format F, class C, typename Tout>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     moe_w4_kernel(GemmArgs a, int n_tiles, const int32_t* __restrict__ tile_count, const int4* __restrict__ tiles) {
@@ -210,11 +233,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   }
   cp_wait<0>();
 
-  // c0, c1 = feature g, tokens 2t, 2t+1; c2, c3 = feature g+8. Lanes g and g^1 swap halves so that
-  // even g holds token 2t of features (g, g+1) and odd g token 2t+1 of features (g−1, g).
-  const int g = lane >> 2, t = lane & 3;
-  const bool odd = g & 1;
-  const int tok = 2 * t + (odd ? 1 : 0), fcol = g & ~1;
   Tout* yt = static_cast<Tout*>(a.y) + static_cast<int64_t>(r0) * a.ldy;
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
@@ -227,18 +245,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       float c[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) c[i] = AS == 2 ? acc[0][m][j][i] + acc[AS - 1][m][j][i] : acc[0][m][j][i];
-      const float r0v = __shfl_xor_sync(0xFFFFFFFFu, odd ? c[0] : c[1], 4);
-      const float r1v = __shfl_xor_sync(0xFFFFFFFFu, odd ? c[2] : c[3], 4);
-      const int row = 8 * j + tok;
-      if (row >= rows) continue;
-      Tout* yr = yt + static_cast<int64_t>(row) * a.ldy + f + fcol;
-      if (odd) {
-        store_pair(yr, r0v * sc, c[1] * sc);
-        store_pair(yr + 8, r1v * sc, c[3] * sc);
-      } else {
-        store_pair(yr, c[0] * sc, r0v * sc);
-        store_pair(yr + 8, c[2] * sc, r1v * sc);
-      }
+      store_fragment(yt + static_cast<int64_t>(8 * j) * a.ldy + f, a.ldy, rows - 8 * j, c, sc, lane);
     }
   }
 }

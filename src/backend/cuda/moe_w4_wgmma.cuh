@@ -156,34 +156,19 @@ struct Consumer {
     }
   }
 
-  // acc[4j..4j+3] = features (g, g, g+8, g+8) × tokens (8j + 2t, +1), transposed in pairs so that each
-  // lane stores two adjacent features of one token. Groups past N are computed but not stored.
+  // acc[4j..4j+3]: fragment j (tokens 8j …) of the warp's 16 features, stored by store_fragment.
+  // Groups past N are computed but not stored.
   template <int NH>
   __device__ __forceinline__ void store(const detail::MoeCtaTile& ct, const float (&acc)[NH]) const {
     const int f = ct.col0 + cw * kRowGroup;
     if (f >= a.n) return;
-    const int g = lane >> 2, t = lane & 3;
-    const bool odd = g & 1;
-    const int tok = 2 * t + (odd ? 1 : 0), fcol = g & ~1;
     const float scale = static_cast<float>(1 << kOffsetLog2) * a.out_scale[ct.expert * a.parts + f / a.part_rows];
-    Tout* yt = static_cast<Tout*>(a.y) + static_cast<int64_t>(ct.row0) * a.ldy;
+    Tout* yt = static_cast<Tout*>(a.y) + static_cast<int64_t>(ct.row0) * a.ldy + f;
     const int nv = (ct.rows + 7) / 8;
 #pragma unroll
     for (int j = 0; j < NH / 4; ++j) {
       if (j >= nv) break;
-      const float* d = acc + 4 * j;
-      const float r0v = __shfl_xor_sync(0xFFFFFFFFu, odd ? d[0] : d[1], 4);
-      const float r1v = __shfl_xor_sync(0xFFFFFFFFu, odd ? d[2] : d[3], 4);
-      const int row = 8 * j + tok;
-      if (row >= ct.rows) continue;
-      Tout* yr = yt + static_cast<int64_t>(row) * a.ldy + f + fcol;
-      if (odd) {
-        store_pair(yr, r0v * scale, d[1] * scale);
-        store_pair(yr + 8, r1v * scale, d[3] * scale);
-      } else {
-        store_pair(yr, d[0] * scale, r0v * scale);
-        store_pair(yr + 8, d[2] * scale, r1v * scale);
-      }
+      store_fragment(yt + static_cast<int64_t>(8 * j) * a.ldy, a.ldy, ct.rows - 8 * j, acc + 4 * j, scale, lane);
     }
   }
 };
@@ -195,7 +180,6 @@ __global__ void __launch_bounds__(WgmmaCfg<F>::kThreads, 1)
                         const int32_t* __restrict__ tile_count, const int4* __restrict__ tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = WgmmaCfg<F>;
-  constexpr int kSB = C::kScaleBytes;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   unsigned char* smem = smem_raw + ((1024u - (raw_addr & 1023u)) & 1023u);  // swizzle atoms: 1024-byte aligned

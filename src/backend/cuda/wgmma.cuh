@@ -15,7 +15,7 @@
 
 namespace k3::cuda::wgmma {
 
-// Shared-memory descriptor of a K-major 128-byte-swizzled B tile starting at shared address `addr`:
+// Shared-memory descriptor of a K-major 128-byte-swizzled tile (A or B) at shared address `addr`:
 // leading byte offset 16 (unused by this layout), stride byte offset 1024 (one atom of 8 rows).
 __device__ __forceinline__ uint64_t desc_k_sw128(uint32_t addr) {
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(16 >> 4) << 16) |

@@ -26,6 +26,7 @@
 // and token); a token chunk after the first reads the rows again.
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernel_util.cuh"
@@ -190,29 +191,36 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_kernel(GemvArgs a, Ge
           for (int t = 0; t < kTokenChunk; ++t) acc[i][t] = 0.0f;
         }
       }
-      for (int s = s0; s < s1; ++s) {
-        const int b = s * kStep + lb;
-        if (b >= nb) break;  // the last step of a row may be partial
-        typename F::X xv[kTokenChunk];
+      // The steps for exactly NT tokens (no per-token guards: a 1-token tile issues one token's work).
+      auto steps_for = [&](auto nt_c) {
+        constexpr int NT = decltype(nt_c)::value;
+        for (int s = s0; s < s1; ++s) {
+          const int b = s * kStep + lb;
+          if (b >= nb) break;  // the last step of a row may be partial
+          typename F::X xv[NT];
 #pragma unroll
-        for (int t = 0; t < kTokenChunk; ++t) {
-          if (t < nt) {
+          for (int t = 0; t < NT; ++t) {
             const int64_t xr = r0 + t0 + t;
             const gb::ActBlock x{a.x.q + xr * a.k + static_cast<int64_t>(b) * F::kBlock,
                                  a.x.sums + xr * (a.k / 16) + static_cast<int64_t>(b) * (F::kBlock / 16),
                                  a.x.scale[xr * nb + b]};
             xv[t] = F::xload(x, part);
           }
-        }
-        const uint8_t* sb = st + (s - s0) * (kStep * F::kBytes);
+          const uint8_t* sb = st + (s - s0) * (kStep * F::kBytes);
 #pragma unroll
-        for (int i = 0; i < RW; ++i) {
-          const typename F::U u = F::unpack(sb + off[i], part);
+          for (int i = 0; i < RW; ++i) {
+            const typename F::U u = F::unpack(sb + off[i], part);
 #pragma unroll
-          for (int t = 0; t < kTokenChunk; ++t) {
-            if (t < nt) acc[i][t] += F::dot(u, xv[t]);
+            for (int t = 0; t < NT; ++t) acc[i][t] += F::dot(u, xv[t]);
           }
         }
+      };
+      static_assert(kTokenChunk == 4);
+      switch (nt) {
+        case 1: steps_for(std::integral_constant<int, 1>{}); break;
+        case 2: steps_for(std::integral_constant<int, 2>{}); break;
+        case 3: steps_for(std::integral_constant<int, 3>{}); break;
+        default: steps_for(std::integral_constant<int, 4>{}); break;
       }
       if (cb == geo.nblk - 1) {
 #pragma unroll

@@ -25,9 +25,8 @@
 // and the speed-up over bf16. --quick: T = 1 … 512 only.
 //
 // GGUF experts (backend/cuda/moe_ggml.h, --moe-ggml: this section only): the decode grouped GEMV over
-// Q4_K, Q2_K, Q3_K, Q4_0 and Q8_0 banks at the Kimi-K3 layer shapes, T = 1, 8, 64, each GEMV kernel (ring,
-// regs) with 1, 2, 4 and 8 weight rows per warp where it takes them; TB/s on the packed GGUF bytes of
-// the experts hit (target 2.5).
+// Q4_K, Q2_K, Q3_K, Q4_0 and Q8_0 banks at the Kimi-K3 layer shapes, T = 1, 8, 64, with 1, 2, 4 and 8
+// weight rows per warp; TB/s on the packed GGUF bytes of the experts hit (target 2.5).
 //
 // ModelSlim W4A8 experts (backend/cuda/moe_w4a8.h, --moe-w4a8): the same Kimi-K3 layer with int4 banks
 // (per channel, and per group of 256) times int8 per-row activations; the quantisation kernel and each
@@ -799,9 +798,9 @@ void bench_moe_w4a8(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
 // ---- MoE, GGUF experts -------------------------------------------------------------------------------
 
 // GGUF routed experts (backend/cuda/moe_ggml.h): the decode grouped GEMV (quantisation of the sorted rows
-// included) per kernel (ring, regs) and rows per warp, and the quantisation alone, banks of random
-// bytes (the values do not change the kernels' work), T = 1, 8, 64; target >= 2.5 TB/s on the packed
-// bytes of the experts hit.
+// included) at 1, 2, 4 and 8 weight rows per warp, and the quantisation alone, banks of random bytes
+// (the values do not change the kernel's work), T = 1, 8, 64; target >= 2.5 TB/s on the packed bytes
+// of the experts hit.
 void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
   const int64_t E = MoeLayer::E, H = MoeLayer::H, I = MoeLayer::I;
   const std::vector<GgmlType> types = {GgmlType::Q4_K, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_0, GgmlType::Q8_0};
@@ -846,15 +845,13 @@ void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
           const MoeGgmlBank& w = g.gemm == 1 ? b.g1 : b.g2;
           const MoeGgmlActs& a = g.gemm == 1 ? b.a1 : b.a2;
           const std::string name(ggml_type_name(b.type));
-          for (GgmlGemv kernel : {GgmlGemv::kRing, GgmlGemv::kRegs}) {
-            for (int rw : {1, 2, 4, 8}) {
-              if (!moe_ggml_gemv_supports(kernel, b.type, rw)) continue;
-              const bool is_auto = kernel == moe_ggml_gemv_kernel_for(b.type) && rw == moe_ggml_gemv_rows_per_warp(b.type);
-              const std::string label = std::string(" ") + ggml_gemv_name(kernel) + " rw" + std::to_string(rw) + (is_auto ? " (auto)" : "");
-              vs.push_back({name + label, g.rt.hit * w.n * w.row_bytes(), [&, w, a, rw, kernel](int i) {
-                              moe_grouped_gemv_ggml(g.in, w, g.rt.d[i % kRoutings], a, g.out, stream, rw, kernel);
-                            }});
-            }
+          for (int rw : {1, 2, 4, 8}) {
+            if (!moe_ggml_gemv_supports(b.type, rw)) continue;
+            const bool is_auto = rw == moe_ggml_gemv_rows_per_warp(b.type);
+            const std::string label = " rw" + std::to_string(rw) + (is_auto ? " (auto)" : "");
+            vs.push_back({name + label, g.rt.hit * w.n * w.row_bytes(), [&, w, a, rw](int i) {
+                            moe_grouped_gemv_ggml(g.in, w, g.rt.d[i % kRoutings], a, g.out, stream, rw);
+                          }});
           }
           vs.push_back({name + " quant", 0.0, [&, a](int) { moe_ggml_quantize(g.in, a, stream); }});
         }

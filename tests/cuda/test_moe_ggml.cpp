@@ -1,17 +1,17 @@
 // GGUF expert kernels (backend/cuda/moe_ggml.h) on fresh random inputs (the seed is printed;
 // K3_TEST_SEED replays one). The GPU tests skip without a device (passed on the H200, 2026-11-29;
-// 2026-12-01 with the ring kernel at 1/2/4/8 rows per warp, before kRegs came back as a choice).
+// 2026-12-01 with the ring kernel at 1/2/4/8 rows per warp).
 //
 // Without a GPU (these run in CI): the block traits (moe_ggml_blocks.h), compiled here for the host,
 //   - value(): bit-identical to the exact CPU dequantisation (quant/ggml) for every element of random
 //     blocks, both quantised from floats and of random bytes;
-//   - dot(unpack(), xload()) (and dot(load()) where a trait keeps it): the sum over every part of every
-//     block, with activations prepared by the CPU's own Int8Blocks contract (backend/cpu
-//     prepare_int8), against float64 Σ dequant(w) · code · scale; the integer sums are exact, so the
-//     error is fp32 rounding of a few products and sums per part (≤ 1e-5 · S, S = Σ |w| · |code · scale|);
-//   - bank and activation-buffer geometry, kernel choices, and the shapes and types rejected.
+//   - dot(unpack(), xload()): the sum over every part of every block, with activations prepared by
+//     the CPU's own Int8Blocks contract (backend/cpu prepare_int8), against float64
+//     Σ dequant(w) · code · scale; the integer sums are exact, so the error is fp32 rounding of a few
+//     products and sums per part (≤ 1e-5 · S, S = Σ |w| · |code · scale|);
+//   - bank and activation-buffer geometry, the rows per warp taken, and the shapes and types rejected.
 // On the GPU: the quantisation kernel equals the CPU contract bit for bit (codes, scales, sums, from
-// bf16 and f32 inputs); the decode GEMV (each kernel, each rows-per-warp it takes) against the same
+// bf16 and f32 inputs); the decode GEMV (at each rows per warp it takes) against the same
 // float64 reference, ≤ 2e-5 · S (fp32 order: lanes, warp reduction) plus 2^-8·|ref| for bf16 output;
 // the bf16 dequantisation equals bf16(the CPU dequant) for routed experts and leaves the others
 // alone; the prefill path (dequant + bf16 grouped GEMM) against float64 over those bf16 weights and
@@ -144,14 +144,13 @@ TEST(MoeGgmlBlocks, PartDotsWithTheCpuActivationContractMatchFloat64) {
         const int64_t nb = k / F::kBlock, row_bytes = nb * F::kBytes;
         for (int64_t t = 0; t < m; ++t) {
           for (int64_t r = 0; r < rows; ++r) {
-            float got = 0.0f, got_regs = 0.0f;
+            float got = 0.0f;
             for (int64_t blk = 0; blk < nb; ++blk) {
               const gb::ActBlock xb{a.p.q.data() + t * k + blk * F::kBlock, a.s16.data() + t * (k / 16) + blk * (F::kBlock / 16),
                                     a.p.scale[static_cast<size_t>(t * nb + blk)]};
               for (int p = 0; p < F::kParts; ++p) {
                 const uint8_t* wb = b.data() + r * row_bytes + blk * F::kBytes;
                 got += F::dot(F::unpack(wb, p), F::xload(xb, p));
-                if constexpr (gb::HasRegs<F>) got_regs += F::dot(F::load(wb, p), p, xb);
               }
             }
             double ref = 0, s = 0;
@@ -161,9 +160,6 @@ TEST(MoeGgmlBlocks, PartDotsWithTheCpuActivationContractMatchFloat64) {
               s += std::fabs(v);
             }
             EXPECT_LE(std::fabs(got - ref), 1e-5 * s + 1e-30) << "token " << t << " row " << r << ": " << got << " vs " << ref;
-            if constexpr (gb::HasRegs<F>) {
-              EXPECT_LE(std::fabs(got_regs - ref), 1e-5 * s + 1e-30) << "load/dot, token " << t << " row " << r;
-            }
           }
         }
       });
@@ -206,12 +202,14 @@ TEST(MoeGgmlBank, GeometryAndRejectedShapes) {
 }
 
 TEST(MoeGgmlBank, KernelsAndRowsPerWarp) {
-  EXPECT_EQ(moe_ggml_gemv_kernel_for(GgmlType::Q2_K), GgmlGemv::kRegs);
-  EXPECT_EQ(moe_ggml_gemv_kernel_for(GgmlType::Q4_K), GgmlGemv::kRing);
-  EXPECT_TRUE(moe_ggml_gemv_supports(GgmlGemv::kRing, GgmlType::Q2_K, 8));
-  EXPECT_FALSE(moe_ggml_gemv_supports(GgmlGemv::kRegs, GgmlType::Q2_K, 8));
-  EXPECT_FALSE(moe_ggml_gemv_supports(GgmlGemv::kRegs, GgmlType::Q4_K, 4));
-  EXPECT_FALSE(moe_ggml_gemv_supports(GgmlGemv::kAuto, GgmlType::Q4_1, 4));
+  for (GgmlType type : kTypes) {
+    SCOPED_TRACE(ggml_type_name(type));
+    for (int rw : {1, 2, 4, 8}) EXPECT_TRUE(moe_ggml_gemv_supports(type, rw)) << rw;
+    for (int rw : {0, 3, 5, 16, -4}) EXPECT_FALSE(moe_ggml_gemv_supports(type, rw)) << rw;
+    EXPECT_TRUE(moe_ggml_gemv_supports(type, moe_ggml_gemv_rows_per_warp(type)));
+  }
+  EXPECT_FALSE(moe_ggml_gemv_supports(GgmlType::Q4_1, 4));
+  EXPECT_FALSE(moe_ggml_gemv_supports(GgmlType::F16, 4));
 
   auto* base = reinterpret_cast<uint8_t*>(uintptr_t{1} << 20);  // never dereferenced: the check comes first
   MoeGgmlBank b;
@@ -223,7 +221,7 @@ TEST(MoeGgmlBank, KernelsAndRowsPerWarp) {
     moe_grouped_gemv_ggml(xs, b, d, acts, ys, nullptr, 3);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "moe_grouped_gemv_ggml: the regs kernel takes Q4_0 or Q2_K and 1, 2 or 4 rows per warp, got q4_0 and 3");
+    EXPECT_STREQ(e.what(), "moe_grouped_gemv_ggml: rows per warp must be 1, 2, 4 or 8, got 3");
   }
 }
 
@@ -325,18 +323,15 @@ TEST_P(MoeGgmlGemvTest, MatchesFloat64WithTheCpuActivationContract) {
 
     const test::MoeReference ref = test::moe_reference(
         s.off, N, K, [&](int64_t r, int64_t i) { return ha.value(r, i); }, w, [](int64_t, int64_t) { return 1.0; });
-    for (GgmlGemv kernel : {GgmlGemv::kRing, GgmlGemv::kRegs}) {
-      for (int rows_per_warp : {1, 2, 4, 8}) {
-        if (!moe_ggml_gemv_supports(kernel, type, rows_per_warp)) continue;
-        for (DType out : {DType::kF32, DType::kBF16}) {
-          SCOPED_TRACE(std::string("out ") + dtype_name(out) + ", " + ggml_gemv_name(kernel) + " kernel, rows per warp " +
-                       std::to_string(rows_per_warp));
-          const DeviceTensor ys = a.alloc_tensor(out, R, N, "ys");
-          poison(ys);
-          moe_grouped_gemv_ggml(s.xs, bank, s.d, acts, ys, nullptr, rows_per_warp, kernel);
-          expect_acts_equal(acts, ha);  // from the bf16 rows
-          test::expect_within_reference(download_f32(ys), ref, N, out, 2e-5);
-        }
+    for (int rows_per_warp : {1, 2, 4, 8}) {
+      ASSERT_TRUE(moe_ggml_gemv_supports(type, rows_per_warp));
+      for (DType out : {DType::kF32, DType::kBF16}) {
+        SCOPED_TRACE(std::string("out ") + dtype_name(out) + ", rows per warp " + std::to_string(rows_per_warp));
+        const DeviceTensor ys = a.alloc_tensor(out, R, N, "ys");
+        poison(ys);
+        moe_grouped_gemv_ggml(s.xs, bank, s.d, acts, ys, nullptr, rows_per_warp);
+        expect_acts_equal(acts, ha);  // from the bf16 rows
+        test::expect_within_reference(download_f32(ys), ref, N, out, 2e-5);
       }
     }
   }

@@ -11,10 +11,10 @@
 // Q4_0 / Q8_0, per 256 for the K-quants, plus Σ codes per 16), then integer dp4a dot products per
 // block with the block's integer scales, float scales per block, fp32 accumulation (as ggml's MMVQ).
 // One CTA per (tile of ≤ 16 sorted rows of one expert, 128 weight rows); a warp streams a few weight
-// rows at once for all of the tile's tokens, so every packed byte is read once per tile. Two kernels
-// (GgmlGemv): kRing streams each warp's rows through a cp.async ring in shared memory, launched as a
+// rows at once for all of the tile's tokens, so every packed byte is read once per tile. One kernel
+// (moe_ggml_gemv.cu): each warp's rows stream through a cp.async ring in shared memory, launched as a
 // programmatic dependent of the quantisation (its weights start streaming before the activations are
-// ready); kRegs (Q4_0, Q2_K) prefetches one warp step into registers.
+// ready).
 //
 // Prefill (moe_grouped_gemm_ggml_dequant): the experts the dispatch routes rows to are dequantised to
 // bf16 (ggml's exact float values, then rounded to bf16) into a caller-provided [E·N, K] scratch bank,
@@ -77,28 +77,23 @@ MoeGgmlActs moe_ggml_acts_view(void* buffer, GgmlType type, int64_t rows, int64_
 // scale = amax / 127, code = round-half-even(x · (127 / amax)) clamped to ±127 (IEEE division).
 void moe_ggml_quantize(const DeviceTensor& xs, const MoeGgmlActs& acts, cudaStream_t stream);
 
-// Decode GEMV kernels. kRing: each warp's rows stream through its own cp.async ring in shared memory,
-// a stage holding up to whole rows, each part's codes and scales unpacked once per row and step for
-// all tokens (every type; 1, 2, 4 or 8 rows per warp). kRegs: the next warp step of each row is
-// loaded into registers while the current one is multiplied (Q4_0 and Q2_K; 1, 2 or 4 rows per warp).
-enum class GgmlGemv { kAuto, kRing, kRegs };
-const char* ggml_gemv_name(GgmlGemv kernel);  // "auto", "ring", "regs"
-bool moe_ggml_gemv_supports(GgmlGemv kernel, GgmlType type, int rows_per_warp);
-// The default kernel of a type, from the H200 (k3_bench_cuda --moe-ggml, Kimi-K3 layer, T = 1, 8, 64;
-// 2026-12-01, docs/performance.md): kRegs for Q4_0 and Q2_K, kRing for the others.
-GgmlGemv moe_ggml_gemv_kernel_for(GgmlType type);
-// The default rows per warp: 4 for both kernels and every measured type (Q5_K, Q6_K unmeasured).
+// The decode GEMV: each warp's rows stream through its own cp.async ring in shared memory, a stage
+// holding up to whole rows, each part's codes and scales unpacked once per row and step for all
+// tokens. True when it takes `type` (every type moe_ggml_supported accepts) at `rows_per_warp`
+// weight rows per warp (1, 2, 4 or 8).
+bool moe_ggml_gemv_supports(GgmlType type, int rows_per_warp);
+// The default rows per warp: 4 for every measured type (H200, k3_bench_cuda --moe-ggml, 2026-12-01,
+// docs/performance.md; Q5_K, Q6_K unmeasured).
 int moe_ggml_gemv_rows_per_warp(GgmlType type);
 
 // Decode: ys[r] = xs[r] · W_eᵀ for every expert e and sorted row r of e, xs quantised into `acts`
 // first (moe_ggml_quantize; acts sized for R = d.rows() rows and the bank's K). xs bf16 or f32 [R, K];
 // ys f32 or bf16 [R, N]. Any number of rows per expert (experts with more than 16 take several tiles,
 // each reading the expert's weights again: meant for few rows per expert). rows_per_warp: weight rows
-// a warp streams at once (0: moe_ggml_gemv_rows_per_warp); kernel: kAuto = moe_ggml_gemv_kernel_for.
-// The results do not depend on either beyond fp32 summation order.
+// a warp streams at once (0: moe_ggml_gemv_rows_per_warp); the results do not depend on it beyond
+// fp32 summation order.
 void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
-                           const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp = 0,
-                           GgmlGemv kernel = GgmlGemv::kAuto);
+                           const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp = 0);
 
 // w (bf16 [E·N, K]) rows of every expert with at least one row in d ← bf16(ggml dequant); other rows
 // untouched.

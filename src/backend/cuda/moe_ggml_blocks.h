@@ -1,5 +1,6 @@
 // GGML block formats for the GPU expert kernels (moe_ggml.h): one trait per format, compiled for the
-// device by moe_ggml.cu and for the host by the CPU tests, which run every function below against the
+// device by moe_ggml.cu, moe_ggml_gemv.cu and mla_absorb_ggml.cu and for the host by the CPU tests,
+// which run every function below against the
 // exact CPU references (quant/ggml/ggml_dequant.h, the Int8Blocks activations of the CPU's
 // ggml_matrix) without a GPU. Byte layouts: k3-quant-formats §6.2.
 //
@@ -21,11 +22,6 @@
 //   float value(blk, i)          element i of the block (global memory), the same float operations in
 //                                the same order as ggml's dequantisation (bit-identical; no FMA
 //                                contraction).
-// Q4_0 and Q2_K also keep the register-prefetch kernel's pair (moe_ggml.h, GgmlGemv::kRegs; measured
-// faster for these two on the H200, concept HasRegs):
-//   W load(blk, part)            the part's packed bytes and scales as stored, in registers (global
-//                                memory, read-only path), loaded one warp step ahead;
-//   float dot(w, part, x)        the part's Σ for one token's ActBlock x, as dot(unpack, xload).
 // Activation contract (the CPU's, ggml's vec_dot_type): the activation block is the weight block
 // (32 for Q4_0 / Q8_0, 256 for the K-quants); scale = amax / 127, code = round-half-even(x · 127 /
 // amax) clamped to ±127, an all-zero block has scale 0 and codes 0.
@@ -81,8 +77,6 @@ K3_GGML_HD T plain_load(const void* p) {
 }
 
 K3_GGML_HD uint32_t ld_u16(const uint8_t* p) { return ldg<unsigned short>(p); }
-// 4 bytes at a 4-byte aligned address.
-K3_GGML_HD uint32_t ld_u32(const uint8_t* p) { return ldg<unsigned int>(p); }
 // 4 bytes at a 2-byte aligned address.
 K3_GGML_HD uint32_t ld_u32_a2(const uint8_t* p) { return ld_u16(p) | ld_u16(p + 2) << 16; }
 // 16 bytes at a 16-byte aligned address; `stream`: read once (no L1 allocation).
@@ -176,9 +170,6 @@ K3_GGML_HD int dot16(const uint32_t (&w)[4], const uint4& x) {
 K3_GGML_HD int dot16(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, const uint4& x) {
   return dp4a(w3, x.w, dp4a(w2, x.z, dp4a(w1, x.y, dp4a(w0, x.x, 0))));
 }
-// The same with the activation codes at p (the register pair below).
-K3_GGML_HD int dot8(uint32_t w0, uint32_t w1, const int8_t* p) { return dot8(w0, w1, ld_x8(p)); }
-K3_GGML_HD int dot16(const uint32_t (&w)[4], const int8_t* p) { return dot16(w, ld_x16(p)); }
 
 // ---- 32-element formats: one part per block ----------------------------------------------------
 
@@ -210,22 +201,6 @@ struct Q4_0 {
   K3_GGML_HD static float dot(const U& u, const X& x) {
     const int s = dot16(u.lo, x.lo) + dot16(u.hi, x.hi) - 8 * x.sum;
     return u.d * x.d * static_cast<float>(s);
-  }
-  struct W {
-    uint32_t q[4];
-    float d;
-  };
-  K3_GGML_HD static W load(const uint8_t* b, int) {
-    W w;
-    w.d = f16(ld_u16(b));
-    for (int i = 0; i < 4; ++i) w.q[i] = ld_u32_a2(b + 2 + 4 * i);
-    return w;
-  }
-  K3_GGML_HD static float dot(const W& w, int, const ActBlock& x) {
-    uint32_t lo[4], hi[4];
-    for (int i = 0; i < 4; ++i) lo[i] = w.q[i] & 0x0F0F0F0Fu, hi[i] = (w.q[i] >> 4) & 0x0F0F0F0Fu;
-    const int s = dot16(lo, x.q) + dot16(hi, x.q + 16) - 8 * (x.s16[0] + x.s16[1]);
-    return w.d * x.d * static_cast<float>(s);
   }
   K3_GGML_HD static float value(const uint8_t* b, int i) {
     const uint32_t q = b[2 + i % 16];
@@ -316,33 +291,6 @@ struct Q2_K {
       imin += u.mn[s] * x.s16[s];
     }
     return x.d * (u.d * static_cast<float>(isum) - u.dmin * static_cast<float>(imin));
-  }
-  struct W {
-    uint32_t q[2];
-    uint32_t sc;  // scale bytes of the part's groups s = 0..3
-    uint32_t dd;  // f16 d | f16 dmin << 16
-  };
-  K3_GGML_HD static W load(const uint8_t* b, int p) {
-    W w;
-    const uint8_t* q = b + 16 + k23_offset(p);
-    w.q[0] = ld_u32(q), w.q[1] = ld_u32(q + 4);
-    const int h = p >> 2, sub = (p >> 1) & 1;
-    const uint32_t s0 = ld_u32(b + 8 * h), s1 = ld_u32(b + 8 * h + 4);  // scales of groups 8h .. 8h+7
-    w.sc = byte_of(s0, sub) | byte_of(s0, 2 + sub) << 8 | byte_of(s1, sub) << 16 | byte_of(s1, 2 + sub) << 24;
-    w.dd = ld_u32(b + 80);
-    return w;
-  }
-  K3_GGML_HD static float dot(const W& w, int p, const ActBlock& x) {
-    const int o = 8 * (p & 1);
-    int isum = 0, imin = 0;
-    for (int s = 0; s < 4; ++s) {
-      const int g = k23_group(p, s);
-      const uint32_t sc = byte_of(w.sc, s);
-      isum += static_cast<int>(sc & 0x0F) *
-              dot8((w.q[0] >> (2 * s)) & 0x03030303u, (w.q[1] >> (2 * s)) & 0x03030303u, x.q + 16 * g + o);
-      if (o == 0) imin += static_cast<int>(sc >> 4) * x.s16[g];
-    }
-    return x.d * (f16(w.dd & 0xFFFF) * static_cast<float>(isum) - f16(w.dd >> 16) * static_cast<float>(imin));
   }
   K3_GGML_HD static float value(const uint8_t* b, int i) {
     const int g = i / 16, l = i % 16;
@@ -549,13 +497,6 @@ struct Q6_K {
     const float ds = mul_rn(f16(ld_u16(b + 208)), static_cast<float>(static_cast<int8_t>(b[192 + 8 * hh + 2 * k + l / 16])));
     return mul_rn(ds, static_cast<float>(static_cast<int>(low | high << 4) - 32));
   }
-};
-
-// Traits with the register-prefetch pair (load, dot(w, part, x)).
-template <class F>
-concept HasRegs = requires(const uint8_t* b, const typename F::W& w, const ActBlock& x) {
-  F::load(b, 0);
-  F::dot(w, 0, x);
 };
 
 // Calls fn(Trait{}) for the trait of `type`; returns false when there is none.

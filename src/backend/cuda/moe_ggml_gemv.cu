@@ -1,12 +1,12 @@
-// The GGUF experts' decode grouped GEMV (moe_ggml.h, moe_grouped_gemv_ggml): two kernels (GgmlGemv),
-// each one template over the block traits of moe_ggml_blocks.h and the weight rows a warp streams at once.
+// The GGUF experts' decode grouped GEMV (moe_ggml.h, moe_grouped_gemv_ggml): one kernel, a template
+// over the block traits of moe_ggml_blocks.h and the weight rows a warp streams at once (RW).
 //
-// Both: CTA → (tile of ≤ 16 sorted rows of one expert, kGemvRows weight rows) as in moe_w4_gemm.cuh:
+// CTA → (tile of ≤ 16 sorted rows of one expert, kGemvRows weight rows) as in moe_w4_gemm.cuh:
 // an expert's token tiles run back to back for each slice of weight rows, so a slice comes from DRAM
 // once while the expert's tiles go by. Warp w takes the groups of RW consecutive weight rows
 // RW·(w + 8i); lane l takes part l % kParts of block l / kParts of each warp step (1024 elements).
 //
-// kRing — weights: each warp streams its work through its own cp.async ring in shared memory
+// Weights: each warp streams its work through its own cp.async ring in shared memory
 // (Geometry: 2–4 stages; one commit group per stage, one counted wait per stage, no block barrier), so
 // all but one stage of every warp are genuinely in flight (register prefetch tops out near two loads
 // deep: ptxas tracks them on a few scoreboards; moe_w4_decode.cuh). A stage holds `sps` warp steps of
@@ -19,11 +19,8 @@
 // by in chunks of kTokenChunk accumulators: within the stage when it holds whole rows, else as further
 // items that stream the rows again (from L2; decode tiles hold 1–3 tokens). Launched as a programmatic
 // dependent of the quantisation: the ring fills before griddepcontrol.wait, the activations are read
-// after it.
-//
-// kRegs (Q4_0, Q2_K: the traits with HasRegs) — the 2026-11-29 kernel: the next step's weights are
-// loaded into registers (F::load) before the current step is multiplied (F::dot(w, part, x) per row
-// and token); a token chunk after the first reads the rows again.
+// after it. A register-prefetch kernel was removed on 2026-12-02, when this one measured at or above
+// it for every type on the H200.
 #include <algorithm>
 #include <string>
 #include <type_traits>
@@ -268,113 +265,17 @@ void launch(GgmlType type, bool f32_out, const GemvArgs& a, int n_slices, unsign
   });
 }
 
-// kRegs (file comment). The 2026-11-29 kernel, unchanged.
-template <class F, typename Tout, int RW>
-__global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_regs_kernel(GemvArgs a, int n_slices,
-                                                                    const int32_t* __restrict__ tile_count,
-                                                                    const int4* __restrict__ tiles) {
-  constexpr int kStep = kPerStep<F>;
-  detail::MoeCtaTile ct;
-  if (!detail::moe_cta_tile(n_slices, kGemvTokens, kGemvRows, tile_count, tiles, a.offsets, ct)) return;
-  const int expert = ct.expert, r0 = ct.row0, rows = ct.rows, n0 = ct.col0;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int part = lane % F::kParts, lb = lane / F::kParts;
-  const int nb = a.k / F::kBlock, steps = (nb + kStep - 1) / kStep;
-
-  for (int f0 = n0 + warp * RW; f0 < min(n0 + kGemvRows, a.n); f0 += kGemvWarps * RW) {
-    const uint8_t* wr[RW];
-#pragma unroll
-    for (int i = 0; i < RW; ++i) wr[i] = a.w + (static_cast<int64_t>(expert) * a.n + min(f0 + i, a.n - 1)) * a.row_bytes;
-    for (int t0 = 0; t0 < rows; t0 += kTokenChunk) {
-      float acc[RW][kTokenChunk];
-#pragma unroll
-      for (int i = 0; i < RW; ++i) {
-#pragma unroll
-        for (int t = 0; t < kTokenChunk; ++t) acc[i][t] = 0.0f;
-      }
-      typename F::W next[RW];
-      if (lb < nb) {
-#pragma unroll
-        for (int i = 0; i < RW; ++i) next[i] = F::load(wr[i] + static_cast<int64_t>(lb) * F::kBytes, part);
-      }
-      for (int s = 0; s < steps; ++s) {
-        const int b = s * kStep + lb;
-        typename F::W cur[RW];
-#pragma unroll
-        for (int i = 0; i < RW; ++i) cur[i] = next[i];
-        if (b + kStep < nb) {
-#pragma unroll
-          for (int i = 0; i < RW; ++i) next[i] = F::load(wr[i] + static_cast<int64_t>(b + kStep) * F::kBytes, part);
-        }
-        if (b >= nb) continue;
-#pragma unroll
-        for (int t = 0; t < kTokenChunk; ++t) {
-          if (t0 + t >= rows) break;
-          const int64_t xr = r0 + t0 + t;
-          const gb::ActBlock x{a.x.q + xr * a.k + static_cast<int64_t>(b) * F::kBlock,
-                               a.x.sums + xr * (a.k / 16) + static_cast<int64_t>(b) * (F::kBlock / 16),
-                               a.x.scale[xr * nb + b]};
-#pragma unroll
-          for (int i = 0; i < RW; ++i) acc[i][t] += F::dot(cur[i], part, x);
-        }
-      }
-#pragma unroll
-      for (int t = 0; t < kTokenChunk; ++t) {
-        if (t0 + t >= rows) break;
-#pragma unroll
-        for (int i = 0; i < RW; ++i) {
-          const float v = detail::warp_sum(acc[i][t]);
-          if (lane == 0 && f0 + i < a.n) store_out(static_cast<Tout*>(a.y) + (r0 + t0 + t) * a.ldy + f0 + i, v);
-        }
-      }
-    }
-  }
-}
-
-template <int RW>
-void launch_regs(GgmlType type, bool f32_out, const GemvArgs& a, int n_slices, unsigned blocks,
-                 const MoeTileMap& map, cudaStream_t stream) {
-  const auto* tiles = reinterpret_cast<const int4*>(map.tiles);
-  gb::visit(type, [&](auto trait) {
-    using F = decltype(trait);
-    if constexpr (gb::HasRegs<F> && RW <= 4) {
-      if (f32_out) {
-        gemv_regs_kernel<F, float, RW><<<blocks, kGemvWarps * 32, 0, stream>>>(a, n_slices, map.count, tiles);
-      } else {
-        gemv_regs_kernel<F, bf16, RW><<<blocks, kGemvWarps * 32, 0, stream>>>(a, n_slices, map.count, tiles);
-      }
-    }
-  });
-}
-
 }  // namespace
 
-const char* ggml_gemv_name(GgmlGemv kernel) {
-  switch (kernel) {
-    case GgmlGemv::kAuto: return "auto";
-    case GgmlGemv::kRing: return "ring";
-    case GgmlGemv::kRegs: return "regs";
-  }
-  return "?";
-}
-
-bool moe_ggml_gemv_supports(GgmlGemv kernel, GgmlType type, int rows_per_warp) {
-  if (kernel == GgmlGemv::kAuto) kernel = moe_ggml_gemv_kernel_for(type);
-  bool regs = false;
-  if (!gb::visit(type, [&](auto trait) { regs = gb::HasRegs<decltype(trait)>; })) return false;
-  if (kernel == GgmlGemv::kRegs) return regs && (rows_per_warp == 1 || rows_per_warp == 2 || rows_per_warp == 4);
-  return rows_per_warp == 1 || rows_per_warp == 2 || rows_per_warp == 4 || rows_per_warp == 8;
-}
-
-GgmlGemv moe_ggml_gemv_kernel_for(GgmlType type) {
-  return type == GgmlType::Q4_0 || type == GgmlType::Q2_K ? GgmlGemv::kRegs : GgmlGemv::kRing;
+bool moe_ggml_gemv_supports(GgmlType type, int rows_per_warp) {
+  return gb::visit(type, [](auto) {}) &&
+         (rows_per_warp == 1 || rows_per_warp == 2 || rows_per_warp == 4 || rows_per_warp == 8);
 }
 
 int moe_ggml_gemv_rows_per_warp(GgmlType) { return 4; }
 
 void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
-                           const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp,
-                           GgmlGemv kernel) {
+                           const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp) {
   const int64_t R = d.rows(), N = bank.n, K = bank.k;
   moe_ggml_check_shape(bank.type, bank.experts, N, K, "moe_grouped_gemv_ggml");
   if (bank.data == nullptr) throw Error("moe_grouped_gemv_ggml: empty bank");
@@ -389,11 +290,8 @@ void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, cons
   expect_shape(ys, R, N, "moe_grouped_gemv_ggml ys");
   if (ys.dtype != DType::kF32 && ys.dtype != DType::kBF16) throw Error("moe_grouped_gemv_ggml: ys must be f32 or bf16");
   if (rows_per_warp == 0) rows_per_warp = moe_ggml_gemv_rows_per_warp(bank.type);
-  if (kernel == GgmlGemv::kAuto) kernel = moe_ggml_gemv_kernel_for(bank.type);
-  if (!moe_ggml_gemv_supports(kernel, bank.type, rows_per_warp)) {
-    throw Error(std::string("moe_grouped_gemv_ggml: the ") + ggml_gemv_name(kernel) + " kernel takes " +
-                (kernel == GgmlGemv::kRegs ? "Q4_0 or Q2_K and 1, 2 or 4" : "1, 2, 4 or 8") + " rows per warp, got " +
-                std::string(ggml_type_name(bank.type)) + " and " + std::to_string(rows_per_warp));
+  if (!moe_ggml_gemv_supports(bank.type, rows_per_warp)) {
+    throw Error("moe_grouped_gemv_ggml: rows per warp must be 1, 2, 4 or 8, got " + std::to_string(rows_per_warp));
   }
   moe_ggml_quantize(xs, acts, stream);
   const MoeTileMap map = moe_tile_map(d, MoeTile::kM16);
@@ -405,16 +303,10 @@ void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, cons
                    d.expert_offsets};
   const bool f32_out = ys.dtype == DType::kF32;
   const auto grid = static_cast<unsigned>(blocks);
-  if (kernel == GgmlGemv::kRegs) {
-    if (rows_per_warp == 1) launch_regs<1>(bank.type, f32_out, a, n_slices, grid, map, stream);
-    if (rows_per_warp == 2) launch_regs<2>(bank.type, f32_out, a, n_slices, grid, map, stream);
-    if (rows_per_warp == 4) launch_regs<4>(bank.type, f32_out, a, n_slices, grid, map, stream);
-  } else {
-    if (rows_per_warp == 1) launch<1>(bank.type, f32_out, a, n_slices, grid, map, stream);
-    if (rows_per_warp == 2) launch<2>(bank.type, f32_out, a, n_slices, grid, map, stream);
-    if (rows_per_warp == 4) launch<4>(bank.type, f32_out, a, n_slices, grid, map, stream);
-    if (rows_per_warp == 8) launch<8>(bank.type, f32_out, a, n_slices, grid, map, stream);
-  }
+  if (rows_per_warp == 1) launch<1>(bank.type, f32_out, a, n_slices, grid, map, stream);
+  if (rows_per_warp == 2) launch<2>(bank.type, f32_out, a, n_slices, grid, map, stream);
+  if (rows_per_warp == 4) launch<4>(bank.type, f32_out, a, n_slices, grid, map, stream);
+  if (rows_per_warp == 8) launch<8>(bank.type, f32_out, a, n_slices, grid, map, stream);
   K3_CUDA_CHECK_LAUNCH("moe_ggml gemv_kernel");
 }
 

@@ -885,6 +885,7 @@ int run(int argc, char** argv) {
         g_tokens.push_back(t);
         p = *end == ',' ? end + 1 : end;
       }
+      std::sort(g_tokens.begin(), g_tokens.end());  // the MoE benches size their buffers by the last count
     } else if (a == "--moe") {
       moe_only = true;
     } else if (a == "--moe-tiles") {

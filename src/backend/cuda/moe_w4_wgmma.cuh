@@ -3,26 +3,27 @@
 //
 // Swapped operands as in moe_w4_gemm.cuh: D[feature][token] = Σ_k W[feature][k] · x[token][k]. A work
 // item is one tile of the kM128 tile map (≤ 128 sorted rows of one expert) × 128 weight rows (eight
-// 16-row groups of the bank, two 64-row halves). Persistent CTAs (one per SM, five warpgroups) walk
-// the items with a stride of the grid, warp-specialised, every hand-over on a full/empty mbarrier pair:
-//   - producers, warpgroup 0 (one lane each of warps 0 and 1): the item's activation rows, one
-//     64-column chunk at a time, by TMA (boxes of 16 rows × 64 columns, as many as the item has rows;
-//     the 128-byte swizzle = the wgmma B operand layout) into a ring of kXStages stages; the packed
-//     codes and block scales of the eight groups, two chunks at a time (3-D boxes of the bank) into a
-//     deeper ring of kWStages stages: weights come from HBM once per item, many chunks in flight;
-//   - dequantising warps, warpgroups 3 and 4 (DequantWarp, one 16-row group each): dequant() in
-//     registers, stmatrix into the half's next free A tile (kABuffers per half);
-//   - MMA warpgroups 1 and 2 (MmaWarpgroup, one per half): four wgmma m64nNk16 per chunk from the A
-//     tile and the activation stage, one group in flight while the next is issued.
-// The dequantisation thus runs ahead of the MMAs instead of in line with them: in one warpgroup that
-// did both (dequantise, store, barrier, MMA; 2026-12-01) each warp issued ~225 instructions per chunk
-// and the SM ~1200 cycles per chunk at ~0.5 instructions per scheduler and cycle (Nsight Compute,
-// H200). (A straight from registers, as in the mma.sync kernels, does not work: ptxas reuses an
-// in-flight wgmma's A registers for the next chunk's fragments — wrong results on the H200 — or, when
-// they are kept live, serialises the wgmmas.)
-// The producers run ahead across items, so an item's epilogue (fp32 × 2^7 · out_scale[expert, part],
-// stored in pairs as in moe_w4_gemm.cuh) overlaps the next item's loads and dequantisation. The item
-// count is read on the device: graph-capturable. Needs sm_90a.
+// 16-row groups of the bank). Persistent CTAs (one per SM, 384 threads) walk the items with a stride
+// of the grid, warp-specialised:
+//   - producer warp 0 (one lane): the item's activation rows, one 64-column chunk at a time, by TMA
+//     (a tensor map of xs in boxes of 16 rows × 64 columns, as many boxes as the item has rows; the
+//     128-byte swizzle = the wgmma B operand layout) into a ring of kXStages stages;
+//   - producer warp 1 (one lane): the packed codes and block scales of the eight groups, two chunks at
+//     a time, by TMA (3-D maps of the bank: two boxes per stage) into a deeper ring of kWStages stages:
+//     weights come from HBM once per item, many chunks in flight;
+//   - two consumer warpgroups, one group per warp: per chunk, each warp dequantises its code words
+//     (dequant(): the exact bf16 operands E2M1 · block scale · 2^-7 of the mma.sync kernels), releases
+//     the weight stage and stores its 16 rows into one of three 128-byte-swizzled A tiles of its
+//     warpgroup in shared memory; the warpgroup issues four wgmma m64nNk16 with both operands in shared
+//     memory (N = the item's rows rounded up to 16: rows past the expert's are multiplied but never
+//     stored), commits, and releases the previous chunk's activation stage once its wgmmas are done,
+//     so one chunk's MMAs overlap the next chunk's dequantisation.
+//     (A straight from registers, as in the mma.sync kernels, does not work here: ptxas reuses an
+//     in-flight wgmma's A registers for the next chunk's fragments — wrong results on the H200 — or,
+//     when they are kept live, serialises the wgmmas.)
+// Full/empty mbarrier pairs per stage; the producers run ahead across items, so an item's epilogue
+// (fp32 × 2^7 · out_scale[expert, part], stored in pairs as in moe_w4_gemm.cuh) overlaps the next
+// item's loads. The item count is read on the device: graph-capturable. Needs sm_90a.
 #pragma once
 
 #include <cuda.h>
@@ -35,27 +36,26 @@ namespace k3::cuda::w4 {
 
 template <W4Format F>
 struct WgmmaCfg {
-  static constexpr int kHalves = 2;  // 64-row halves of an item: one MMA and one dequantising warpgroup each
-  static constexpr int kThreads = 128 * (1 + 2 * kHalves);
-  static constexpr int kGroups = 4 * kHalves;  // 16-row groups per item, one per dequantising warp
-  static constexpr int BF = 16 * kGroups;      // weight rows per item
-  static constexpr int BT = 128;               // rows of one expert per item (MoeTile::kM128)
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
+  static constexpr int kGroups = 4 * kConsumerWarpgroups;  // 16-row groups per item, one per consumer warp
+  static constexpr int BF = 16 * kGroups;                  // weight rows per item
+  static constexpr int BT = 128;                           // rows of one expert per item (MoeTile::kM128)
   static_assert(BT % kWgmmaBoxRows == 0 && kWgmmaBoxRows % 8 == 0, "boxes of whole swizzle atoms");
-  static constexpr int kXStages = 5;
+  static constexpr int kXStages = 6;
   static constexpr int kWStages = 8;
-  static constexpr int kABuffers = 4;                 // per half
   static constexpr int kWChunks = kWgmmaStageChunks;  // chunks per weight stage
   static constexpr int kScaleBytes = scale_bytes_per_chunk(Trait<F>::kBits);
   static constexpr int kXBytes = BT * 128;  // BT rows × 64 bf16, swizzled
   static constexpr int kCodeBytes = kGroups * kWChunks * kChunkCodeBytes;  // [group][chunk][512]
   static constexpr int kWBytes = kCodeBytes + kGroups * kWChunks * kScaleBytes;
   static_assert(kGroups == kWgmmaBoxGroups && kWBytes % 128 == 0, "the weight boxes fill a stage");
-  static constexpr int kABytes = 64 * 128;  // one half's 64 dequantised weight rows × 64 bf16, swizzled
+  static constexpr int kABytes = 64 * 128;  // one warpgroup's 64 dequantised weight rows × 64 bf16, swizzled
+  static constexpr int kABuffers = 3;       // per consumer warpgroup
   static constexpr int kAOffset = kXStages * kXBytes;
-  static constexpr int kWOffset = kAOffset + kHalves * kABuffers * kABytes;
+  static constexpr int kWOffset = kAOffset + kConsumerWarpgroups * kABuffers * kABytes;
   static constexpr int kBarOffset = kWOffset + kWStages * kWBytes;
-  static constexpr int kBarriers = 2 * (kXStages + kWStages + kHalves * kABuffers);
-  static constexpr int kSmemBytes = kBarOffset + kBarriers * 8 + 1024;  // + alignment of the base
+  static constexpr int kSmemBytes = kBarOffset + 2 * (kXStages + kWStages) * 8 + 1024;  // + alignment of the base
 };
 
 // A ring position: stage index and the parity of its current phase.
@@ -67,121 +67,93 @@ struct RingPos {
   }
 };
 
-// The kernel's shared memory: the rings and their full/empty mbarrier pairs.
-template <W4Format F>
-struct WgmmaSmem {
-  using C = WgmmaCfg<F>;
-  unsigned char* base;
-  uint64_t *full_x, *empty_x, *full_w, *empty_w, *full_a, *empty_a;
-  __device__ explicit WgmmaSmem(unsigned char* smem) : base(smem) {
-    full_x = reinterpret_cast<uint64_t*>(smem + C::kBarOffset);
-    empty_x = full_x + C::kXStages;
-    full_w = empty_x + C::kXStages;
-    empty_w = full_w + C::kWStages;
-    full_a = empty_w + C::kWStages;
-    empty_a = full_a + C::kHalves * C::kABuffers;
-  }
-  __device__ unsigned char* x_stage(int i) const { return base + i * C::kXBytes; }
-  __device__ unsigned char* w_stage(int i) const { return base + C::kWOffset + i * C::kWBytes; }
-  __device__ unsigned char* a_tile(int half, int i) const { return base + C::kAOffset + (half * C::kABuffers + i) * C::kABytes; }
-};
-
-// One dequantising warp (group gi of the item's eight, half gi / 4): per chunk, the group's code
-// words and block scales from the weight ring → dequant() (the exact bf16 operands E2M1 · block scale ·
-// 2^-7 of the mma.sync kernels, in mma-fragment order) → stmatrix into the half's next free A tile
-// (128-byte swizzle), then every lane fences its stores for the async proxy and arrives on the tile's
-// full barrier. Runs ahead of the MMAs by up to kABuffers chunks, across items.
-template <W4Format F>
-struct DequantWarp {
+// One consumer warp's side of the kernel (warp cw of the two consumer warpgroups, group cw); the ring
+// positions carry over from item to item.
+template <W4Format F, typename Tout>
+struct Consumer {
   using T = Trait<F>;
   using C = WgmmaCfg<F>;
-  const WgmmaSmem<F>& sm;
-  int gi, lane;
-  uint32_t row_off[4];  // the lane's stmatrix row address within an A tile, per k16 step
-  RingPos wpos{}, apos{};
-
-  __device__ DequantWarp(const WgmmaSmem<F>& s, int group, int ln) : sm(s), gi(group), lane(ln) {
-    // stmatrix x4 of k16 step s: lanes 8j … 8j + 7 address the rows of matrix j = fragment register
-    // a_j (rows g + 8·(j % 2), columns 16s + 8·(j / 2) …).
-    const int j = lane >> 3, r = 16 * (gi % 4) + (lane & 7) + 8 * (j & 1);
-#pragma unroll
-    for (int st = 0; st < 4; ++st) row_off[st] = wgmma::sw128_offset(r, 2 * st + (j >> 1));
-  }
-
-  __device__ __forceinline__ void item(int kchunks) {
-    const int half = gi / 4;
-    for (int c = 0; c < kchunks; ++c) {
-      const int p = c % C::kWChunks;
-      if (p == 0) bulk::wait(&sm.full_w[wpos.stage], wpos.phase);
-      const unsigned char* st = sm.w_stage(wpos.stage);
-      const int slot = gi * C::kWChunks + p;
-      const uint4 w = *reinterpret_cast<const uint4*>(st + slot * kChunkCodeBytes + lane * 16);
-      ScaleRegs<T::kScaleWords> sc;
-      const unsigned char* sp = st + C::kCodeBytes + slot * C::kScaleBytes + (lane >> 2) * scale_bytes_per_lane(T::kBits);
-#pragma unroll
-      for (int j = 0; j < T::kScaleWords; ++j) sc.w[j] = reinterpret_cast<const uint32_t*>(sp)[j];
-      if (p == C::kWChunks - 1 || c == kchunks - 1) {  // the stage's last chunk: back to its producer
-        __syncwarp();
-        if (lane == 0) bulk::arrive(&sm.empty_w[wpos.stage]);
-        wpos.next(C::kWStages);
-      }
-      uint32_t f[4][4];
-      dequant<F, 0>(f[0], w.x, sc);
-      dequant<F, 1>(f[1], w.y, sc);
-      dequant<F, 2>(f[2], w.z, sc);
-      dequant<F, 3>(f[3], w.w, sc);
-      const int ai = half * C::kABuffers + apos.stage;
-      bulk::wait(&sm.empty_a[ai], apos.phase ^ 1u);
-      const uint32_t at = bulk::smem_addr(sm.a_tile(half, apos.stage));
-#pragma unroll
-      for (int s = 0; s < 4; ++s) wgmma::stmatrix_x4(at + row_off[s], f[s]);
-      bulk::fence_proxy_async();
-      bulk::arrive(&sm.full_a[ai]);
-      apos.next(C::kABuffers);
-    }
-  }
-};
-
-// One MMA warpgroup (half h: weight rows 64h … 64h + 63 of the item): per chunk it waits for its A
-// tile and the activation stage, issues four wgmma m64nNk16 with both operands in shared memory (N =
-// the item's rows rounded up to 16: rows past the expert's are multiplied but never stored), commits,
-// and once the previous chunk's group has retired hands that chunk's A tile and activation stage back.
-template <W4Format F, typename Tout>
-struct MmaWarpgroup {
-  using C = WgmmaCfg<F>;
+  static constexpr int kSB = C::kScaleBytes;
   const GemmArgs& a;
-  const WgmmaSmem<F>& sm;
-  int half, cw, lane;  // cw: the warp's 16-row group of the item (4·half + warp in the warpgroup)
-  RingPos xpos{}, apos{};
+  unsigned char* smem;
+  uint64_t *full_x, *empty_x, *full_w, *empty_w;
+  int cw, lane;
+  RingPos xpos{}, wpos{};
 
+  // Item ct with the wgmma width N (≥ its rows).
   template <int N>
   __device__ __forceinline__ void item(const detail::MoeCtaTile& ct, int kchunks) {
     float acc[N / 2];
 #pragma unroll
     for (int j = 0; j < N / 2; ++j) acc[j] = 0.0f;
-    int prev_x = -1, prev_a = -1;
+    const int wg = cw / 4;
+    unsigned char* a_tiles = smem + C::kAOffset + wg * C::kABuffers * C::kABytes;  // this warpgroup's A buffers
+    int prev_x = -1;
     for (int c = 0; c < kchunks; ++c) {
-      const int ai = half * C::kABuffers + apos.stage;
-      bulk::wait(&sm.full_a[ai], apos.phase);
-      bulk::wait(&sm.full_x[xpos.stage], xpos.phase);
-      // k16 step s starts 32 bytes further: + 2 in the descriptors' address field.
-      const uint64_t da = wgmma::desc_k_sw128(bulk::smem_addr(sm.a_tile(half, apos.stage)));
-      const uint64_t dx = wgmma::desc_k_sw128(bulk::smem_addr(sm.x_stage(xpos.stage)));
+      // The group's code words and block scales of this chunk; after a stage's last chunk the stage
+      // goes back to its producer.
+      const int p = c % C::kWChunks;
+      if (p == 0) bulk::wait(&full_w[wpos.stage], wpos.phase);
+      const unsigned char* st = smem + C::kWOffset + wpos.stage * C::kWBytes;
+      const int slot = cw * C::kWChunks + p;
+      const uint4 w = *reinterpret_cast<const uint4*>(st + slot * kChunkCodeBytes + lane * 16);
+      ScaleRegs<T::kScaleWords> sc;
+      const unsigned char* sp = st + C::kCodeBytes + slot * kSB + (lane >> 2) * scale_bytes_per_lane(T::kBits);
+#pragma unroll
+      for (int j = 0; j < T::kScaleWords; ++j) sc.w[j] = reinterpret_cast<const uint32_t*>(sp)[j];
+      if (p == C::kWChunks - 1 || c == kchunks - 1) {
+        __syncwarp();
+        if (lane == 0) bulk::arrive(&empty_w[wpos.stage]);
+        wpos.next(C::kWStages);
+      }
+
+      // Dequantised rows into A buffer c % 3, free: chunk c − 3's wgmmas were retired by every warp's
+      // wait in chunk c − 2, before the warpgroup's barrier in chunk c − 1. Then visible to the wgmma.
+      unsigned char* at = a_tiles + (c % C::kABuffers) * C::kABytes;
+      store_a_fragments(at, w, sc);
+      bulk::fence_proxy_async();
+      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
+
+      bulk::wait(&full_x[xpos.stage], xpos.phase);
+      const uint32_t aaddr = bulk::smem_addr(at);
+      const uint32_t xaddr = bulk::smem_addr(smem + xpos.stage * C::kXBytes);
       wgmma::fence();
 #pragma unroll
-      for (int s = 0; s < 4; ++s) wgmma::mma_bf16<N>(acc, da + 2 * s, dx + 2 * s);
+      for (int s = 0; s < 4; ++s) {
+        wgmma::mma_bf16<N>(acc, wgmma::desc_k_sw128(aaddr + 32 * s), wgmma::desc_k_sw128(xaddr + 32 * s));
+      }
       wgmma::commit();
-      wgmma::wait<1>();  // the previous chunk's group retired: its A tile and activation stage are free
-      if (prev_x >= 0 && lane == 0) bulk::arrive(&sm.empty_x[prev_x]), bulk::arrive(&sm.empty_a[prev_a]);
-      prev_x = xpos.stage, prev_a = ai;
+      wgmma::wait<1>();  // the previous chunk's wgmmas are retired: its activation stage is free
+      if (prev_x >= 0 && lane == 0) bulk::arrive(&empty_x[prev_x]);
+      prev_x = xpos.stage;
       xpos.next(C::kXStages);
-      apos.next(C::kABuffers);
     }
     wgmma::wait<0>();
 #pragma unroll
     for (int j = 0; j < N / 2; ++j) wgmma::fence_operand(acc[j]);
-    if (prev_x >= 0 && lane == 0) bulk::arrive(&sm.empty_x[prev_x]), bulk::arrive(&sm.empty_a[prev_a]);
+    if (prev_x >= 0 && lane == 0) bulk::arrive(&empty_x[prev_x]);
     store(ct, acc);
+  }
+
+  // The warp's 16 weight rows of one chunk, dequantised (dequant(): the mma fragment of each k16 step,
+  // a_i = rows g + 8·(i % 2), columns 16s + 8·(i / 2) + 2t, +1), into the 128-byte-swizzled A tile.
+  __device__ __forceinline__ void store_a_fragments(unsigned char* at, const uint4& w,
+                                                    const ScaleRegs<T::kScaleWords>& sc) const {
+    const int g = lane >> 2, t = lane & 3;
+    uint32_t f[4][4];
+    dequant<F, 0>(f[0], w.x, sc);
+    dequant<F, 1>(f[1], w.y, sc);
+    dequant<F, 2>(f[2], w.z, sc);
+    dequant<F, 3>(f[3], w.w, sc);
+    unsigned char* rows = at + (cw % 4) * kRowGroup * 128;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = g + 8 * (i & 1), chunk16 = 2 * s + (i >> 1);
+        *reinterpret_cast<uint32_t*>(rows + wgmma::sw128_offset(r, chunk16) + 4 * t) = f[s][i];
+      }
+    }
   }
 
   // acc[4j..4j+3]: fragment j (tokens 8j …) of the warp's 16 features, stored by store_fragment.
@@ -210,12 +182,15 @@ __global__ void __launch_bounds__(WgmmaCfg<F>::kThreads, 1)
   using C = WgmmaCfg<F>;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  const WgmmaSmem<F> sm(smem_raw + ((1024u - (raw_addr & 1023u)) & 1023u));  // swizzle atoms: 1024-byte aligned
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
+  unsigned char* smem = smem_raw + ((1024u - (raw_addr & 1023u)) & 1023u);  // swizzle atoms: 1024-byte aligned
+  uint64_t* full_x = reinterpret_cast<uint64_t*>(smem + C::kBarOffset);
+  uint64_t* empty_x = full_x + C::kXStages;
+  uint64_t* full_w = empty_x + C::kXStages;
+  uint64_t* empty_w = full_w + C::kWStages;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (tid == 0) {
-    for (int i = 0; i < C::kXStages; ++i) bulk::init(&sm.full_x[i]), bulk::init(&sm.empty_x[i], C::kGroups);
-    for (int i = 0; i < C::kWStages; ++i) bulk::init(&sm.full_w[i]), bulk::init(&sm.empty_w[i], C::kGroups);
-    for (int i = 0; i < C::kHalves * C::kABuffers; ++i) bulk::init(&sm.full_a[i], 128), bulk::init(&sm.empty_a[i], 4);
+    for (int i = 0; i < C::kXStages; ++i) bulk::init(&full_x[i]), bulk::init(&empty_x[i], C::kGroups);
+    for (int i = 0; i < C::kWStages; ++i) bulk::init(&full_w[i]), bulk::init(&empty_w[i], C::kGroups);
     bulk::fence_init();
   }
   __syncthreads();
@@ -226,10 +201,7 @@ __global__ void __launch_bounds__(WgmmaCfg<F>::kThreads, 1)
     return detail::moe_tile_item(i, n_tiles, C::BT, C::BF, tile_count, tiles, a.offsets, ct);
   };
 
-  // Warpgroup 0: producers (warps 0 and 1, one lane each; empty barriers start "released").
-  // Warpgroups 1 and 2: the MMA warpgroups of halves 0 and 1. Warpgroups 3 and 4: the dequantising
-  // warps of halves 0 and 1 (group 4·half + warp in the warpgroup). All walk the same items.
-  if (wg == 0) {
+  if (warp < 4) {  // producer warpgroup: warps 0 and 1, one lane each; empty barriers start "released"
     if (warp > 1 || lane != 0) return;
     RingPos pos;
     for (int i = blockIdx.x; i < n_items; i += gridDim.x) {
@@ -241,50 +213,43 @@ __global__ void __launch_bounds__(WgmmaCfg<F>::kThreads, 1)
           // The item's rows in boxes of 16 (what its wgmma width reads; rows past the expert's: zeros or
           // the next expert's, never stored).
           const int boxes = (ct.rows + kWgmmaBoxRows - 1) / kWgmmaBoxRows;
-          bulk::wait(&sm.empty_x[pos.stage], pos.phase ^ 1u);
-          bulk::arrive_expect(&sm.full_x[pos.stage], boxes * kWgmmaBoxRows * 128);
+          bulk::wait(&empty_x[pos.stage], pos.phase ^ 1u);
+          bulk::arrive_expect(&full_x[pos.stage], boxes * kWgmmaBoxRows * 128);
           for (int b = 0; b < boxes; ++b) {
-            bulk::copy_tile_2d(sm.x_stage(pos.stage) + b * kWgmmaBoxRows * 128, &x_map, c * kChunk,
-                               ct.row0 + b * kWgmmaBoxRows, &sm.full_x[pos.stage]);
+            bulk::copy_tile_2d(smem + pos.stage * C::kXBytes + b * kWgmmaBoxRows * 128, &x_map, c * kChunk,
+                               ct.row0 + b * kWgmmaBoxRows, &full_x[pos.stage]);
           }
           pos.next(C::kXStages);
         } else if (c % C::kWChunks == 0) {
           // kWChunks chunks of the eight groups: two boxes (past K or the bank: zeros, never stored).
-          bulk::wait(&sm.empty_w[pos.stage], pos.phase ^ 1u);
-          unsigned char* st = sm.w_stage(pos.stage);
-          bulk::arrive_expect(&sm.full_w[pos.stage], C::kWBytes);
-          bulk::copy_tile_3d(st, &code_map, 0, c, group0, &sm.full_w[pos.stage]);
-          bulk::copy_tile_3d(st + C::kCodeBytes, &scale_map, 0, c, group0, &sm.full_w[pos.stage]);
+          bulk::wait(&empty_w[pos.stage], pos.phase ^ 1u);
+          unsigned char* st = smem + C::kWOffset + pos.stage * C::kWBytes;
+          bulk::arrive_expect(&full_w[pos.stage], C::kWBytes);
+          bulk::copy_tile_3d(st, &code_map, 0, c, group0, &full_w[pos.stage]);
+          bulk::copy_tile_3d(st + C::kCodeBytes, &scale_map, 0, c, group0, &full_w[pos.stage]);
           pos.next(C::kWStages);
         }
       }
     }
     return;
   }
-  if (wg >= 1 + C::kHalves) {
-    DequantWarp<F> dq(sm, 4 * (wg - 1 - C::kHalves) + warp % 4, lane);
-    for (int i = blockIdx.x; i < n_items; i += gridDim.x) {
-      detail::MoeCtaTile ct;
-      if (!item_at(i, ct)) break;
-      dq.item(kchunks);
-    }
-    return;
-  }
-  // The wgmma width is a template parameter of the whole item (a branch around single wgmmas would
-  // make the compiler serialise them).
-  MmaWarpgroup<F, Tout> mma{a, sm, wg - 1, 4 * (wg - 1) + warp % 4, lane};
+
+  // Consumers: warp cw owns group cw (weight rows 16·cw … of the item's 128); warps 4…7 and 8…11 are the
+  // two warpgroups (rows 0…63, 64…127). The wgmma width is a template parameter of the whole item
+  // (a branch around single wgmmas would make the compiler serialise them).
+  Consumer<F, Tout> cons{a, smem, full_x, empty_x, full_w, empty_w, warp - 4, lane};
   for (int i = blockIdx.x; i < n_items; i += gridDim.x) {
     detail::MoeCtaTile ct;
     if (!item_at(i, ct)) break;
     switch ((ct.rows + 15) / 16) {
-      case 1: mma.template item<16>(ct, kchunks); break;
-      case 2: mma.template item<32>(ct, kchunks); break;
-      case 3: mma.template item<48>(ct, kchunks); break;
-      case 4: mma.template item<64>(ct, kchunks); break;
-      case 5: mma.template item<80>(ct, kchunks); break;
-      case 6: mma.template item<96>(ct, kchunks); break;
-      case 7: mma.template item<112>(ct, kchunks); break;
-      default: mma.template item<128>(ct, kchunks); break;
+      case 1: cons.template item<16>(ct, kchunks); break;
+      case 2: cons.template item<32>(ct, kchunks); break;
+      case 3: cons.template item<48>(ct, kchunks); break;
+      case 4: cons.template item<64>(ct, kchunks); break;
+      case 5: cons.template item<80>(ct, kchunks); break;
+      case 6: cons.template item<96>(ct, kchunks); break;
+      case 7: cons.template item<112>(ct, kchunks); break;
+      default: cons.template item<128>(ct, kchunks); break;
     }
   }
 #else

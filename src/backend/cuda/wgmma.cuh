@@ -32,15 +32,6 @@ __device__ __forceinline__ void wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
-// Four 8 × 8 bf16 matrices from mma-fragment registers into shared memory (stmatrix .x4): register j
-// of lane (g = lane / 4, t = lane % 4) holds row g, columns 2t, 2t + 1 of matrix j; lanes 8j … 8j + 7
-// give the shared addresses of matrix j's rows 0 … 7 (16 bytes each).
-__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
-               "r"(r[2]), "r"(r[3])
-               : "memory");
-}
-
 // Keeps the compiler from moving reads or writes of an accumulator register across a fence or wait.
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 

@@ -8,14 +8,16 @@
 #   scripts/gpu_ab.sh [--rounds N] [--filter REGEX] -- --moe-ggml --reps 10
 #     --rounds N      rounds of the whole list (default 3)
 #     --filter REGEX  rows of the summary: bench lines matching REGEX (default: every timed row)
+#     --trees "A B"   only these trees of .variants (default: all); --rounds 0 builds only
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-rounds=3 filter='\|'
+rounds=3 filter='\|' only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
     --filter) filter="$2"; shift 2 ;;
+    --trees) only="$2"; shift 2 ;;
     --) shift; break ;;
     *) echo "gpu_ab.sh: unknown argument '$1' (bench arguments go after --)" >&2; exit 2 ;;
   esac
@@ -25,7 +27,14 @@ if [ $# -eq 0 ]; then
   exit 2
 fi
 trees=()
-for d in .variants/*/; do [ -f "$d/CMakeLists.txt" ] && trees+=("${d%/}"); done
+if [ -n "$only" ]; then
+  for n in $only; do
+    if [ ! -f ".variants/$n/CMakeLists.txt" ]; then echo "gpu_ab.sh: --trees: no source tree .variants/$n" >&2; exit 1; fi
+    trees+=(".variants/$n")
+  done
+else
+  for d in .variants/*/; do [ -f "$d/CMakeLists.txt" ] && trees+=("${d%/}"); done
+fi
 if [ "${#trees[@]}" -eq 0 ]; then
   echo "gpu_ab.sh: no source trees in .variants (scripts/ab_prepare.sh REV...)" >&2
   exit 1

@@ -1,7 +1,7 @@
 // The GGUF experts' decode grouped GEMV (moe_ggml.h, moe_grouped_gemv_ggml): one kernel, a template
 // over the block traits of moe_ggml_blocks.h and the weight rows a warp streams at once (RW).
 //
-// CTA → (tile of ≤ 16 sorted rows of one expert, kGemvRows weight rows) as in moe_w4_gemm.cuh:
+// CTA → (tile of ≤ 16 sorted rows of one expert, gemv_cta_rows(RW) weight rows) as in moe_w4_gemm.cuh:
 // an expert's token tiles run back to back for each slice of weight rows, so a slice comes from DRAM
 // once while the expert's tiles go by. Warp w takes the groups of RW consecutive weight rows
 // RW·(w + 8i); lane l takes part l % kParts of block l / kParts of each warp step (1024 elements).
@@ -39,7 +39,9 @@ namespace gb = ggml_blocks;
 using detail::bf16;
 
 constexpr int kGemvWarps = 8;
-constexpr int kGemvRows = 128;          // weight rows per CTA
+constexpr int kGemvRows = 128;          // weight rows per CTA at most
+// Weight rows per CTA: whole groups of RW rows for each warp (RW = 3: 120).
+constexpr int gemv_cta_rows(int rw) { return kGemvRows / (kGemvWarps * rw) * kGemvWarps * rw; }
 constexpr int kGemvTokens = 16;         // the kM16 tile map's height
 constexpr int kTokenChunk = 4;          // accumulators per weight row held at once
 constexpr int kRingBytes = 113 * 1024;  // shared memory per CTA for two CTAs per SM (2 × (113 + 1 reserved) = 228 KB)
@@ -111,7 +113,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_kernel(GemvArgs a, Ge
                                                                const int4* __restrict__ tiles) {
   constexpr int kStep = kPerStep<F>;
   detail::MoeCtaTile ct;
-  if (!detail::moe_cta_tile(n_slices, kGemvTokens, kGemvRows, tile_count, tiles, a.offsets, ct)) return;
+  if (!detail::moe_cta_tile(n_slices, kGemvTokens, gemv_cta_rows(RW), tile_count, tiles, a.offsets, ct)) return;
   const int r0 = ct.row0, rows = ct.rows;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int part = lane % F::kParts, lb = lane / F::kParts;
@@ -121,7 +123,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_kernel(GemvArgs a, Ge
   // stored), token chunks (unless a stage holds whole rows), stage blocks. Warp-uniform; the kernel
   // has no block barrier, so idle warps exit.
   constexpr int kGroupStride = kGemvWarps * RW;
-  const int first = ct.col0 + RW * warp, f_end = min(ct.col0 + kGemvRows, a.n);
+  const int first = ct.col0 + RW * warp, f_end = min(ct.col0 + gemv_cta_rows(RW), a.n);
   const int groups = first < f_end ? (f_end - first + kGroupStride - 1) / kGroupStride : 0;
   const int chunks = (rows + kTokenChunk - 1) / kTokenChunk;
   const int item_chunks = geo.nblk == 1 ? 1 : chunks;
@@ -266,7 +268,7 @@ void launch(GgmlType type, bool f32_out, const GemvArgs& a, int n_slices, unsign
 
 bool moe_ggml_gemv_supports(GgmlType type, int rows_per_warp) {
   return gb::visit(type, [](auto) {}) &&
-         (rows_per_warp == 1 || rows_per_warp == 2 || rows_per_warp == 4 || rows_per_warp == 8);
+         (rows_per_warp == 1 || rows_per_warp == 2 || rows_per_warp == 3 || rows_per_warp == 4 || rows_per_warp == 8);
 }
 
 int moe_ggml_gemv_rows_per_warp(GgmlType) { return 4; }
@@ -288,12 +290,12 @@ void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, cons
   if (ys.dtype != DType::kF32 && ys.dtype != DType::kBF16) throw Error("moe_grouped_gemv_ggml: ys must be f32 or bf16");
   if (rows_per_warp == 0) rows_per_warp = moe_ggml_gemv_rows_per_warp(bank.type);
   if (!moe_ggml_gemv_supports(bank.type, rows_per_warp)) {
-    throw Error("moe_grouped_gemv_ggml: rows per warp must be 1, 2, 4 or 8, got " + std::to_string(rows_per_warp));
+    throw Error("moe_grouped_gemv_ggml: rows per warp must be 1, 2, 3, 4 or 8, got " + std::to_string(rows_per_warp));
   }
   moe_ggml_quantize(xs, acts, stream);
   const MoeTileMap map = moe_tile_map(d, MoeTile::kM16);
   if (R == 0) return;
-  const int n_slices = static_cast<int>((N + kGemvRows - 1) / kGemvRows);
+  const int n_slices = static_cast<int>((N + gemv_cta_rows(rows_per_warp) - 1) / gemv_cta_rows(rows_per_warp));
   const int64_t blocks = n_slices * map.bound;
   if (blocks > INT32_MAX) throw Error("moe_grouped_gemv_ggml: grid too large");
   const GemvArgs a{bank.data, bank.data + bank.bytes(), bank.row_bytes(), acts, ys.data, ys.ld, static_cast<int>(N), static_cast<int>(K),
@@ -302,6 +304,7 @@ void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, cons
   const auto grid = static_cast<unsigned>(blocks);
   if (rows_per_warp == 1) launch<1>(bank.type, f32_out, a, n_slices, grid, map, stream);
   if (rows_per_warp == 2) launch<2>(bank.type, f32_out, a, n_slices, grid, map, stream);
+  if (rows_per_warp == 3) launch<3>(bank.type, f32_out, a, n_slices, grid, map, stream);
   if (rows_per_warp == 4) launch<4>(bank.type, f32_out, a, n_slices, grid, map, stream);
   if (rows_per_warp == 8) launch<8>(bank.type, f32_out, a, n_slices, grid, map, stream);
   K3_CUDA_CHECK_LAUNCH("moe_ggml gemv_kernel");

@@ -89,9 +89,12 @@ struct GemvArgs {
 __device__ __forceinline__ void store_out(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_out(bf16* p, float v) { *p = __float2bfloat16_rn(v); }
 
-// 16 bytes global → shared, of which the first `bytes` (1..16) are read and the rest zero-filled.
+// 16 bytes global → shared; or only the first `bytes` (0..16) of them read, the rest zero-filled.
 // "memory" clobbers: the ring's shared reads stay between the wait that lands a stage and the copy
 // that refills it.
+__device__ __forceinline__ void copy16(unsigned saddr, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(gmem) : "memory");
+}
 __device__ __forceinline__ void copy16(unsigned saddr, const void* gmem, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(gmem), "r"(bytes) : "memory");
 }
@@ -136,7 +139,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_kernel(GemvArgs a, Ge
   const unsigned ring_s = static_cast<unsigned>(__cvta_generic_to_shared(ring));
   const uint8_t* const wexp = a.w + static_cast<int64_t>(ct.expert) * a.n * a.row_bytes;
   const int piece_bytes = geo.sps * kStep * F::kBytes;
-  // Where row i of group g starts stage block sb in global memory.
+  // Where group g's first row starts (whole-row stages), and where its row i starts stage block sb
+  // (rows past N clamp to N − 1).
+  auto group_row0 = [&](int g) { return wexp + static_cast<int64_t>(first + kGroupStride * g) * a.row_bytes; };
   auto piece = [&](int g, int i, int sb) {
     return wexp + static_cast<int64_t>(min(first + kGroupStride * g + i, a.n - 1)) * a.row_bytes +
            static_cast<int64_t>(sb) * piece_bytes;
@@ -146,16 +151,35 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_kernel(GemvArgs a, Ge
   int pi = 0, pg = 0, pc = 0, pb = 0, pslot = 0;
   auto issue = [&]() {
     if (pi < items) {
-      const int len = min(piece_bytes, (nb - pb * geo.sps * kStep) * F::kBytes);
-#pragma unroll
-      for (int i = 0; i < RW; ++i) {
-        const uint8_t* src = piece(pg, i, pb);
+      if (geo.nblk == 1) {
+        // Whole rows: the group's RW rows are adjacent in the bank, so the stage is one span, their
+        // 16-byte aligned cover (row i at span_offset() + i·row_bytes; within RW·stride). Rows past N
+        // bring whatever follows them (computed, never stored), zeros past the bank's end.
+        const uint8_t* src = group_row0(pg);
         const uint8_t* a0 = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(src) & ~uintptr_t{15});
-        const int n16 = static_cast<int>((src + len - a0 + 15) >> 4);
-        const int64_t left = a.w_end - a0;  // > 16·(n16 − 1)
-        const int last = left >= 16 * n16 ? 16 : static_cast<int>(left - 16 * (n16 - 1));
-        const unsigned dst = ring_s + pslot * stage_bytes + i * geo.stride;
-        for (int c = lane; c < n16; c += 32) copy16(dst + 16 * c, a0 + 16 * c, c == n16 - 1 ? last : 16);
+        const int n16 = static_cast<int>((src + RW * a.row_bytes - a0 + 15) >> 4);
+        const int64_t left = a.w_end - a0;
+        const unsigned dst = ring_s + pslot * stage_bytes;
+        if (left >= 16 * n16) {
+          for (int c = lane; c < n16; c += 32) copy16(dst + 16 * c, a0 + 16 * c);
+        } else {  // the bank's last rows: read up to its end, then zero-fill (a 0-byte read of a.w)
+          for (int c = lane; c < n16; c += 32) {
+            const int64_t bytes = left - 16 * c;
+            copy16(dst + 16 * c, bytes > 0 ? a0 + 16 * c : a.w, bytes >= 16 ? 16 : bytes > 0 ? static_cast<int>(bytes) : 0);
+          }
+        }
+      } else {
+        const int len = min(piece_bytes, (nb - pb * geo.sps * kStep) * F::kBytes);
+#pragma unroll
+        for (int i = 0; i < RW; ++i) {
+          const uint8_t* src = piece(pg, i, pb);
+          const uint8_t* a0 = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(src) & ~uintptr_t{15});
+          const int n16 = static_cast<int>((src + len - a0 + 15) >> 4);
+          const int64_t left = a.w_end - a0;  // > 16·(n16 − 1)
+          const int last = left >= 16 * n16 ? 16 : static_cast<int>(left - 16 * (n16 - 1));
+          const unsigned dst = ring_s + pslot * stage_bytes + i * geo.stride;
+          for (int c = lane; c < n16; c += 32) copy16(dst + 16 * c, a0 + 16 * c, c == n16 - 1 ? last : 16);
+        }
       }
       if (++pb == geo.nblk) {
         pb = 0;
@@ -178,9 +202,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_kernel(GemvArgs a, Ge
     __syncwarp();           // ... and every lane's; the slot read last item is free
     issue();
     const uint8_t* st = ring + cslot * stage_bytes + lb * F::kBytes;
-    int off[RW];  // where each row's piece starts in its cover
+    int off[RW];  // where each row's piece starts in the stage
+    if (geo.nblk == 1) {
+      const int head = static_cast<int>(reinterpret_cast<uintptr_t>(group_row0(cg)) & 15);
 #pragma unroll
-    for (int i = 0; i < RW; ++i) off[i] = i * geo.stride + static_cast<int>(reinterpret_cast<uintptr_t>(piece(cg, i, cb)) & 15);
+      for (int i = 0; i < RW; ++i) off[i] = head + i * static_cast<int>(a.row_bytes);
+    } else {
+#pragma unroll
+      for (int i = 0; i < RW; ++i) off[i] = i * geo.stride + static_cast<int>(reinterpret_cast<uintptr_t>(piece(cg, i, cb)) & 15);
+    }
     const int f0 = first + kGroupStride * cg;
     const int s0 = cb * geo.sps, s1 = min(steps, s0 + geo.sps);
     const int c_begin = geo.nblk == 1 ? 0 : cc, c_end = geo.nblk == 1 ? chunks : cc + 1;

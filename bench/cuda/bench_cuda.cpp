@@ -25,7 +25,7 @@
 // and the speed-up over bf16. --quick: T = 1 … 512 only.
 //
 // GGUF experts (backend/cuda/moe_ggml.h, --moe-ggml: this section only): the decode grouped GEMV over
-// Q4_K, Q2_K, Q3_K, Q4_0 and Q8_0 banks at the Kimi-K3 layer shapes, T = 1, 8, 64, with 1, 2, 4 and 8
+// Q4_K, Q2_K, Q3_K, Q4_0 and Q8_0 banks at the Kimi-K3 layer shapes, T = 1, 8, 64, with 1, 2, 3, 4 and 8
 // weight rows per warp; TB/s on the packed GGUF bytes of the experts hit (target 2.5).
 //
 // ModelSlim W4A8 experts (backend/cuda/moe_w4a8.h, --moe-w4a8): the same Kimi-K3 layer with int4 banks
@@ -811,7 +811,7 @@ void bench_moe_w4a8(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
 // ---- MoE, GGUF experts -------------------------------------------------------------------------------
 
 // GGUF routed experts (backend/cuda/moe_ggml.h): the decode grouped GEMV (quantisation of the sorted rows
-// included) at 1, 2, 4 and 8 weight rows per warp, and the quantisation alone, banks of random bytes
+// included) at 1, 2, 3, 4 and 8 weight rows per warp, and the quantisation alone, banks of random bytes
 // (the values do not change the kernel's work), T = 1, 8, 64; target >= 2.5 TB/s on the packed bytes
 // of the experts hit.
 // --moe-ggml's formats (--ggml-types q2_K,q4_K, ggml's spelling: fewer banks, e.g. under a profiler's memory replay).
@@ -861,7 +861,7 @@ void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
           const MoeGgmlBank& w = g.gemm == 1 ? b.g1 : b.g2;
           const MoeGgmlActs& a = g.gemm == 1 ? b.a1 : b.a2;
           const std::string name(ggml_type_name(b.type));
-          for (int rw : {1, 2, 4, 8}) {
+          for (int rw : {1, 2, 3, 4, 8}) {
             if (!moe_ggml_gemv_supports(b.type, rw)) continue;
             const bool is_auto = rw == moe_ggml_gemv_rows_per_warp(b.type);
             const std::string label = " rw" + std::to_string(rw) + (is_auto ? " (auto)" : "");

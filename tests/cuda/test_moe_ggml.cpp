@@ -1,6 +1,6 @@
 // GGUF expert kernels (backend/cuda/moe_ggml.h) on fresh random inputs (the seed is printed;
 // K3_TEST_SEED replays one). The GPU tests skip without a device (passed on the H200, 2026-11-29;
-// 2026-12-01 with the ring kernel at 1/2/4/8 rows per warp).
+// 2026-12-01 with the ring kernel at 1/2/4/8 rows per warp; 3 rows added 2026-12-02).
 //
 // Without a GPU (these run in CI): the block traits (moe_ggml_blocks.h), compiled here for the host,
 //   - value(): bit-identical to the exact CPU dequantisation (quant/ggml) for every element of random
@@ -204,8 +204,8 @@ TEST(MoeGgmlBank, GeometryAndRejectedShapes) {
 TEST(MoeGgmlBank, KernelsAndRowsPerWarp) {
   for (GgmlType type : kTypes) {
     SCOPED_TRACE(ggml_type_name(type));
-    for (int rw : {1, 2, 4, 8}) EXPECT_TRUE(moe_ggml_gemv_supports(type, rw)) << rw;
-    for (int rw : {0, 3, 5, 16, -4}) EXPECT_FALSE(moe_ggml_gemv_supports(type, rw)) << rw;
+    for (int rw : {1, 2, 3, 4, 8}) EXPECT_TRUE(moe_ggml_gemv_supports(type, rw)) << rw;
+    for (int rw : {0, 5, 6, 16, -4}) EXPECT_FALSE(moe_ggml_gemv_supports(type, rw)) << rw;
     EXPECT_TRUE(moe_ggml_gemv_supports(type, moe_ggml_gemv_rows_per_warp(type)));
   }
   EXPECT_FALSE(moe_ggml_gemv_supports(GgmlType::Q4_1, 4));
@@ -218,10 +218,10 @@ TEST(MoeGgmlBank, KernelsAndRowsPerWarp) {
   const MoeGgmlActs acts = moe_ggml_acts_view(base, GgmlType::Q4_0, 4, 64);
   const DeviceTensor xs(base, DType::kBF16, 4, 64), ys(base, DType::kF32, 4, 8);
   try {
-    moe_grouped_gemv_ggml(xs, b, d, acts, ys, nullptr, 3);
+    moe_grouped_gemv_ggml(xs, b, d, acts, ys, nullptr, 5);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "moe_grouped_gemv_ggml: rows per warp must be 1, 2, 4 or 8, got 3");
+    EXPECT_STREQ(e.what(), "moe_grouped_gemv_ggml: rows per warp must be 1, 2, 3, 4 or 8, got 5");
   }
 }
 
@@ -323,7 +323,7 @@ TEST_P(MoeGgmlGemvTest, MatchesFloat64WithTheCpuActivationContract) {
 
     const test::MoeReference ref = test::moe_reference(
         s.off, N, K, [&](int64_t r, int64_t i) { return ha.value(r, i); }, w, [](int64_t, int64_t) { return 1.0; });
-    for (int rows_per_warp : {1, 2, 4, 8}) {
+    for (int rows_per_warp : {1, 2, 3, 4, 8}) {
       ASSERT_TRUE(moe_ggml_gemv_supports(type, rows_per_warp));
       for (DType out : {DType::kF32, DType::kBF16}) {
         SCOPED_TRACE(std::string("out ") + dtype_name(out) + ", rows per warp " + std::to_string(rows_per_warp));

@@ -80,7 +80,7 @@ void moe_ggml_quantize(const DeviceTensor& xs, const MoeGgmlActs& acts, cudaStre
 // The decode GEMV: each warp's rows stream through its own cp.async ring in shared memory, a stage
 // holding up to whole rows, each part's codes and scales unpacked once per row and step for all
 // tokens. True when it takes `type` (every type moe_ggml_supported accepts) at `rows_per_warp`
-// weight rows per warp (1, 2, 4 or 8).
+// weight rows per warp (1, 2, 3, 4 or 8; a CTA takes 128 weight rows, 120 at 3).
 bool moe_ggml_gemv_supports(GgmlType type, int rows_per_warp);
 // The default rows per warp: 4 for every measured type (H200, k3_bench_cuda --moe-ggml, 2026-12-01,
 // docs/performance.md; Q5_K, Q6_K unmeasured).

@@ -1,7 +1,7 @@
 // The GGUF experts' decode grouped GEMV (moe_ggml.h, moe_grouped_gemv_ggml): one kernel, a template
 // over the block traits of moe_ggml_blocks.h and the weight rows a warp streams at once (RW).
 //
-// CTA → (tile of ≤ 16 sorted rows of one expert, kGemvRows weight rows) as in moe_w4_gemm.cuh:
+// CTA → (tile of ≤ 16 sorted rows of one expert, gemv_cta_rows(RW) weight rows) as in moe_w4_gemm.cuh:
 // an expert's token tiles run back to back for each slice of weight rows, so a slice comes from DRAM
 // once while the expert's tiles go by. Warp w takes the groups of RW consecutive weight rows
 // RW·(w + 8i); lane l takes part l % kParts of block l / kParts of each warp step (1024 elements).
@@ -39,7 +39,9 @@ namespace gb = ggml_blocks;
 using detail::bf16;
 
 constexpr int kGemvWarps = 8;
-constexpr int kGemvRows = 128;          // weight rows per CTA
+constexpr int kGemvRows = 128;          // weight rows per CTA at most
+// Weight rows per CTA: whole groups of RW rows for each warp (RW = 3: 120).
+constexpr int gemv_cta_rows(int rw) { return kGemvRows / (kGemvWarps * rw) * kGemvWarps * rw; }
 constexpr int kGemvTokens = 16;         // the kM16 tile map's height
 constexpr int kTokenChunk = 4;          // accumulators per weight row held at once
 constexpr int kRingBytes = 113 * 1024;  // shared memory per CTA for two CTAs per SM (2 × (113 + 1 reserved) = 228 KB)
@@ -87,9 +89,12 @@ struct GemvArgs {
 __device__ __forceinline__ void store_out(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_out(bf16* p, float v) { *p = __float2bfloat16_rn(v); }
 
-// 16 bytes global → shared, of which the first `bytes` (1..16) are read and the rest zero-filled.
+// 16 bytes global → shared; or only the first `bytes` (0..16) of them read, the rest zero-filled.
 // "memory" clobbers: the ring's shared reads stay between the wait that lands a stage and the copy
 // that refills it.
+__device__ __forceinline__ void copy16(unsigned saddr, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr), "l"(gmem) : "memory");
+}
 __device__ __forceinline__ void copy16(unsigned saddr, const void* gmem, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(gmem), "r"(bytes) : "memory");
 }
@@ -111,7 +116,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_kernel(GemvArgs a, Ge
                                                                const int4* __restrict__ tiles) {
   constexpr int kStep = kPerStep<F>;
   detail::MoeCtaTile ct;
-  if (!detail::moe_cta_tile(n_slices, kGemvTokens, kGemvRows, tile_count, tiles, a.offsets, ct)) return;
+  if (!detail::moe_cta_tile(n_slices, kGemvTokens, gemv_cta_rows(RW), tile_count, tiles, a.offsets, ct)) return;
   const int r0 = ct.row0, rows = ct.rows;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int part = lane % F::kParts, lb = lane / F::kParts;
@@ -121,7 +126,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_kernel(GemvArgs a, Ge
   // stored), token chunks (unless a stage holds whole rows), stage blocks. Warp-uniform; the kernel
   // has no block barrier, so idle warps exit.
   constexpr int kGroupStride = kGemvWarps * RW;
-  const int first = ct.col0 + RW * warp, f_end = min(ct.col0 + kGemvRows, a.n);
+  const int first = ct.col0 + RW * warp, f_end = min(ct.col0 + gemv_cta_rows(RW), a.n);
   const int groups = first < f_end ? (f_end - first + kGroupStride - 1) / kGroupStride : 0;
   const int chunks = (rows + kTokenChunk - 1) / kTokenChunk;
   const int item_chunks = geo.nblk == 1 ? 1 : chunks;
@@ -134,7 +139,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_kernel(GemvArgs a, Ge
   const unsigned ring_s = static_cast<unsigned>(__cvta_generic_to_shared(ring));
   const uint8_t* const wexp = a.w + static_cast<int64_t>(ct.expert) * a.n * a.row_bytes;
   const int piece_bytes = geo.sps * kStep * F::kBytes;
-  // Where row i of group g starts stage block sb in global memory.
+  // Where group g's first row starts (whole-row stages), and where its row i starts stage block sb
+  // (rows past N clamp to N − 1).
+  auto group_row0 = [&](int g) { return wexp + static_cast<int64_t>(first + kGroupStride * g) * a.row_bytes; };
   auto piece = [&](int g, int i, int sb) {
     return wexp + static_cast<int64_t>(min(first + kGroupStride * g + i, a.n - 1)) * a.row_bytes +
            static_cast<int64_t>(sb) * piece_bytes;
@@ -144,16 +151,35 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_kernel(GemvArgs a, Ge
   int pi = 0, pg = 0, pc = 0, pb = 0, pslot = 0;
   auto issue = [&]() {
     if (pi < items) {
-      const int len = min(piece_bytes, (nb - pb * geo.sps * kStep) * F::kBytes);
-#pragma unroll
-      for (int i = 0; i < RW; ++i) {
-        const uint8_t* src = piece(pg, i, pb);
+      if (geo.nblk == 1) {
+        // Whole rows: the group's RW rows are adjacent in the bank, so the stage is one span, their
+        // 16-byte aligned cover (row i at span_offset() + i·row_bytes; within RW·stride). Rows past N
+        // bring whatever follows them (computed, never stored), zeros past the bank's end.
+        const uint8_t* src = group_row0(pg);
         const uint8_t* a0 = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(src) & ~uintptr_t{15});
-        const int n16 = static_cast<int>((src + len - a0 + 15) >> 4);
-        const int64_t left = a.w_end - a0;  // > 16·(n16 − 1)
-        const int last = left >= 16 * n16 ? 16 : static_cast<int>(left - 16 * (n16 - 1));
-        const unsigned dst = ring_s + pslot * stage_bytes + i * geo.stride;
-        for (int c = lane; c < n16; c += 32) copy16(dst + 16 * c, a0 + 16 * c, c == n16 - 1 ? last : 16);
+        const int n16 = static_cast<int>((src + RW * a.row_bytes - a0 + 15) >> 4);
+        const int64_t left = a.w_end - a0;
+        const unsigned dst = ring_s + pslot * stage_bytes;
+        if (left >= 16 * n16) {
+          for (int c = lane; c < n16; c += 32) copy16(dst + 16 * c, a0 + 16 * c);
+        } else {  // the bank's last rows: read up to its end, then zero-fill (a 0-byte read of a.w)
+          for (int c = lane; c < n16; c += 32) {
+            const int64_t bytes = left - 16 * c;
+            copy16(dst + 16 * c, bytes > 0 ? a0 + 16 * c : a.w, bytes >= 16 ? 16 : bytes > 0 ? static_cast<int>(bytes) : 0);
+          }
+        }
+      } else {
+        const int len = min(piece_bytes, (nb - pb * geo.sps * kStep) * F::kBytes);
+#pragma unroll
+        for (int i = 0; i < RW; ++i) {
+          const uint8_t* src = piece(pg, i, pb);
+          const uint8_t* a0 = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(src) & ~uintptr_t{15});
+          const int n16 = static_cast<int>((src + len - a0 + 15) >> 4);
+          const int64_t left = a.w_end - a0;  // > 16·(n16 − 1)
+          const int last = left >= 16 * n16 ? 16 : static_cast<int>(left - 16 * (n16 - 1));
+          const unsigned dst = ring_s + pslot * stage_bytes + i * geo.stride;
+          for (int c = lane; c < n16; c += 32) copy16(dst + 16 * c, a0 + 16 * c, c == n16 - 1 ? last : 16);
+        }
       }
       if (++pb == geo.nblk) {
         pb = 0;
@@ -176,9 +202,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_kernel(GemvArgs a, Ge
     __syncwarp();           // ... and every lane's; the slot read last item is free
     issue();
     const uint8_t* st = ring + cslot * stage_bytes + lb * F::kBytes;
-    int off[RW];  // where each row's piece starts in its cover
+    int off[RW];  // where each row's piece starts in the stage
+    if (geo.nblk == 1) {
+      const int head = static_cast<int>(reinterpret_cast<uintptr_t>(group_row0(cg)) & 15);
 #pragma unroll
-    for (int i = 0; i < RW; ++i) off[i] = i * geo.stride + static_cast<int>(reinterpret_cast<uintptr_t>(piece(cg, i, cb)) & 15);
+      for (int i = 0; i < RW; ++i) off[i] = head + i * static_cast<int>(a.row_bytes);
+    } else {
+#pragma unroll
+      for (int i = 0; i < RW; ++i) off[i] = i * geo.stride + static_cast<int>(reinterpret_cast<uintptr_t>(piece(cg, i, cb)) & 15);
+    }
     const int f0 = first + kGroupStride * cg;
     const int s0 = cb * geo.sps, s1 = min(steps, s0 + geo.sps);
     const int c_begin = geo.nblk == 1 ? 0 : cc, c_end = geo.nblk == 1 ? chunks : cc + 1;
@@ -266,7 +298,7 @@ void launch(GgmlType type, bool f32_out, const GemvArgs& a, int n_slices, unsign
 
 bool moe_ggml_gemv_supports(GgmlType type, int rows_per_warp) {
   return gb::visit(type, [](auto) {}) &&
-         (rows_per_warp == 1 || rows_per_warp == 2 || rows_per_warp == 4 || rows_per_warp == 8);
+         (rows_per_warp == 1 || rows_per_warp == 2 || rows_per_warp == 3 || rows_per_warp == 4 || rows_per_warp == 8);
 }
 
 int moe_ggml_gemv_rows_per_warp(GgmlType) { return 4; }
@@ -288,12 +320,12 @@ void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, cons
   if (ys.dtype != DType::kF32 && ys.dtype != DType::kBF16) throw Error("moe_grouped_gemv_ggml: ys must be f32 or bf16");
   if (rows_per_warp == 0) rows_per_warp = moe_ggml_gemv_rows_per_warp(bank.type);
   if (!moe_ggml_gemv_supports(bank.type, rows_per_warp)) {
-    throw Error("moe_grouped_gemv_ggml: rows per warp must be 1, 2, 4 or 8, got " + std::to_string(rows_per_warp));
+    throw Error("moe_grouped_gemv_ggml: rows per warp must be 1, 2, 3, 4 or 8, got " + std::to_string(rows_per_warp));
   }
   moe_ggml_quantize(xs, acts, stream);
   const MoeTileMap map = moe_tile_map(d, MoeTile::kM16);
   if (R == 0) return;
-  const int n_slices = static_cast<int>((N + kGemvRows - 1) / kGemvRows);
+  const int n_slices = static_cast<int>((N + gemv_cta_rows(rows_per_warp) - 1) / gemv_cta_rows(rows_per_warp));
   const int64_t blocks = n_slices * map.bound;
   if (blocks > INT32_MAX) throw Error("moe_grouped_gemv_ggml: grid too large");
   const GemvArgs a{bank.data, bank.data + bank.bytes(), bank.row_bytes(), acts, ys.data, ys.ld, static_cast<int>(N), static_cast<int>(K),
@@ -302,6 +334,7 @@ void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, cons
   const auto grid = static_cast<unsigned>(blocks);
   if (rows_per_warp == 1) launch<1>(bank.type, f32_out, a, n_slices, grid, map, stream);
   if (rows_per_warp == 2) launch<2>(bank.type, f32_out, a, n_slices, grid, map, stream);
+  if (rows_per_warp == 3) launch<3>(bank.type, f32_out, a, n_slices, grid, map, stream);
   if (rows_per_warp == 4) launch<4>(bank.type, f32_out, a, n_slices, grid, map, stream);
   if (rows_per_warp == 8) launch<8>(bank.type, f32_out, a, n_slices, grid, map, stream);
   K3_CUDA_CHECK_LAUNCH("moe_ggml gemv_kernel");

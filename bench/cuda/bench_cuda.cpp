@@ -739,6 +739,24 @@ void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool, boo
     if (g.gemm == 1 && g.T <= 64) {
       vs.push_back({"gather", 0.0, [&](int i) { moe_gather(l.x.row_slice(0, g.T), g.rt.d[i % kRoutings], g.in, stream); }});
     }
+    // The routed experts of a decode step as the model runs them: gather, GEMM 1, SiTU, GEMM 2, each a
+    // programmatic dependent of the one before (GB: both GEMMs' packed bytes).
+    if (g.gemm == 2 && g.T <= 64) {
+      GatedActivation situ;
+      situ.situ = true, situ.beta = 10.0f;
+      const int64_t R = g.R;
+      for (const Banks& b : banks) {
+        vs.push_back({std::string(w4_format_name(b.f)) + " decode chain", g.rt.hit * 3.0 * I * H * (0.5 + 1.0 / w4_group(b.f)),
+                      [&, b, situ, R](int i) {
+                        const MoeDispatch& d = g.rt.d[i % kRoutings];
+                        const DeviceTensor xs = l.xs.row_slice(0, R), gu = l.gu.row_slice(0, R), hs = l.hs.row_slice(0, R);
+                        moe_gather(l.x.row_slice(0, g.T), d, xs, stream);
+                        moe_grouped_gemm_w4(xs, b.g1, d, gu, stream, W4Kernel::kAuto);
+                        gated_activation(situ, gu.col_slice(0, I), gu.col_slice(I, I), hs, stream);
+                        moe_grouped_gemm_w4(hs, b.g2, d, l.ys.row_slice(0, R), stream, W4Kernel::kAuto);
+                      }});
+      }
+    }
     return vs;
   });
   arena.reset(mark);

@@ -17,6 +17,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/ops.h"
 
 namespace k3::cuda {
@@ -84,8 +85,11 @@ __global__ void __launch_bounds__(kThreads) gated_kernel(Act act, const Tin* __r
                                                          const Tin* __restrict__ up, int64_t ldu,
                                                          Tout* __restrict__ out, int64_t ldo, int64_t rows, int cols) {
   // A GEMM launched next as a programmatic dependent (launch.h) may start streaming its weights now;
-  // it waits for this grid's completion before it reads out.
+  // it waits for this grid's completion before it reads out. This kernel is itself launched as a
+  // dependent (of the decode GEMM 1, which lets it start at once): gate and up are read only after
+  // that GEMM has completed.
   asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   const int c = (blockIdx.x * kThreads + threadIdx.x) * kVec;
   if (c >= cols) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -105,10 +109,8 @@ void launch(const Act& act, const DeviceTensor& gate, const DeviceTensor& up, co
   const int vec_per_row = cols / kVec;
   const dim3 grid(static_cast<unsigned>((vec_per_row + kThreads - 1) / kThreads),
                   static_cast<unsigned>(std::min<int64_t>(gate.rows, 65535)));
-  gated_kernel<kKind, Tin, Tout><<<grid, kThreads, 0, stream>>>(act, gate.as<const Tin>(), gate.ld,
-                                                                up.as<const Tin>(), up.ld, out.as<Tout>(), out.ld,
-                                                                gate.rows, cols);
-  K3_CUDA_CHECK_LAUNCH("gated_kernel");
+  launch_dependent(gated_kernel<kKind, Tin, Tout>, grid, dim3(kThreads), 0, stream, act, gate.as<const Tin>(), gate.ld,
+                   up.as<const Tin>(), up.ld, out.as<Tout>(), out.ld, gate.rows, cols);
 }
 
 template <typename Tin, typename Tout>

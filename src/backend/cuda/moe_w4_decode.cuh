@@ -164,8 +164,11 @@ __global__ void __launch_bounds__(DecodeCfg<F, STAGES>::kThreads, 1)
   // Launched as a programmatic dependent (launch.h) of the kernel that writes the activations (the
   // gather, or the activation before GEMM 2; both let it start at once): the weights above stream
   // while that kernel finishes — the tile map they follow is the dispatch's, complete before it
-  // began. The activations are read and the outputs written only after this.
+  // began. The activations are read and the outputs written only after this. The kernel after it
+  // (the activation after GEMM 1, itself a dependent that waits) may then launch at once, and with it
+  // GEMM 2's weight streaming on the SMs this grid leaves.
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
 
   const int g = lane >> 2, t = lane & 3;
   // ldmatrix row addresses (elements, before the chunk's 64·c): one token fragment — tokens 0–7,

@@ -881,7 +881,7 @@ void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
           const std::string name(ggml_type_name(b.type));
           for (int rw : {1, 2, 3, 4, 8}) {
             if (!moe_ggml_gemv_supports(b.type, rw)) continue;
-            const bool is_auto = rw == moe_ggml_gemv_rows_per_warp(b.type);
+            const bool is_auto = rw == moe_ggml_gemv_rows_per_warp(b.type, w.k);
             const std::string label = " rw" + std::to_string(rw) + (is_auto ? " (auto)" : "");
             vs.push_back({name + label, g.rt.hit * w.n * w.row_bytes(), [&, w, a, rw](int i) {
                             moe_grouped_gemv_ggml(g.in, w, g.rt.d[i % kRoutings], a, g.out, stream, rw);

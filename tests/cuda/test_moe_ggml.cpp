@@ -206,8 +206,16 @@ TEST(MoeGgmlBank, KernelsAndRowsPerWarp) {
     SCOPED_TRACE(ggml_type_name(type));
     for (int rw : {1, 2, 3, 4, 8}) EXPECT_TRUE(moe_ggml_gemv_supports(type, rw)) << rw;
     for (int rw : {0, 5, 6, 16, -4}) EXPECT_FALSE(moe_ggml_gemv_supports(type, rw)) << rw;
-    EXPECT_TRUE(moe_ggml_gemv_supports(type, moe_ggml_gemv_rows_per_warp(type)));
+    EXPECT_TRUE(moe_ggml_gemv_supports(type, moe_ggml_gemv_rows_per_warp(type, 3584)));
   }
+  // Kimi-K3: GEMM 1 (K = 3584) takes 3 rows per warp where two stages of whole rows fit only at 3
+  // (rows of 2016 bytes), GEMM 2 (K = 3072) and the smaller rows 4.
+  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q4_K, 3584), 3);
+  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q4_0, 3584), 3);
+  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q4_K, 3072), 4);
+  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q2_K, 3584), 4);
+  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q3_K, 3584), 4);
+  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q8_0, 3584), 4);
   EXPECT_FALSE(moe_ggml_gemv_supports(GgmlType::Q4_1, 4));
   EXPECT_FALSE(moe_ggml_gemv_supports(GgmlType::F16, 4));
 

@@ -301,7 +301,15 @@ bool moe_ggml_gemv_supports(GgmlType type, int rows_per_warp) {
          (rows_per_warp == 1 || rows_per_warp == 2 || rows_per_warp == 3 || rows_per_warp == 4 || rows_per_warp == 8);
 }
 
-int moe_ggml_gemv_rows_per_warp(GgmlType) { return 4; }
+int moe_ggml_gemv_rows_per_warp(GgmlType type, int64_t k) {
+  int rw = 4;
+  gb::visit(type, [&](auto trait) {
+    using F = decltype(trait);
+    auto whole_rows = [&](int r) { return geometry<F>(r, static_cast<int>(k)).nblk == 1; };
+    if (!whole_rows(4) && whole_rows(3)) rw = 3;
+  });
+  return rw;
+}
 
 void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
                            const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp) {
@@ -318,7 +326,7 @@ void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, cons
   }
   expect_shape(ys, R, N, "moe_grouped_gemv_ggml ys");
   if (ys.dtype != DType::kF32 && ys.dtype != DType::kBF16) throw Error("moe_grouped_gemv_ggml: ys must be f32 or bf16");
-  if (rows_per_warp == 0) rows_per_warp = moe_ggml_gemv_rows_per_warp(bank.type);
+  if (rows_per_warp == 0) rows_per_warp = moe_ggml_gemv_rows_per_warp(bank.type, K);
   if (!moe_ggml_gemv_supports(bank.type, rows_per_warp)) {
     throw Error("moe_grouped_gemv_ggml: rows per warp must be 1, 2, 3, 4 or 8, got " + std::to_string(rows_per_warp));
   }

@@ -26,6 +26,7 @@
 #include "backend/cuda/moe.h"
 #include "backend/cuda/moe_w4.h"
 #include "backend/cuda/moe_w4_layout.h"
+#include "backend/cuda/ops.h"
 #include "backend/cuda/tensor_map.h"
 #include "backend/cuda/upload.h"
 #include "core/numeric.h"
@@ -274,6 +275,62 @@ struct GemmCase {
   Routing routing;
 };
 
+// act(g, u) in float64 (ops.h): SiLU, or SiTU with the optional β_lin cap on up.
+double gated_reference(const GatedActivation& p, double gate, double up) {
+  const double g = gate * p.gate_alpha, u = up * p.up_alpha;
+  const double sig = 1.0 / (1.0 + std::exp(-g));
+  if (!p.situ) return g * sig * u;
+  const double uc = p.beta_lin > 0 ? p.beta_lin * std::tanh(u / p.beta_lin) : u;
+  return p.beta * std::tanh(g / p.beta) * sig * uc;
+}
+
+// The fused GEMM 1 + activation (moe_grouped_gemm_w4_gated on the kWgmma kernel) against the float64
+// activation of the reference's gate and up columns. Tolerance: the GEMM's fp32 summation bound on
+// gate and up carried through the activation's partial derivatives (central differences), + 1e-5
+// relative for the activation's approximations, + half a bf16 step for bf16 output.
+void expect_gated_matches(const DeviceTensor& xs, const MoeW4Bank& bank, const MoeDispatch& d,
+                          const test::MoeReference& ref, int64_t R, int64_t N) {
+  const int64_t I = N / 2;
+  if (I % 64 != 0) return;  // the fused path needs 64-column halves (moe_grouped_gemm_w4_gated)
+  GatedActivation silu;
+  silu.gate_alpha = 1.5f, silu.up_alpha = 0.75f;
+  GatedActivation situ = silu;
+  situ.situ = true, situ.beta = 0.5f;
+  GatedActivation capped = situ;
+  capped.beta_lin = 0.25f;
+  Arena& a = test::arena();
+  for (const GatedActivation& p : {silu, situ, capped}) {
+    for (DType out : {DType::kBF16, DType::kF32}) {
+      SCOPED_TRACE(std::string("gated ") + (!p.situ ? "silu" : p.beta_lin > 0 ? "situ capped" : "situ") + ", out " +
+                   dtype_name(out));
+      const DeviceTensor y = a.alloc_tensor(out, R, I, "gated out");
+      poison(y);
+      ASSERT_TRUE(moe_grouped_gemm_w4_gated(xs, bank, d, p, y, nullptr, W4Kernel::kWgmma));
+      const std::vector<float> got = download_f32(y);
+      int64_t bad = 0;
+      for (int64_t r = 0; r < R; ++r) {
+        for (int64_t n = 0; n < I; ++n) {
+          const size_t gi = static_cast<size_t>(r * N + n), ui = gi + static_cast<size_t>(I);
+          const double g = ref.ref[gi], u = ref.ref[ui], want = gated_reference(p, g, u);
+          const double hg = 1e-6 * std::max(1.0, std::fabs(g)), hu = 1e-6 * std::max(1.0, std::fabs(u));
+          const double dg = (gated_reference(p, g + hg, u) - gated_reference(p, g - hg, u)) / (2 * hg);
+          const double du = (gated_reference(p, g, u + hu) - gated_reference(p, g, u - hu)) / (2 * hu);
+          const double tol = 2e-5 * (std::fabs(dg) * ref.abs_sum[gi] + std::fabs(du) * ref.abs_sum[ui]) +
+                             (1e-5 + (out == DType::kBF16 ? 1.0 / 256 : 0.0)) * std::fabs(want) + 1e-30;
+          const double v = got[static_cast<size_t>(r * I + n)];
+          if (!(std::fabs(v - want) <= tol) && ++bad <= 5) {
+            ADD_FAILURE() << "row " << r << " col " << n << ": " << v << " vs " << want << " (tolerance " << tol << ")";
+          }
+        }
+      }
+      EXPECT_EQ(bad, 0);
+    }
+  }
+  // Elsewhere the fused path declines (the caller runs the GEMM and the activation).
+  const DeviceTensor y = a.alloc_tensor(DType::kBF16, R, I, "gated out");
+  EXPECT_FALSE(moe_grouped_gemm_w4_gated(xs, bank, d, silu, y, nullptr, W4Kernel::kDecode));
+}
+
 class MoeW4GemmTest : public ::testing::TestWithParam<GemmCase> {};
 
 TEST_P(MoeW4GemmTest, MatchesFloat64OverExactDequant) {
@@ -331,6 +388,7 @@ TEST_P(MoeW4GemmTest, MatchesFloat64OverExactDequant) {
       moe_grouped_gemm_w4(xs, bank, d, ys, nullptr, tile);
       test::expect_within_reference(download_f32(ys), ref, N, DType::kBF16, 2e-5);
     }
+    if (c.parts == 2) expect_gated_matches(xs, bank, d, ref, R, N);
   }
 }
 

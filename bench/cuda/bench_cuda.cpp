@@ -734,11 +734,24 @@ void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool, boo
                                                   W4Kernel::kWgmma);
                       }});
       }
+      // GEMM 1 as the model runs it: after the gather, which lets the decode kernel (a programmatic
+      // dependent) start streaming its weights at once. The gather alone is the row below.
+      if (g.gemm == 1 && g.T <= 64) {
+        vs.push_back({std::string(w4_format_name(b.f)) + " gather+auto", g.rt.hit * g.N * g.K * (0.5 + 1.0 / w4_group(b.f)),
+                      [&, w](int i) {
+                        const MoeDispatch& d = g.rt.d[i % kRoutings];
+                        moe_gather(l.x.row_slice(0, g.T), d, g.in, stream);
+                        moe_grouped_gemm_w4(g.in, w, d, g.out, stream, W4Kernel::kAuto);
+                      }});
+      }
     }
     if (g.gemm == 1) {
       vs.push_back({"situ act", 0.0, [&](int) {
                       gated_activation(situ, g.out.col_slice(0, I), g.out.col_slice(I, I), l.hs.row_slice(0, g.R), stream);
                     }});
+    }
+    if (g.gemm == 1 && g.T <= 64) {
+      vs.push_back({"gather", 0.0, [&](int i) { moe_gather(l.x.row_slice(0, g.T), g.rt.d[i % kRoutings], g.in, stream); }});
     }
     return vs;
   });

@@ -23,6 +23,9 @@ template <Kind kKind, typename Tin, typename Tout>
 __global__ void __launch_bounds__(kThreads) gated_kernel(Act act, const Tin* __restrict__ gate, int64_t ldg,
                                                          const Tin* __restrict__ up, int64_t ldu,
                                                          Tout* __restrict__ out, int64_t ldo, int64_t rows, int cols) {
+  // A GEMM launched next as a programmatic dependent (launch.h) may start streaming its weights now;
+  // it waits for this grid's completion before it reads out.
+  asm volatile("griddepcontrol.launch_dependents;");
   const int c = (blockIdx.x * kThreads + threadIdx.x) * kVec;
   if (c >= cols) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {

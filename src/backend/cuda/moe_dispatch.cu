@@ -211,6 +211,9 @@ template <typename Tx>
 __global__ void __launch_bounds__(kGatherWarps * 32)
     moe_gather_kernel(const Tx* __restrict__ x, int64_t ldx, const int32_t* __restrict__ sorted_token,
                       bf16* __restrict__ xs, int64_t ldxs, int rows, int cols) {
+  // A GEMM launched next as a programmatic dependent (launch.h) may start streaming its weights now;
+  // it waits for this grid's completion before it reads xs.
+  asm volatile("griddepcontrol.launch_dependents;");
   const int r = blockIdx.x * kGatherWarps + (threadIdx.x >> 5);
   if (r >= rows) return;
   const Tx* src = x + static_cast<int64_t>(sorted_token[r]) * ldx;

@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/moe_ggml.h"
 #include "backend/cuda/moe_ggml_blocks.h"
@@ -249,13 +250,7 @@ void launch(GgmlType type, bool f32_out, const GemvArgs& a, int n_slices, unsign
     const Geometry geo = geometry<F>(RW, a.k);
     auto run = [&](auto kernel) {
       K3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, geo.smem()));
-      cudaLaunchAttribute pdl[1];
-      pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      pdl[0].val.programmaticStreamSerializationAllowed = 1;
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(blocks), cfg.blockDim = dim3(kGemvWarps * 32), cfg.dynamicSmemBytes = geo.smem();
-      cfg.stream = stream, cfg.attrs = pdl, cfg.numAttrs = 1;
-      K3_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a, geo, n_slices, map.count, tiles));
+      launch_dependent(kernel, dim3(blocks), dim3(kGemvWarps * 32), geo.smem(), stream, a, geo, n_slices, map.count, tiles);
     };
     if (f32_out) {
       run(gemv_kernel<F, float, RW>);

@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/cuda/launch.h"
 #include "backend/cuda/moe_w4_gemm.cuh"
 
 namespace k3::cuda::w4 {
@@ -160,6 +161,11 @@ __global__ void __launch_bounds__(DecodeCfg<F, STAGES>::kThreads, 1)
   };
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) issue();
+  // Launched as a programmatic dependent (launch.h) of the kernel that writes the activations (the
+  // gather, or the activation before GEMM 2; both let it start at once): the weights above stream
+  // while that kernel finishes — the tile map they follow is the dispatch's, complete before it
+  // began. The activations are read and the outputs written only after this.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 
   const int g = lane >> 2, t = lane & 3;
   // ldmatrix row addresses (elements, before the chunk's 64·c): one token fragment — tokens 0–7,
@@ -293,11 +299,10 @@ void launch_decode_cfg(const GemmArgs& a, const MoeTileMap& map, cudaStream_t st
   const int64_t units = map.bound * nb;
   const int grid = static_cast<int>(std::min<int64_t>(sms, units));
   if (grid <= 0) return;
-  K3_CUDA_CHECK(cudaFuncSetAttribute(moe_w4_decode_kernel<F, STAGES, XR, Tout>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  moe_w4_decode_kernel<F, STAGES, XR, Tout><<<grid, C::kThreads, smem, stream>>>(
-      a, nb, map.count, reinterpret_cast<const int4*>(map.tiles));
-  K3_CUDA_CHECK_LAUNCH("moe_w4_decode_kernel");
+  auto* kernel = moe_w4_decode_kernel<F, STAGES, XR, Tout>;
+  K3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  launch_dependent(kernel, dim3(grid), dim3(C::kThreads), smem, stream, a, nb, map.count,
+                   reinterpret_cast<const int4*>(map.tiles));
 }
 
 template <W4Format F, int STAGES, int XR>

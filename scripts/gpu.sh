@@ -10,6 +10,9 @@
 #   scripts/gpu.sh --prebuilt DIR      skip the build: DIR holds k3_test_cuda and k3_bench_cuda
 #   scripts/gpu.sh --fallback DIR      build; if the build fails, use the binaries in DIR
 #   scripts/gpu.sh --build-only | --quick (bench: M = 1 and 1024 only) | --no-bench
+#   scripts/gpu.sh --filter 'GTEST_FILTER'   only these tests (e.g. '*MoeW4*:*CudaModelVsCpu*')
+#   scripts/gpu.sh --bench 'ARGS'            instead of the benchmark list, k3_bench_cuda ARGS only
+#                                            (e.g. '--moe-w4 --tokens 1,8,4096'); repeatable
 #
 # A machine without PCRE2's development files (the lent H200 image) builds with a static PCRE2
 # carried in .deps/pcre2 (scripts/gpu_deps.sh makes it; docs/gpu.md): it is put on
@@ -17,7 +20,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-prebuilt="" fallback="" build_only=0 bench_args=() run_bench=1
+prebuilt="" fallback="" build_only=0 bench_args=() run_bench=1 test_filter="" only_benches=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --prebuilt) prebuilt="$2"; shift 2 ;;
@@ -25,6 +28,8 @@ while [ $# -gt 0 ]; do
     --build-only) build_only=1; shift ;;
     --quick) bench_args+=(--quick); shift ;;
     --no-bench) run_bench=0; shift ;;
+    --filter) test_filter="$2"; shift 2 ;;
+    --bench) only_benches+=("$2"); shift 2 ;;
     *) echo "gpu.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -75,7 +80,7 @@ shards=3
 threads=$(( $(nproc) / shards )); [ "$threads" -ge 1 ] || threads=1
 for i in $(seq 0 $((shards - 1))); do
   OMP_NUM_THREADS=$threads GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$bin_test" --gtest_color=no \
-    >"$logs/test.shard$i.log" 2>&1 &
+    ${test_filter:+--gtest_filter="$test_filter"} >"$logs/test.shard$i.log" 2>&1 &
 done
 test_rc=0
 for job in $(jobs -p); do wait "$job" || test_rc=1; done
@@ -92,14 +97,21 @@ if [ "$run_bench" = 1 ]; then
     echo "== $*" >>"$logs/bench.log"
     "$@" >>"$logs/bench.log" 2>&1 || { echo "(failed: $*)" | tee -a "$logs/bench.log"; bench_rc=1; }
   }
-  bench "$bin_bench" "${bench_args[@]}"
-  bench "$bin_bench" --moe-w4
-  bench "$bin_bench" --moe-w4a8
-  bench "$bin_bench" --moe-ggml
-  bench python3 bench/scripts/torch_grouped_mm_moe.py
-  if [ -x "$bin_k3" ]; then
-    bench "$bin_k3" bench --synthetic kimi-linear-48b-a3b --batch 1,8,64 --context 1024 --steps 32 \
-      --json "$logs/bench_model.json"
+  if [ "${#only_benches[@]}" -gt 0 ]; then
+    for args in "${only_benches[@]}"; do
+      read -r -a words <<<"$args"
+      bench "$bin_bench" "${words[@]}"
+    done
+  else
+    bench "$bin_bench" "${bench_args[@]}"
+    bench "$bin_bench" --moe-w4
+    bench "$bin_bench" --moe-w4a8
+    bench "$bin_bench" --moe-ggml
+    bench python3 bench/scripts/torch_grouped_mm_moe.py
+    if [ -x "$bin_k3" ]; then
+      bench "$bin_k3" bench --synthetic kimi-linear-48b-a3b --batch 1,8,64 --context 1024 --steps 32 \
+        --json "$logs/bench_model.json"
+    fi
   fi
   say "bench: exit $bench_rc in $(( $(date +%s) - t0 )) s"
   cat "$logs/bench.log" | tee -a "$summary" >/dev/null

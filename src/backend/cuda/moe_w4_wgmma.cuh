@@ -295,8 +295,8 @@ __global__ void __launch_bounds__(WgmmaCfg<F>::kThreads, 1)
     return;
   }
 
-  // Consumers: warp cw owns group cw (weight rows 16·cw … of the item's 128); warps 4…7 and 8…11 are the
-  // two warpgroups (rows 0…63, 64…127). The wgmma width is a template parameter of the whole item
+  // Consumers: warps 4…7 and 8…11 are the two warpgroups; warp cw dequantises stage group
+  // Consumer::stage_group() (plain items: group cw, weight rows 16·cw … of the item's 128). The wgmma width is a template parameter of the whole item
   // (a branch around single wgmmas would make the compiler serialise them).
   Consumer<F, Tout, kGated> cons{a, smem, full_x, empty_x, full_w, empty_w, warp - 4, lane, act, kind};
   for (int i = blockIdx.x; i < n_items; i += gridDim.x) {

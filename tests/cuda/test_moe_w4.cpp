@@ -204,6 +204,48 @@ TEST(TensorMap, RefusesTensorsTheSwizzledBoxCannotRead) {
   expect_refused(DeviceTensor(buf, DType::kBF16, 8, 64), 32);        // box rows of 64 bytes
 }
 
+// The fused GEMM 1 + activation declines (returns false, nothing launched) where its kernel does not
+// apply, and refuses bad operands with one-line errors naming the call — all before any device work
+// (no GPU needed: host buffers stand in for the device ones).
+TEST(MoeW4Gated, DeclinesOrRefusesBeforeAnyLaunch) {
+  alignas(256) static unsigned char buf[1 << 16];
+  const int64_t T = 4, k = 2, E = 2, N = 128, K = 64;
+  const MoeDispatch d = moe_dispatch_view(buf, T, k, E);
+  ASSERT_LE(moe_dispatch_bytes(T, k, E), sizeof(buf) / 2);
+  unsigned char* data = buf + sizeof(buf) / 2;
+  MoeW4Bank bank;
+  bank.experts = E, bank.n = N, bank.k = K, bank.parts = 2;
+  bank.codes = data, bank.scales = data, bank.out_scale = reinterpret_cast<float*>(data);
+  const DeviceTensor xs(data, DType::kBF16, T * k, K), out(data, DType::kBF16, T * k, N / 2);
+  GatedActivation situ;
+  situ.situ = true, situ.beta = 1.0f;
+
+  EXPECT_FALSE(moe_grouped_gemm_w4_gated(xs, bank, d, situ, out, nullptr, W4Kernel::kDecode));
+  MoeW4Bank one_part = bank;
+  one_part.parts = 1;
+  EXPECT_FALSE(moe_grouped_gemm_w4_gated(xs, one_part, d, situ, out, nullptr, W4Kernel::kWgmma));
+  MoeW4Bank narrow = bank;
+  narrow.n = 96;  // 48 output columns: not whole 64-column items
+  EXPECT_FALSE(moe_grouped_gemm_w4_gated(xs, narrow, d, situ, DeviceTensor(data, DType::kBF16, T * k, 48), nullptr,
+                                         W4Kernel::kWgmma));
+
+  auto expect_refused = [&](const DeviceTensor& x, const DeviceTensor& y, const GatedActivation& act, const char* why) {
+    try {
+      moe_grouped_gemm_w4_gated(x, bank, d, act, y, nullptr, W4Kernel::kWgmma);
+      ADD_FAILURE() << "accepted: " << why;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("moe_grouped_gemm_w4_gated"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    }
+  };
+  expect_refused(DeviceTensor(data, DType::kF32, T * k, K), out, situ, "f32 xs");
+  expect_refused(xs, DeviceTensor(data, DType::kBF16, T * k, N), situ, "out of N columns, not N / 2");
+  expect_refused(xs, DeviceTensor(data, DType::kI32, T * k, N / 2), situ, "i32 out");
+  GatedActivation no_beta = situ;
+  no_beta.beta = 0.0f;
+  expect_refused(xs, out, no_beta, "SiTU without beta");
+}
+
 TEST(MoeW4Repack, KernelChoiceFollowsRowsPerExpert) {
   EXPECT_EQ(moe_w4_tile_for(16, 896), MoeTile::kM16);            // decode, one token
   EXPECT_EQ(moe_w4_tile_for(4096 * 16, 896), MoeTile::kM128);    // prefill

@@ -79,25 +79,6 @@ K3_GGML_HD T plain_load(const void* p) {
 K3_GGML_HD uint32_t ld_u16(const uint8_t* p) { return ldg<unsigned short>(p); }
 // 4 bytes at a 2-byte aligned address.
 K3_GGML_HD uint32_t ld_u32_a2(const uint8_t* p) { return ld_u16(p) | ld_u16(p + 2) << 16; }
-// 16 bytes at a 16-byte aligned address; `stream`: read once (no L1 allocation).
-K3_GGML_HD uint4 ld_16(const uint8_t* p, bool stream) {
-#ifdef __CUDA_ARCH__
-  uint4 v;
-  if (stream) {
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-  } else {
-    v = __ldg(reinterpret_cast<const uint4*>(p));
-  }
-  return v;
-#else
-  (void)stream;
-  uint4 v;
-  std::memcpy(&v, p, 16);
-  return v;
-#endif
-}
 // 8 activation codes at an 8-byte aligned address (codes rows are 16-byte aligned).
 K3_GGML_HD uint2 ld_x8(const int8_t* p) { return plain_load<uint2>(p); }
 K3_GGML_HD uint4 ld_x16(const int8_t* p) { return plain_load<uint4>(p); }
@@ -430,7 +411,7 @@ struct QK4 {
   }
   K3_GGML_HD static float value(const uint8_t* b, int i) {
     const int c = i / 64, j = 2 * c + (i % 64) / 32, l = i % 32;
-    const uint4 h = ld_16(b, false);
+    const uint4 h = ldg<uint4>(b);  // 16-byte aligned
     uint32_t sc, mn;
     scale_min(h, j, sc, mn);
     const uint32_t byte = b[kQs + 32 * c + l];

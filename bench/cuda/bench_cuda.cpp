@@ -33,7 +33,7 @@
 // GEMM kernel (auto and every tile) timed interleaved with the bf16 grouped GEMM; TB/s on the packed
 // bytes (codes + fp32 scales) of the experts hit, TOPS over real rows, speed-up over bf16.
 //
-// Run: k3_bench_cuda [--reps N] [--arena 75%] [--quick] [--tokens T,T,...] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4] [--moe-w4a8] [--moe-ggml]
+// Run: k3_bench_cuda [--reps N] [--arena 75%] [--quick] [--tokens T,T,...] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4] [--moe-w4a8] [--moe-ggml [--ggml-types q2_K,q4_K]]
 //   --moe        the MoE section only;  --moe-tiles  time every grouped-GEMM tile height, not only kAuto
 //   --memory     the copy ceiling and the memory-bound table only;  --gemv  the decode bf16 GEMMs only
 //   --moe-w4     the 4-bit expert section only;  --moe-w4a8  the W4A8 expert section only
@@ -828,9 +828,12 @@ void bench_moe_w4a8(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
 // included) at 1, 2, 4 and 8 weight rows per warp, and the quantisation alone, banks of random bytes
 // (the values do not change the kernel's work), T = 1, 8, 64; target >= 2.5 TB/s on the packed bytes
 // of the experts hit.
+// --moe-ggml's formats (--ggml-types q2_K,q4_K, ggml's spelling: fewer banks, e.g. under a profiler's memory replay).
+std::vector<GgmlType> g_ggml_types = {GgmlType::Q4_K, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_0, GgmlType::Q8_0};
+
 void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
   const int64_t E = MoeLayer::E, H = MoeLayer::H, I = MoeLayer::I;
-  const std::vector<GgmlType> types = {GgmlType::Q4_K, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_0, GgmlType::Q8_0};
+  const std::vector<GgmlType>& types = g_ggml_types;
   print_moe_layer_header("GGUF experts (decode GEMV, int8 activations x GGML blocks, dp4a; gemv includes the"
                          " quantisation, quant alone below)",
                          "packed GGUF bytes");
@@ -923,12 +926,25 @@ int run(int argc, char** argv) {
       moe_w4a8_only = true;
     } else if (a == "--moe-ggml") {
       moe_ggml_only = true;
+    } else if (a == "--ggml-types" && i + 1 < argc) {
+      g_ggml_types.clear();
+      const std::string list = argv[++i];
+      for (size_t at = 0; at <= list.size();) {
+        const size_t end = std::min(list.find(',', at), list.size());
+        const GgmlTypeInfo* info = find_ggml_type(std::string_view(list).substr(at, end - at));
+        if (info == nullptr || !moe_ggml_gemv_supports(info->type, 4)) {
+          std::fprintf(stderr, "k3_bench_cuda: --ggml-types: unknown or unsupported type in '%s'\n", list.c_str());
+          return 2;
+        }
+        g_ggml_types.push_back(info->type);
+        at = end + 1;
+      }
     } else if (a == "--memory") {
       memory_only = true;
     } else if (a == "--gemv") {
       gemv_only = true;
     } else {
-      std::fprintf(stderr, "usage: k3_bench_cuda [--reps N] [--arena SIZE] [--quick] [--tokens T,T,...] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4] [--moe-w4a8] [--moe-ggml]\n");
+      std::fprintf(stderr, "usage: k3_bench_cuda [--reps N] [--arena SIZE] [--quick] [--tokens T,T,...] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4] [--moe-w4a8] [--moe-ggml [--ggml-types T,T]]\n");
       return 2;
     }
   }

@@ -42,7 +42,7 @@ constexpr int kGemvWarps = 8;
 constexpr int kGemvRows = 128;          // weight rows per CTA
 constexpr int kGemvTokens = 16;         // the kM16 tile map's height
 constexpr int kTokenChunk = 4;          // accumulators per weight row held at once
-constexpr int kRingBytes = 110 * 1024;  // shared memory per CTA for two CTAs per SM
+constexpr int kRingBytes = 113 * 1024;  // shared memory per CTA for two CTAs per SM (2 × (113 + 1 reserved) = 228 KB)
 constexpr int kMaxSmem = 227 * 1024;    // one CTA per SM
 
 // The ring of one launch (host-chosen from the format, RW and K): `sps` steps per stage, `stages`
@@ -62,9 +62,11 @@ template <class F>
 Geometry geometry(int rw, int k) {
   const int nb = k / F::kBlock, steps = (nb + kPerStep<F> - 1) / kPerStep<F>;
   auto stride = [&](int sps) { return (std::min(nb, sps * kPerStep<F>) * F::kBytes + 15) / 16 * 16 + 16; };
-  // The most steps per stage with three stages in two CTAs' share; else one step, 2+ stages.
+  // The most steps per stage with two stages in the CTA's share (whole rows where they fit: every
+  // item pays ~400 instructions of copy and bookkeeping, as much as two steps of Q2_K at T = 1 —
+  // Nsight, 2026-12-02), then as many stages as fit, 2..4.
   int sps = steps;
-  while (sps > 1 && kGemvWarps * 3 * rw * stride(sps) > kRingBytes) sps = (sps + 1) / 2;
+  while (sps > 1 && kGemvWarps * 2 * rw * stride(sps) > kRingBytes) sps = (sps + 1) / 2;
   Geometry g{sps, (steps + sps - 1) / sps, stride(sps), 2, rw};
   g.stages = std::clamp(kRingBytes / (kGemvWarps * rw * g.stride), 2, 4);
   if (g.smem() > kMaxSmem) throw Error("moe_grouped_gemv_ggml: K " + std::to_string(k) + " too large for the ring");

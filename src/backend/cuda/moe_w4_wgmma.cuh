@@ -169,11 +169,7 @@ struct Consumer {
   }
 
   // The warp's 16 weight rows of one chunk, dequantised (dequant(): the mma fragment of each k16 step,
-  // a_i = rows g + 8·(i % 2), columns 16s + 8·(i / 2) + 2t, +1), into the 128-byte-swizzled A tile at
-  // `at` (1024-byte aligned). Tile row r = a_row_base() + g + kRowStep·(i % 2) has r % 8 = g, so its
-  // 16-byte unit u lands at r·128 + 16·(u ^ g) = (r·128 + 16g) XOR 16u: from two lane bases per chunk,
-  // one XOR and one store per word (the swizzle arithmetic otherwise loads the integer pipe, which
-  // bounds this loop).
+  // a_i = rows g + 8·(i % 2), columns 16s + 8·(i / 2) + 2t, +1), into the 128-byte-swizzled A tile.
   __device__ __forceinline__ void store_a_fragments(unsigned char* at, const uint4& w,
                                                     const ScaleRegs<T::kScaleWords>& sc) const {
     const int g = lane >> 2, t = lane & 3;
@@ -182,14 +178,13 @@ struct Consumer {
     dequant<F, 1>(f[1], w.y, sc);
     dequant<F, 2>(f[2], w.z, sc);
     dequant<F, 3>(f[3], w.w, sc);
-    const uint32_t base0 = bulk::smem_addr(at) + (a_row_base() + g) * 128 + 16 * g + 4 * t;
-    const uint32_t base[2] = {base0, base0 + kRowStep * 128};
+    unsigned char* rows = at + a_row_base() * 128;
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const uint32_t addr = base[i & 1] ^ static_cast<uint32_t>(16 * (2 * s + (i >> 1)));
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(f[s][i]) : "memory");
+        const int r = g + kRowStep * (i & 1), chunk16 = 2 * s + (i >> 1);
+        *reinterpret_cast<uint32_t*>(rows + wgmma::sw128_offset(r, chunk16) + 4 * t) = f[s][i];
       }
     }
   }

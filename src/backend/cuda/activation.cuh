@@ -73,14 +73,6 @@ __device__ __forceinline__ float activate(const Act& act, float gate, float up) 
   }
 }
 
-__device__ __forceinline__ float activate(Kind kind, const Act& act, float gate, float up) {
-  switch (kind) {
-    case Kind::kSilu: return activate<Kind::kSilu>(act, gate, up);
-    case Kind::kSituCapped: return activate<Kind::kSituCapped>(act, gate, up);
-    default: return activate<Kind::kSitu>(act, gate, up);
-  }
-}
-
 // The constants and the form of `a` (the checks are the callers').
 inline Act make_act(const GatedActivation& a, Kind& kind) {
   const bool capped = a.situ && a.beta_lin > 0.0f;

@@ -710,6 +710,8 @@ void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool, boo
     }
     banks.push_back(b);
   }
+  GatedActivation situ;  // Kimi-K3's activation (values do not change the work)
+  situ.situ = true, situ.beta = 10.0f;
   run_moe_layer(arena, stream, l, [](int64_t, int64_t, const Routings&) {}, [&](const MoeGemm& g) {
     std::vector<MoeVariant> vs;
     for (const Banks& b : banks) {
@@ -725,6 +727,13 @@ void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool, boo
         vs.push_back({std::string(w4_format_name(b.f)) + " " + name, g.rt.hit * g.N * g.K * (0.5 + 1.0 / w4_group(b.f)),
                       [&, w, kernel](int i) { moe_grouped_gemm_w4(g.in, w, g.rt.d[i % kRoutings], g.out, stream, kernel); }});
       }
+      if (g.gemm == 1) {  // GEMM 1 with SiTU in the warpgroup-MMA kernel's epilogue (vs wg + "situ act")
+        vs.push_back({std::string(w4_format_name(b.f)) + " wg+situ", g.rt.hit * g.N * g.K * (0.5 + 1.0 / w4_group(b.f)),
+                      [&, w](int i) {
+                        moe_grouped_gemm_w4_gated(g.in, w, g.rt.d[i % kRoutings], situ, l.hs.row_slice(0, g.R), stream,
+                                                  W4Kernel::kWgmma);
+                      }});
+      }
       // GEMM 1 as the model runs it: after the gather, which lets the decode kernel (a programmatic
       // dependent) start streaming its weights at once. The gather alone is the row below.
       if (g.gemm == 1 && g.T <= 64) {
@@ -735,6 +744,11 @@ void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool, boo
                         moe_grouped_gemm_w4(g.in, w, d, g.out, stream, W4Kernel::kAuto);
                       }});
       }
+    }
+    if (g.gemm == 1) {
+      vs.push_back({"situ act", 0.0, [&](int) {
+                      gated_activation(situ, g.out.col_slice(0, I), g.out.col_slice(I, I), l.hs.row_slice(0, g.R), stream);
+                    }});
     }
     if (g.gemm == 1 && g.T <= 64) {
       vs.push_back({"gather", 0.0, [&](int i) { moe_gather(l.x.row_slice(0, g.T), g.rt.d[i % kRoutings], g.in, stream); }});

@@ -234,27 +234,56 @@ void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDi
   moe_grouped_gemm_w4(xs, w, d, ys, stream, moe_w4_kernel_for(tile, w.format, d.rows(), d.experts, w.k));
 }
 
-void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
-                         cudaStream_t stream, W4Kernel kernel) {
+namespace {
+
+// The operand checks of both entry points (`who`: the caller's name for the messages); ys has
+// `out_cols` columns: N, or N / 2 for the gated form.
+void check_operands(const char* who, const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d,
+                    const DeviceTensor& ys, int64_t out_cols) {
+  const std::string fn(who);
   const int64_t R = d.rows(), K = w.k, N = w.n;
-  expect_dtype(xs, DType::kBF16, "moe_grouped_gemm_w4 xs");
-  expect_shape(xs, R, K, "moe_grouped_gemm_w4 xs");
-  expect_shape(ys, R, N, "moe_grouped_gemm_w4 ys");
+  expect_dtype(xs, DType::kBF16, (fn + " xs").c_str());
+  expect_shape(xs, R, K, (fn + " xs").c_str());
+  expect_shape(ys, R, out_cols, (fn + " ys").c_str());
   if (w.experts != d.experts) {
-    throw Error("moe_grouped_gemm_w4: bank has " + std::to_string(w.experts) + " experts, dispatch " +
-                std::to_string(d.experts));
+    throw Error(fn + ": bank has " + std::to_string(w.experts) + " experts, dispatch " + std::to_string(d.experts));
   }
-  if (w.codes == nullptr || w.scales == nullptr || w.out_scale == nullptr) throw Error("moe_grouped_gemm_w4: empty bank");
+  if (w.codes == nullptr || w.scales == nullptr || w.out_scale == nullptr) throw Error(fn + ": empty bank");
   if (N % (w4::kRowGroup * w.parts) != 0 || K % w4::kChunk != 0 || N > INT32_MAX / 2 || K > INT32_MAX / 2) {
-    throw Error("moe_grouped_gemm_w4: needs N % (16·parts) == 0 and K % 64 == 0, got N " + std::to_string(N) +
-                ", K " + std::to_string(K));
+    throw Error(fn + ": needs N % (16·parts) == 0 and K % 64 == 0, got N " + std::to_string(N) + ", K " +
+                std::to_string(K));
   }
   for (const DeviceTensor* t : {&xs, &ys}) {
-    if (!rows_aligned16(*t)) throw Error("moe_grouped_gemm_w4: needs 16-byte aligned rows, got " + t->describe());
+    if (!rows_aligned16(*t)) throw Error(fn + ": needs 16-byte aligned rows, got " + t->describe());
   }
   if (ys.dtype != DType::kF32 && ys.dtype != DType::kBF16) {
-    throw Error("moe_grouped_gemm_w4: ys must be f32 or bf16, got " + ys.describe());
+    throw Error(fn + ": ys must be f32 or bf16, got " + ys.describe());
   }
+}
+
+w4::GemmArgs gemm_args(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys) {
+  return {xs.data, xs.ld, w.codes, w.scales, w.out_scale, ys.data, ys.ld, static_cast<int>(w.n), static_cast<int>(w.k),
+          static_cast<int>(w.n / w.parts), static_cast<int>(w.parts), d.expert_offsets};
+}
+
+// The warpgroup-MMA kernel, plain (gated == nullptr) or with the activation in its epilogue.
+void launch_wgmma(const DeviceTensor& xs, const MoeW4Bank& w, const GatedActivation* gated, const w4::GemmArgs& a,
+                  const MoeTileMap& map, bool f32, cudaStream_t stream) {
+  const w4::WgmmaMaps maps = wgmma_maps(xs, w);
+  const int sms = multiprocessor_count();
+  if (w.format == W4Format::kNvfp4) {
+    w4::launch_wgmma<W4Format::kNvfp4>(f32, gated, maps, a, map, sms, stream);
+  } else {
+    w4::launch_wgmma<W4Format::kMxfp4>(f32, gated, maps, a, map, sms, stream);
+  }
+}
+
+}  // namespace
+
+void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
+                         cudaStream_t stream, W4Kernel kernel) {
+  check_operands("moe_grouped_gemm_w4", xs, w, d, ys, w.n);
+  const int64_t R = d.rows(), K = w.k;
   if (kernel == W4Kernel::kAuto) kernel = moe_w4_kernel_for(MoeTile::kAuto, w.format, R, d.experts, K);
   const bool decode = kernel == W4Kernel::kDecode || kernel == W4Kernel::kDecode3 || kernel == W4Kernel::kDecode8;
   if (decode && !moe_w4_decode_fits(w.format, K, kernel)) {
@@ -268,9 +297,7 @@ void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDi
                                                                                   : MoeTile::kM16;
   const MoeTileMap map = moe_tile_map(d, tile);
   if (R == 0) return;
-  const w4::GemmArgs a{xs.data, xs.ld, w.codes, w.scales, w.out_scale, ys.data, ys.ld, static_cast<int>(N),
-                       static_cast<int>(K), static_cast<int>(N / w.parts), static_cast<int>(w.parts),
-                       d.expert_offsets};
+  const w4::GemmArgs a = gemm_args(xs, w, d, ys);
   const bool f32 = ys.dtype == DType::kF32;
   if (decode) {
     if (w.format == W4Format::kNvfp4) {
@@ -279,18 +306,26 @@ void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDi
       w4::launch_decode<W4Format::kMxfp4>(decode_shape(kernel), f32, a, map, stream);
     }
   } else if (kernel == W4Kernel::kWgmma) {
-    const w4::WgmmaMaps maps = wgmma_maps(xs, w);
-    const int sms = multiprocessor_count();
-    if (w.format == W4Format::kNvfp4) {
-      w4::launch_wgmma<W4Format::kNvfp4>(f32, maps, a, map, sms, stream);
-    } else {
-      w4::launch_wgmma<W4Format::kMxfp4>(f32, maps, a, map, sms, stream);
-    }
+    launch_wgmma(xs, w, nullptr, a, map, f32, stream);
   } else if (w.format == W4Format::kNvfp4) {
     w4::launch_gemm<W4Format::kNvfp4>(tile, f32, a, map, stream);
   } else {
     w4::launch_gemm<W4Format::kMxfp4>(tile, f32, a, map, stream);
   }
+}
+
+bool moe_grouped_gemm_w4_gated(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d,
+                               const GatedActivation& act, const DeviceTensor& out, cudaStream_t stream,
+                               W4Kernel kernel) {
+  const int64_t R = d.rows();
+  if (kernel == W4Kernel::kAuto) kernel = moe_w4_kernel_for(MoeTile::kAuto, w.format, R, d.experts, w.k);
+  if (kernel != W4Kernel::kWgmma || w.parts != 2 || (w.n / 2) % w4::kWgmmaGatedCols != 0) return false;
+  check_operands("moe_grouped_gemm_w4_gated", xs, w, d, out, w.n / 2);
+  if (act.situ && !(act.beta > 0.0f)) throw Error("moe_grouped_gemm_w4_gated: SiTU beta must be > 0");
+  const MoeTileMap map = moe_tile_map(d, MoeTile::kM128);
+  if (R == 0) return true;
+  launch_wgmma(xs, w, &act, gemm_args(xs, w, d, out), map, out.dtype == DType::kF32, stream);
+  return true;
 }
 
 }  // namespace k3::cuda

@@ -96,27 +96,30 @@ __device__ __forceinline__ void dequant(uint32_t (&a)[4], uint32_t word, const S
 __device__ __forceinline__ void store_pair(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
 __device__ __forceinline__ void store_pair(bf16* p, float a, float b) { *reinterpret_cast<uint32_t*>(p) = pack_bf16(a, b); }
 
-// One m16n8 accumulator fragment (16 features × 8 tokens) times `scale`: c0, c1 = feature g, tokens
-// 2t, 2t + 1; c2, c3 = feature g + 8 (g = lane / 4, t = lane % 4). Lanes g and g ^ 1 swap halves with
-// one shuffle per pair, so that even g stores token 2t of features (g, g + 1) and odd g token 2t + 1
-// of features (g − 1, g). y: feature 0 of the fragment's token 0; tokens from `rows` on are not
-// stored. Every lane of the warp takes part.
+// Half an m16n8 accumulator fragment (8 features × 8 tokens) times `scale`: v0, v1 = feature g,
+// tokens 2t, 2t + 1 (g = lane / 4, t = lane % 4). Lanes g and g ^ 1 swap one value with one shuffle,
+// so that even g stores token 2t of features (g, g + 1) and odd g token 2t + 1 of features (g − 1, g).
+// y: feature 0 of token 0; tokens from `rows` on are not stored. Every lane of the warp takes part.
 template <typename Tout>
-__device__ __forceinline__ void store_fragment(Tout* y, int64_t ldy, int rows, const float* c, float scale, int lane) {
+__device__ __forceinline__ void store_rows8(Tout* y, int64_t ldy, int rows, float v0, float v1, float scale, int lane) {
   const int g = lane >> 2, t = lane & 3;
   const bool odd = g & 1;
-  const float r0v = __shfl_xor_sync(0xFFFFFFFFu, odd ? c[0] : c[1], 4);
-  const float r1v = __shfl_xor_sync(0xFFFFFFFFu, odd ? c[2] : c[3], 4);
+  const float other = __shfl_xor_sync(0xFFFFFFFFu, odd ? v0 : v1, 4);
   const int tok = 2 * t + (odd ? 1 : 0);
   if (tok >= rows) return;
   Tout* yr = y + static_cast<int64_t>(tok) * ldy + (g & ~1);
   if (odd) {
-    store_pair(yr, r0v * scale, c[1] * scale);
-    store_pair(yr + 8, r1v * scale, c[3] * scale);
+    store_pair(yr, other * scale, v1 * scale);
   } else {
-    store_pair(yr, c[0] * scale, r0v * scale);
-    store_pair(yr + 8, c[2] * scale, r1v * scale);
+    store_pair(yr, v0 * scale, other * scale);
   }
+}
+
+// A whole fragment (16 features × 8 tokens): c0, c1 = feature g, c2, c3 = feature g + 8.
+template <typename Tout>
+__device__ __forceinline__ void store_fragment(Tout* y, int64_t ldy, int rows, const float* c, float scale, int lane) {
+  store_rows8(y, ldy, rows, c[0], c[1], scale, lane);
+  store_rows8(y + 8, ldy, rows, c[2], c[3], scale, lane);
 }
 
 template <W4Format F, class C, typename Tout>

@@ -5,7 +5,8 @@
 // Experts are bf16 or kept packed (device_weights.h: NVFP4 / MXFP4, W4A8, GGUF): either way GEMM1
 // returns dequantised values — the packed kernels apply every weight scale (NVFP4's per-expert global
 // scale for gate and up separately) in their epilogue — so the activation's gate/up alphas are 1 and
-// no scale is applied twice.
+// no scale is applied twice. Where a 4-bit bank runs the warpgroup-MMA prefill kernel, GEMM1 and the
+// activation are one kernel (the gate and up values stay fp32 into the activation).
 #include "backend/cuda/model/expert_stream.h"
 #include "backend/cuda/model/rows.h"
 #include "backend/cuda/model/step.h"
@@ -19,6 +20,15 @@
 namespace k3::cuda {
 namespace {
 
+// A 4-bit bank's GEMM input: xs, or under W4A4 (CudaOptions::w4a4) the checkpoint's NVFP4 activation
+// values of xs in step scratch.
+DeviceTensor w4_input(StepContext& ctx, const DeviceTensor& xs, const DeviceExperts& w, const MoeDispatch& d) {
+  if (w.input_scale == nullptr) return xs;
+  const DeviceTensor in = ctx.scratch(DType::kBF16, xs.rows, xs.cols, "moe nvfp4 activations");
+  moe_quantize_nvfp4_rows(xs, w.input_scale, d, in, ctx.stream);
+  return in;
+}
+
 // ys = xs · W_eᵀ per sorted row in the bank's own kernel; W4A8 and GGUF first quantise the rows
 // under the checkpoint's activation contract (int8 per row / 8-bit blocks), and NVFP4 under W4A4
 // (CudaOptions::w4a4) to its FP4 values, into step scratch.
@@ -31,15 +41,9 @@ void expert_gemm(StepContext& ctx, const DeviceTensor& xs, const DeviceExperts& 
     case DeviceExperts::Kind::kBf16:
       moe_grouped_gemm_bf16(xs, w.bf16, d, ys, ctx.stream, moe_tile_for(R, model_experts));
       break;
-    case DeviceExperts::Kind::kW4: {
-      DeviceTensor in = xs;
-      if (w.input_scale != nullptr) {  // W4A4: the checkpoint's NVFP4 activation values
-        in = ctx.scratch(DType::kBF16, xs.rows, xs.cols, "moe nvfp4 activations");
-        moe_quantize_nvfp4_rows(xs, w.input_scale, d, in, ctx.stream);
-      }
-      moe_grouped_gemm_w4(in, w.w4, d, ys, ctx.stream, moe_w4_tile_for(R, model_experts));
+    case DeviceExperts::Kind::kW4:
+      moe_grouped_gemm_w4(w4_input(ctx, xs, w, d), w.w4, d, ys, ctx.stream, moe_w4_tile_for(R, model_experts));
       break;
-    }
     case DeviceExperts::Kind::kW4A8: {
       const Int8Rows q{ctx.scratch(DType::kU8, xs.rows, xs.cols, "moe int8 rows"),
                        ctx.arena.alloc_n<float>(static_cast<size_t>(xs.rows), "moe int8 row scales")};
@@ -53,6 +57,19 @@ void expert_gemm(StepContext& ctx, const DeviceTensor& xs, const DeviceExperts& 
       break;
     }
   }
+}
+
+// GEMM 1 and the gated activation in one kernel where the bank's kernel for these shapes has the
+// activation in its epilogue (4-bit banks on the warpgroup-MMA prefill kernel: moe_grouped_gemm_w4_gated);
+// false when it has not (nothing ran).
+bool fused_gemm1(StepContext& ctx, const DeviceTensor& xs, const DeviceExperts& w13, const MoeDispatch& d,
+                 const GatedActivation& act, const DeviceTensor& out, int64_t model_experts) {
+  if (w13.kind != DeviceExperts::Kind::kW4) return false;
+  const int64_t R = d.rows();
+  const W4Kernel kernel =
+      moe_w4_kernel_for(moe_w4_tile_for(R, model_experts), w13.w4.format, R, model_experts, w13.w4.k);
+  if (kernel != W4Kernel::kWgmma) return false;
+  return moe_grouped_gemm_w4_gated(w4_input(ctx, xs, w13, d), w13.w4, d, act, out, ctx.stream, kernel);
 }
 
 }  // namespace
@@ -106,9 +123,11 @@ void moe_block(StepContext& ctx, int64_t layer, const DeviceMoe& w, const Device
     const size_t pass_mark = ctx.arena.mark();
     moe_dispatch(pick_ids, d, ctx.stream);
     moe_gather(z, d, xs, ctx.stream);
-    expert_gemm(ctx, xs, w13, d, gate_up, E);
-    gated_activation(gated_activation_params(ctx.config.activation), gate_up.col_slice(0, I), gate_up.col_slice(I, I),
-                     a, ctx.stream);
+    const GatedActivation act = gated_activation_params(ctx.config.activation);
+    if (!fused_gemm1(ctx, xs, w13, d, act, a, E)) {
+      expert_gemm(ctx, xs, w13, d, gate_up, E);
+      gated_activation(act, gate_up.col_slice(0, I), gate_up.col_slice(I, I), a, ctx.stream);
+    }
     expert_gemm(ctx, a, w2, d, ys, E);
     moe_combine(ys, d, weights, routed, accumulate, ctx.stream);
     ctx.arena.reset(pass_mark);

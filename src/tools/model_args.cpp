@@ -45,6 +45,8 @@ void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input) {
   cmd->add_option("--expert-cache", args.expert_cache,
                   "CUDA expert streaming: routed experts stay in pinned host memory behind an LRU device cache "
                   "of this size (e.g. 8G; decode CUDA graphs off)");
+  cmd->add_flag("--fused-moe-activation", args.fused_moe_activation,
+                "CUDA: 4-bit experts' GEMM 1 and SiTU/SiLU as one kernel in prefill (slower on the H200; off by default)");
 }
 
 uint64_t parse_expert_cache(const std::string& text) {
@@ -136,6 +138,9 @@ LoadedModel load_model(const ModelArgs& args) {
   if (expert_cache > 0 && device < 0) {
     throw Error(Where{"", "", "--expert-cache"}, "streams experts to a GPU: it needs --device cuda");
   }
+  if (args.fused_moe_activation && device < 0) {
+    throw Error(Where{"", "", "--fused-moe-activation"}, "a CUDA kernel option: it needs --device cuda");
+  }
   if (device >= 0) {
 #ifdef K3_HAVE_CUDA
     if (options.linear.activation == cpu::ActivationNumerics::Bf16Inputs) {
@@ -148,6 +153,7 @@ LoadedModel load_model(const ModelArgs& args) {
     cuda.max_sequences = args.max_sequences;
     cuda.max_context = args.max_context;
     cuda.expert_cache_bytes = expert_cache;
+    cuda.fused_moe_activation = args.fused_moe_activation;
     options.executor = [cuda](const K3Config& config, const LoadPlan& plan, PlanFiles& files) {
       return cuda::make_cuda_executor(cuda, config, plan, files);
     };

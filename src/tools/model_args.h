@@ -31,6 +31,7 @@ struct ModelArgs {
   int64_t max_sequences = 8;          // --max-sequences: CUDA state slots
   int64_t max_context = 4096;         // --max-context: tokens per sequence on the GPU
   std::string expert_cache;           // --expert-cache SIZE: CUDA expert streaming (empty: off)
+  bool fused_moe_activation = false;  // --fused-moe-activation: CudaOptions::fused_moe_activation
 };
 
 // --expert-cache SIZE → bytes: "<n>" or "<n>K|M|G" (binary units, fractions allowed: "1.5G"), > 0.

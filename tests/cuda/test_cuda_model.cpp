@@ -52,12 +52,14 @@ double tolerance(const ModelCase& c) {
   return k3 ? 2.0 : 0.3;
 }
 
-EngineOptions cuda_options(bool graphs = true, bool w4a4 = false) {
+EngineOptions cuda_options(bool graphs = true, bool w4a4 = false, bool fused_moe_activation = false,
+                           int64_t max_context = 256) {
   CudaOptions o;
   o.w4a4 = w4a4;
+  o.fused_moe_activation = fused_moe_activation;
   o.memory = "3G";
   o.max_sequences = 4;
-  o.max_context = 256;
+  o.max_context = max_context;
   o.graphs = graphs;
   o.packed_int_experts = true;  // the default, stated: the test asserts the banks are packed
   EngineOptions e;
@@ -194,6 +196,39 @@ TEST(CudaModel, W4a4OptionFollowsTheCheckpointContract) {
                 arch == TinyArch::KimiK3 ? "kimi-k3" : "kimi-linear", err, err_weight_only);
     EXPECT_LT(err, arch == TinyArch::KimiK3 ? 1.5 : 0.5);
     EXPECT_LT(err, err_weight_only);
+  }
+}
+
+// CudaOptions::fused_moe_activation: GEMM 1 and SiTU in one warpgroup-MMA kernel. That kernel runs for
+// the kM128 tile class (> 48 rows per expert on average): Kimi-K3 small (32 experts, top 4) at a
+// 400-token prompt, 50 rows per expert (the pinned experts take all 400). The fused path keeps gate
+// and up in fp32 where the unfused one rounds them to bf16, so the logits differ by rounding only:
+// the same-contract bound against the unfused GPU logits, and the CPU engine's bound as in
+// CudaModelVsCpu.
+TEST(CudaModel, FusedMoeActivationMatchesTheUnfusedPath) {
+  K3_REQUIRE_GPU();
+  for (FamilyId family : {FamilyId::ModelOptNvfp4, FamilyId::CompressedTensorsMxfp4}) {
+    const ModelCase c{family, TinyArch::KimiK3};
+    const k3::test::TinyCheckpoint ckpt = k3::test::make_tiny_pinned_routing(c.family, c.arch, 11, c.size);
+    EngineOptions cpu_options;
+    cpu_options.linear.activation = cpu::ActivationNumerics::Bf16Inputs;
+    Engine cpu(ckpt.dir, cpu_options);
+    Engine fused(ckpt.dir, cuda_options(true, false, true, 512));
+    Engine unfused(ckpt.dir, cuda_options(true, false, false, 512));
+    const std::vector<int64_t> prompt = k3::test::test_prompt(400, cpu.config().vocab_size);
+    const std::vector<float> want = k3::test::prefill_logits(cpu, prompt);
+    const std::vector<float> got = k3::test::prefill_logits(fused, prompt);
+    const std::vector<float> plain = k3::test::prefill_logits(unfused, prompt);
+    const double err_plain = k3::test::relative_max_error(got, plain), err_cpu = k3::test::relative_max_error(got, want);
+    const int64_t calls = cuda_executor_stats(fused.executor()).fused_gemm1_calls;
+    std::printf("[ %s kimi-k3 small, 400 tokens ] fused GEMM1 calls %lld, rel err vs unfused GPU %.2e, vs CPU %.2e "
+                "(unfused vs CPU %.2e)\n",
+                family_name(family), static_cast<long long>(calls), err_plain, err_cpu,
+                k3::test::relative_max_error(plain, want));
+    EXPECT_GT(calls, 0) << family_name(family);
+    EXPECT_EQ(cuda_executor_stats(unfused.executor()).fused_gemm1_calls, 0);
+    EXPECT_LT(err_plain, tolerance(c)) << family_name(family);
+    EXPECT_LT(err_cpu, tolerance(c)) << family_name(family);
   }
 }
 

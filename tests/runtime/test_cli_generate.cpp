@@ -102,9 +102,10 @@ TEST(CliErrors, BadIdsAndFlagsGiveOneLine) {
   }
 }
 
-// --expert-cache (CUDA expert streaming): bad sizes and a CPU run give one line, exit 1, before any
-// device is touched (tests/cuda/test_expert_streaming.cpp runs the streaming itself).
-TEST(CliErrors, ExpertCacheFlagGivesOneLine) {
+// --expert-cache (CUDA expert streaming) and --fused-moe-activation: bad sizes and a CPU run give one
+// line, exit 1, before any device is touched (tests/cuda/test_expert_streaming.cpp runs the streaming
+// itself, tests/cuda/test_cuda_model.cpp the fused activation).
+TEST(CliErrors, CudaOptionFlagsGiveOneLine) {
   const std::string model = " --model " + peer("ckpt");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"generate" + model + " --ids 1 --expert-cache 2G",
@@ -117,6 +118,8 @@ TEST(CliErrors, ExpertCacheFlagGivesOneLine) {
        "k3 generate: error: field '--expert-cache': '0' must be at least one byte and at most 1e18\n"},
       {"generate" + model + " --ids 1 --expert-cache -1G --device cuda",
        "k3 generate: error: field '--expert-cache': '-1G' must be at least one byte and at most 1e18\n"},
+      {"logits" + model + " --ids 1 --out /tmp/x.npy --fused-moe-activation",
+       "k3 logits: error: field '--fused-moe-activation': a CUDA kernel option: it needs --device cuda\n"},
   };
   for (const auto& [args, err] : cases) {
     const test::CliResult r = test::run_k3(args);

@@ -5,8 +5,9 @@
 // Experts are bf16 or kept packed (device_weights.h: NVFP4 / MXFP4, W4A8, GGUF): either way GEMM1
 // returns dequantised values — the packed kernels apply every weight scale (NVFP4's per-expert global
 // scale for gate and up separately) in their epilogue — so the activation's gate/up alphas are 1 and
-// no scale is applied twice. Where a 4-bit bank runs the warpgroup-MMA prefill kernel, GEMM1 and the
-// activation are one kernel (the gate and up values stay fp32 into the activation).
+// no scale is applied twice. With CudaOptions::fused_moe_activation, where a 4-bit bank runs the
+// warpgroup-MMA prefill kernel, GEMM1 and the activation are one kernel (the gate and up values stay
+// fp32 into the activation).
 #include "backend/cuda/model/expert_stream.h"
 #include "backend/cuda/model/rows.h"
 #include "backend/cuda/model/step.h"
@@ -124,7 +125,9 @@ void moe_block(StepContext& ctx, int64_t layer, const DeviceMoe& w, const Device
     moe_dispatch(pick_ids, d, ctx.stream);
     moe_gather(z, d, xs, ctx.stream);
     const GatedActivation act = gated_activation_params(ctx.config.activation);
-    if (!fused_gemm1(ctx, xs, w13, d, act, a, E)) {
+    if (ctx.fused_moe_activation && fused_gemm1(ctx, xs, w13, d, act, a, E)) {
+      ++ctx.fused_gemm1_calls;
+    } else {
       expert_gemm(ctx, xs, w13, d, gate_up, E);
       gated_activation(act, gate_up.col_slice(0, I), gate_up.col_slice(I, I), a, ctx.stream);
     }

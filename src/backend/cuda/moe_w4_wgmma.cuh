@@ -53,16 +53,20 @@ struct WgmmaCfg {
   static_assert(2 * kGatedCols == BF, "a gated item's gate and up rows fill the item");
   static constexpr int BT = 128;                           // rows of one expert per item (MoeTile::kM128)
   static_assert(BT % kWgmmaBoxRows == 0 && kWgmmaBoxRows % 8 == 0, "boxes of whole swizzle atoms");
-  static constexpr int kXStages = 6;
-  static constexpr int kWStages = 8;
+  // A round: the two 64-column chunks of one weight stage, dequantised side by side and multiplied
+  // after one warpgroup barrier (eight wgmmas per round and warpgroup).
+  static constexpr int kRound = 2;
+  static constexpr int kXStages = 6;  // three rounds
+  static constexpr int kWStages = 6;
   static constexpr int kWChunks = kWgmmaStageChunks;  // chunks per weight stage
+  static_assert(kWChunks == kRound && kXStages % kRound == 0, "a weight stage is one round");
   static constexpr int kScaleBytes = scale_bytes_per_chunk(Trait<F>::kBits);
   static constexpr int kXBytes = BT * 128;  // BT rows × 64 bf16, swizzled
   static constexpr int kCodeBytes = kGroups * kWChunks * kChunkCodeBytes;  // [group][chunk][512]
   static constexpr int kWBytes = kCodeBytes + kGroups * kWChunks * kScaleBytes;
   static_assert(2 * kWgmmaBoxGroups == kGroups && kWBytes % 128 == 0, "two weight boxes fill a stage");
   static constexpr int kABytes = 64 * 128;  // one warpgroup's 64 dequantised weight rows × 64 bf16, swizzled
-  static constexpr int kABuffers = 3;       // per consumer warpgroup
+  static constexpr int kABuffers = 2 * kRound;  // per consumer warpgroup: two rounds
   static constexpr int kAOffset = kXStages * kXBytes;
   static constexpr int kWOffset = kAOffset + kConsumerWarpgroups * kABuffers * kABytes;
   static constexpr int kBarOffset = kWOffset + kWStages * kWBytes;
@@ -127,50 +131,68 @@ struct Consumer {
     for (int j = 0; j < N / 2; ++j) acc[j] = 0.0f;
     const int wg = cw / 4;
     unsigned char* a_tiles = smem + C::kAOffset + wg * C::kABuffers * C::kABytes;  // this warpgroup's A buffers
-    int prev_x = -1;
-    for (int c = 0; c < kchunks; ++c) {
-      // The group's code words and block scales of this chunk; after a stage's last chunk the stage
-      // goes back to its producer.
-      const int p = c % C::kWChunks;
-      if (p == 0) bulk::wait(&full_w[wpos.stage], wpos.phase);
+    int prev_x = -1;  // the previous round's first activation stage (its second follows)
+    for (int c0 = 0; c0 < kchunks; c0 += C::kRound) {
+      // The round's weight stage: the group's code words and block scales of both chunks; then the
+      // stage goes back to its producer.
+      bulk::wait(&full_w[wpos.stage], wpos.phase);
       const unsigned char* st = smem + C::kWOffset + wpos.stage * C::kWBytes;
-      const int slot = stage_group() * C::kWChunks + p;
-      const uint4 w = *reinterpret_cast<const uint4*>(st + slot * kChunkCodeBytes + lane * 16);
-      ScaleRegs<T::kScaleWords> sc;
-      const unsigned char* sp = st + C::kCodeBytes + slot * kSB + (lane >> 2) * scale_bytes_per_lane(T::kBits);
+      uint4 w[C::kRound];
+      ScaleRegs<T::kScaleWords> sc[C::kRound];
 #pragma unroll
-      for (int j = 0; j < T::kScaleWords; ++j) sc.w[j] = reinterpret_cast<const uint32_t*>(sp)[j];
-      if (p == C::kWChunks - 1 || c == kchunks - 1) {
-        __syncwarp();
-        if (lane == 0) bulk::arrive(&empty_w[wpos.stage]);
-        wpos.next(C::kWStages);
+      for (int p = 0; p < C::kRound; ++p) {
+        const int slot = stage_group() * C::kWChunks + p;
+        w[p] = *reinterpret_cast<const uint4*>(st + slot * kChunkCodeBytes + lane * 16);
+        const unsigned char* sp = st + C::kCodeBytes + slot * kSB + (lane >> 2) * scale_bytes_per_lane(T::kBits);
+#pragma unroll
+        for (int j = 0; j < T::kScaleWords; ++j) sc[p].w[j] = reinterpret_cast<const uint32_t*>(sp)[j];
       }
+      __syncwarp();
+      if (lane == 0) bulk::arrive(&empty_w[wpos.stage]);
+      wpos.next(C::kWStages);
 
-      // Dequantised rows into A buffer c % 3, free: chunk c − 3's wgmmas were retired by every warp's
-      // wait in chunk c − 2, before the warpgroup's barrier in chunk c − 1. Then visible to the wgmma.
-      unsigned char* at = a_tiles + (c % C::kABuffers) * C::kABytes;
-      store_a_fragments(at, w, sc);
+      // Dequantised rows into the round's pair of A buffers, free: the round before last's wgmmas were
+      // retired by every warp's wait in the last round, before this warpgroup barrier's arrivals.
+      // Then visible to the wgmma.
+      unsigned char* at = a_tiles + ((c0 / C::kRound) % 2) * C::kRound * C::kABytes;
+#pragma unroll
+      for (int p = 0; p < C::kRound; ++p) store_a_fragments(at + p * C::kABytes, w[p], sc[p]);
       bulk::fence_proxy_async();
       asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
 
-      bulk::wait(&full_x[xpos.stage], xpos.phase);
       const uint32_t aaddr = bulk::smem_addr(at);
-      const uint32_t xaddr = bulk::smem_addr(smem + xpos.stage * C::kXBytes);
+      const int x0 = xpos.stage;
+      uint32_t xaddr[C::kRound];
+#pragma unroll
+      for (int p = 0; p < C::kRound; ++p) {
+        bulk::wait(&full_x[xpos.stage], xpos.phase);
+        xaddr[p] = bulk::smem_addr(smem + xpos.stage * C::kXBytes);
+        xpos.next(C::kXStages);
+      }
       wgmma::fence();
 #pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        wgmma::mma_bf16<N>(acc, wgmma::desc_k_sw128(aaddr + 32 * s), wgmma::desc_k_sw128(xaddr + 32 * s));
+      for (int p = 0; p < C::kRound; ++p) {
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          wgmma::mma_bf16<N>(acc, wgmma::desc_k_sw128(aaddr + p * C::kABytes + 32 * s),
+                             wgmma::desc_k_sw128(xaddr[p] + 32 * s));
+        }
       }
       wgmma::commit();
-      wgmma::wait<1>();  // the previous chunk's wgmmas are retired: its activation stage is free
-      if (prev_x >= 0 && lane == 0) bulk::arrive(&empty_x[prev_x]);
-      prev_x = xpos.stage;
-      xpos.next(C::kXStages);
+      wgmma::wait<1>();  // the previous round's wgmmas are retired: its activation stages are free
+      if (prev_x >= 0 && lane == 0) {
+#pragma unroll
+        for (int p = 0; p < C::kRound; ++p) bulk::arrive(&empty_x[(prev_x + p) % C::kXStages]);
+      }
+      prev_x = x0;
     }
     wgmma::wait<0>();
 #pragma unroll
     for (int j = 0; j < N / 2; ++j) wgmma::fence_operand(acc[j]);
-    if (prev_x >= 0 && lane == 0) bulk::arrive(&empty_x[prev_x]);
+    if (prev_x >= 0 && lane == 0) {
+#pragma unroll
+      for (int p = 0; p < C::kRound; ++p) bulk::arrive(&empty_x[(prev_x + p) % C::kXStages]);
+    }
     if constexpr (kGated) {
       store_gated(ct, acc);
     } else {
@@ -260,7 +282,8 @@ __global__ void __launch_bounds__(WgmmaCfg<F>::kThreads, 1)
   }
   __syncthreads();
 
-  const int kchunks = a.k / kChunk;
+  // Whole rounds: an odd K / 64's last round multiplies a chunk past K, zeros from both tensor maps.
+  const int kchunks = (a.k / kChunk + C::kRound - 1) / C::kRound * C::kRound;
   const int n_items = *tile_count * n_tiles;
   auto item_at = [&](int i, detail::MoeCtaTile& ct) {
     return detail::moe_tile_item(i, n_tiles, C::BT, kGated ? C::kGatedCols : C::BF, tile_count, tiles, a.offsets, ct);
@@ -277,7 +300,7 @@ __global__ void __launch_bounds__(WgmmaCfg<F>::kThreads, 1)
       const int64_t expert_row0 = static_cast<int64_t>(ct.expert) * a.n;
       const int group0 = static_cast<int>((expert_row0 + ct.col0) / kRowGroup);
       const int group1 = kGated ? static_cast<int>((expert_row0 + a.n / 2 + ct.col0) / kRowGroup) : group0 + kWgmmaBoxGroups;
-      for (int c = 0; c < kchunks; ++c) {
+      for (int c = 0; c < kchunks; ++c) {  // kchunks: whole rounds (kernel entry)
         if (warp == 0) {
           // The item's rows in boxes of 16 (what its wgmma width reads; rows past the expert's: zeros or
           // the next expert's, never stored).

@@ -203,8 +203,11 @@ TEST(CudaModel, W4a4OptionFollowsTheCheckpointContract) {
 // the kM128 tile class (> 48 rows per expert on average): Kimi-K3 small (32 experts, top 4) at a
 // 400-token prompt, 50 rows per expert (the pinned experts take all 400). The fused path keeps gate
 // and up in fp32 where the unfused one rounds them to bf16, so the logits differ by rounding only:
-// the same-contract bound against the unfused GPU logits, and the CPU engine's bound as in
-// CudaModelVsCpu.
+// the same-contract bound against the unfused GPU logits; against the CPU engine, no further than the
+// unfused path's own distance with half again as margin (or that bound). Over 400 rows the largest
+// relative error grows past CudaModelVsCpu's 40-row figures: H200, 2026-12-02, fused vs unfused 0.10
+// (NVFP4) / 0.21 (MXFP4); vs CPU fused 0.22 / 0.48, unfused 0.24 / 0.37. A wrong scale or activation
+// moves logits by O(1) (the kernel itself is checked against float64 in test_moe_w4.cpp).
 TEST(CudaModel, FusedMoeActivationMatchesTheUnfusedPath) {
   K3_REQUIRE_GPU();
   for (FamilyId family : {FamilyId::ModelOptNvfp4, FamilyId::CompressedTensorsMxfp4}) {
@@ -220,15 +223,15 @@ TEST(CudaModel, FusedMoeActivationMatchesTheUnfusedPath) {
     const std::vector<float> got = k3::test::prefill_logits(fused, prompt);
     const std::vector<float> plain = k3::test::prefill_logits(unfused, prompt);
     const double err_plain = k3::test::relative_max_error(got, plain), err_cpu = k3::test::relative_max_error(got, want);
+    const double err_unfused_cpu = k3::test::relative_max_error(plain, want);
     const int64_t calls = cuda_executor_stats(fused.executor()).fused_gemm1_calls;
     std::printf("[ %s kimi-k3 small, 400 tokens ] fused GEMM1 calls %lld, rel err vs unfused GPU %.2e, vs CPU %.2e "
                 "(unfused vs CPU %.2e)\n",
-                family_name(family), static_cast<long long>(calls), err_plain, err_cpu,
-                k3::test::relative_max_error(plain, want));
+                family_name(family), static_cast<long long>(calls), err_plain, err_cpu, err_unfused_cpu);
     EXPECT_GT(calls, 0) << family_name(family);
     EXPECT_EQ(cuda_executor_stats(unfused.executor()).fused_gemm1_calls, 0);
     EXPECT_LT(err_plain, tolerance(c)) << family_name(family);
-    EXPECT_LT(err_cpu, tolerance(c)) << family_name(family);
+    EXPECT_LT(err_cpu, std::max(tolerance(c), 1.5 * err_unfused_cpu)) << family_name(family);
   }
 }
 

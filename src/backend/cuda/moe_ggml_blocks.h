@@ -116,6 +116,23 @@ K3_GGML_HD int dp4a(uint32_t a, uint32_t b, int c) {
 #endif
 }
 
+// c + the two signed 16-bit halves of a times the signed bytes 0, 1 (lo) or 2, 3 (hi) of b.
+K3_GGML_HD int dp2a_lo(uint32_t a, uint32_t b, int c) {
+#ifdef __CUDA_ARCH__
+  return __dp2a_lo(static_cast<int>(a), static_cast<int>(b), c);
+#else
+  return c + static_cast<int16_t>(a) * static_cast<int8_t>(b) + static_cast<int16_t>(a >> 16) * static_cast<int8_t>(b >> 8);
+#endif
+}
+K3_GGML_HD int dp2a_hi(uint32_t a, uint32_t b, int c) {
+#ifdef __CUDA_ARCH__
+  return __dp2a_hi(static_cast<int>(a), static_cast<int>(b), c);
+#else
+  return c + static_cast<int16_t>(a) * static_cast<int8_t>(b >> 16) +
+         static_cast<int16_t>(a >> 16) * static_cast<int8_t>(b >> 24);
+#endif
+}
+
 K3_GGML_HD float f16(uint32_t bits) {
 #ifdef __CUDA_ARCH__
   return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
@@ -232,12 +249,13 @@ struct Q2_K {
   static constexpr int kBlock = 256, kBytes = 84, kParts = 8;
   struct U {
     uint32_t q[4][2];  // group s: codes 0..3 of elements o .. o+7
-    int sc[4], mn[4];  // mins 0 on the parts with o = 8
+    int sc[4];
+    uint32_t mn;       // byte s: group s's min (0 on the parts with o = 8)
     float d, dmin;
   };
   struct X {
     uint2 q[4];
-    int s16[4];
+    uint32_t s16[2];  // Σ codes of groups s = 0, 1 and 2, 3: two int16 each (dp2a's operand)
     float d;
   };
   K3_GGML_HD static U unpack(const uint8_t* b, int p) {
@@ -247,10 +265,10 @@ struct Q2_K {
     const int h = p >> 2, sub = (p >> 1) & 1;
     // Scale bytes 8h + 2s + sub, s = 0..3 (of the 8 at 8h).
     const uint32_t sc = prmt(rd_u32(b + 8 * h), rd_u32(b + 8 * h + 4), 0x6420u + 0x1111u * sub);
-    const uint32_t mn = p & 1 ? 0u : (sc >> 4) & 0x0F0F0F0Fu;
+    u.mn = p & 1 ? 0u : (sc >> 4) & 0x0F0F0F0Fu;
     for (int s = 0; s < 4; ++s) {
       u.q[s][0] = (q0 >> (2 * s)) & 0x03030303u, u.q[s][1] = (q1 >> (2 * s)) & 0x03030303u;
-      u.sc[s] = static_cast<int>(byte_of(sc, s) & 0x0F), u.mn[s] = static_cast<int>(byte_of(mn, s));
+      u.sc[s] = static_cast<int>(byte_of(sc, s) & 0x0F);
     }
     const uint32_t dd = rd_u32(b + 80);
     u.d = f16(dd & 0xFFFF), u.dmin = f16(dd >> 16);
@@ -258,19 +276,19 @@ struct Q2_K {
   }
   K3_GGML_HD static X xload(const ActBlock& x, int p) {
     X v;
-    for (int s = 0; s < 4; ++s) {
-      const int g = k23_group(p, s);
-      v.q[s] = ld_x8(x.q + 16 * g + 8 * (p & 1)), v.s16[s] = x.s16[g];
-    }
+    for (int s = 0; s < 4; ++s) v.q[s] = ld_x8(x.q + 16 * k23_group(p, s) + 8 * (p & 1));
+    // Groups 8h + 2s + sub: half h's eight sums (one 16-byte load; the sums of a 256-block are 32-byte
+    // aligned), word s, low half for sub 0, high for sub 1.
+    const uint4 sums = plain_load<uint4>(x.s16 + 8 * (p >> 2));
+    const uint32_t pick = 0x5410u + 0x2222u * ((p >> 1) & 1);
+    v.s16[0] = prmt(sums.x, sums.y, pick), v.s16[1] = prmt(sums.z, sums.w, pick);
     v.d = x.d;
     return v;
   }
   K3_GGML_HD static float dot(const U& u, const X& x) {
-    int isum = 0, imin = 0;
-    for (int s = 0; s < 4; ++s) {
-      isum += u.sc[s] * dot8(u.q[s][0], u.q[s][1], x.q[s]);
-      imin += u.mn[s] * x.s16[s];
-    }
+    int isum = 0;
+    for (int s = 0; s < 4; ++s) isum += u.sc[s] * dot8(u.q[s][0], u.q[s][1], x.q[s]);
+    const int imin = dp2a_hi(x.s16[1], u.mn, dp2a_lo(x.s16[0], u.mn, 0));
     return x.d * (u.d * static_cast<float>(isum) - u.dmin * static_cast<float>(imin));
   }
   K3_GGML_HD static float value(const uint8_t* b, int i) {

@@ -163,13 +163,14 @@ struct Consumer {
       bulk::fence_proxy_async();
       asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
 
-      const uint32_t aaddr = bulk::smem_addr(at);
+      // Descriptors: each tile's low word once, each k16 step 32 bytes (2 in the address field) on.
+      const uint32_t a_lo = wgmma::desc_k_sw128_lo(bulk::smem_addr(at));
       const int x0 = xpos.stage;
-      uint32_t xaddr[C::kRound];
+      uint32_t x_lo[C::kRound];
 #pragma unroll
       for (int p = 0; p < C::kRound; ++p) {
         bulk::wait(&full_x[xpos.stage], xpos.phase);
-        xaddr[p] = bulk::smem_addr(smem + xpos.stage * C::kXBytes);
+        x_lo[p] = wgmma::desc_k_sw128_lo(bulk::smem_addr(smem + xpos.stage * C::kXBytes));
         xpos.next(C::kXStages);
       }
       wgmma::fence();
@@ -177,8 +178,8 @@ struct Consumer {
       for (int p = 0; p < C::kRound; ++p) {
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
-          wgmma::mma_bf16<N>(acc, wgmma::desc_k_sw128(aaddr + p * C::kABytes + 32 * s),
-                             wgmma::desc_k_sw128(xaddr[p] + 32 * s));
+          wgmma::mma_bf16<N>(acc, wgmma::desc_k_sw128_from_lo(a_lo + (p * C::kABytes + 32 * s) / 16),
+                             wgmma::desc_k_sw128_from_lo(x_lo[p] + 2 * s));
         }
       }
       wgmma::commit();

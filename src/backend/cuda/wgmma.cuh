@@ -16,10 +16,13 @@
 namespace k3::cuda::wgmma {
 
 // Shared-memory descriptor of a K-major 128-byte-swizzled tile (A or B) at shared address `addr`:
-// leading byte offset 16 (unused by this layout), stride byte offset 1024 (one atom of 8 rows).
-__device__ __forceinline__ uint64_t desc_k_sw128(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(16 >> 4) << 16) |
-         (static_cast<uint64_t>(1024 >> 4) << 32) | (1ull << 62);
+// leading byte offset 16 (unused by this layout), stride byte offset 1024 (one atom of 8 rows). Split
+// into its low word (addr / 16 in 14 bits, the leading offset) and a constant high word: adding
+// offset / 16 to the low word gives the descriptor of addr + offset while that is still a shared
+// address (< 256 KB), so a loop takes each tile's low word once and each wgmma's descriptor with one add.
+__device__ __forceinline__ uint32_t desc_k_sw128_lo(uint32_t addr) { return ((addr & 0x3FFFF) >> 4) | ((16 >> 4) << 16); }
+__device__ __forceinline__ uint64_t desc_k_sw128_from_lo(uint32_t lo) {
+  return static_cast<uint64_t>(lo) | (static_cast<uint64_t>(1024 >> 4) << 32) | (1ull << 62);
 }
 
 // Byte offset of the 16-byte chunk c (0…7) of row r in the 128-byte swizzle.

@@ -383,12 +383,13 @@ struct QK4 {
   }
   struct U {
     uint32_t lo[4], hi[4];  // codes of sub-blocks 2c and 2c + 1, elements o .. o+15
-    int sc1, sc2, mn1, mn2;  // mins 0 on the parts with o = 16
+    int sc1, sc2;
+    uint32_t mn;  // bytes: the min of sub-block 2c twice, then of 2c + 1 twice (0 on the parts with o = 16)
     float d, dmin;
   };
   struct X {
     uint4 lo, hi;
-    int s1, s2;  // Σ codes of sub-blocks 2c, 2c + 1
+    uint2 s16;  // Σ codes of the four 16-groups of sub-blocks 2c, 2c + 1: two int16 each (dp2a's operand)
     float d;
   };
   K3_GGML_HD static U unpack(const uint8_t* b, int p) {
@@ -413,18 +414,18 @@ struct QK4 {
     const uint32_t mn = c < 2 ? h.z & 0x3F3F3F3Fu : ((h.w >> 4) & 0x0F0F0F0Fu) | ((h.z >> 2) & 0x30303030u);
     const int sh = 16 * (c & 1);
     u.sc1 = static_cast<int>((sc >> sh) & 0xFF), u.sc2 = static_cast<int>((sc >> (sh + 8)) & 0xFF);
-    u.mn1 = p & 1 ? 0 : static_cast<int>((mn >> sh) & 0xFF), u.mn2 = p & 1 ? 0 : static_cast<int>((mn >> (sh + 8)) & 0xFF);
+    const uint32_t b0 = static_cast<uint32_t>(sh / 8), pick = b0 * 0x0011u + (b0 + 1) * 0x1100u;
+    u.mn = prmt(mn, 0u, p & 1 ? 0x4444u : pick);
     u.d = f16(h.x & 0xFFFF), u.dmin = f16(h.x >> 16);
     return u;
   }
   K3_GGML_HD static X xload(const ActBlock& x, int p) {
     const int c = p >> 1, o = 16 * (p & 1);
-    return {ld_x16(x.q + 64 * c + o), ld_x16(x.q + 64 * c + 32 + o), x.s16[4 * c] + x.s16[4 * c + 1],
-            x.s16[4 * c + 2] + x.s16[4 * c + 3], x.d};
+    return {ld_x16(x.q + 64 * c + o), ld_x16(x.q + 64 * c + 32 + o), plain_load<uint2>(x.s16 + 4 * c), x.d};
   }
   K3_GGML_HD static float dot(const U& u, const X& x) {
     const int isum = u.sc1 * dot16(u.lo, x.lo) + u.sc2 * dot16(u.hi, x.hi);
-    const int imin = u.mn1 * x.s1 + u.mn2 * x.s2;
+    const int imin = dp2a_hi(x.s16.y, u.mn, dp2a_lo(x.s16.x, u.mn, 0));
     return x.d * (u.d * static_cast<float>(isum) - u.dmin * static_cast<float>(imin));
   }
   K3_GGML_HD static float value(const uint8_t* b, int i) {

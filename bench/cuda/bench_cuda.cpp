@@ -843,9 +843,10 @@ void bench_moe_w4a8(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
 // ---- MoE, GGUF experts -------------------------------------------------------------------------------
 
 // GGUF routed experts (backend/cuda/moe_ggml.h): the decode grouped GEMV (quantisation of the sorted rows
-// included) at 1, 2, 3, 4 and 8 weight rows per warp, and the quantisation alone, banks of random bytes
-// (the values do not change the kernel's work), T = 1, 8, 64; target >= 2.5 TB/s on the packed bytes
-// of the experts hit.
+// included) at 1, 2, 3, 4 and 8 weight rows per warp, the quantisation alone, and from 512 tokens on the
+// prefill GEMM (moe_grouped_gemm_ggml, both tile heights; "auto" marks the model's choice), banks of
+// random bytes (the values do not change the kernels' work), T = 1, 8, 64 (--tokens: others); target
+// >= 2.5 TB/s on the packed bytes of the experts hit at decode.
 // --moe-ggml's formats (--ggml-types q2_K,q4_K, ggml's spelling: fewer banks, e.g. under a profiler's memory replay).
 std::vector<GgmlType> g_ggml_types = {GgmlType::Q4_K, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_0, GgmlType::Q8_0};
 
@@ -853,10 +854,12 @@ void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
   const int64_t E = MoeLayer::E, H = MoeLayer::H, I = MoeLayer::I;
   const std::vector<GgmlType>& types = g_ggml_types;
   print_moe_layer_header("GGUF experts (decode GEMV, int8 activations x GGML blocks, dp4a; gemv includes the"
-                         " quantisation, quant alone below)",
+                         " quantisation, quant alone below; prefill: mma = bf16 tensor-core GEMM over weights decoded"
+                         " in shared memory)",
                          "packed GGUF bytes");
   MoeLayer l;
   l.tokens = {1, 8, 64};
+  if (!g_tokens.empty()) l.tokens = g_tokens;
   double bank_bytes = 0, acts = 0;
   for (GgmlType t : types) {
     const GgmlTypeInfo& info = ggml_type_info(t);
@@ -893,15 +896,23 @@ void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
           const MoeGgmlBank& w = g.gemm == 1 ? b.g1 : b.g2;
           const MoeGgmlActs& a = g.gemm == 1 ? b.a1 : b.a2;
           const std::string name(ggml_type_name(b.type));
+          const MoeTile model_tile = moe_ggml_tile_for(g.R, E, w.n);
           for (int rw : {1, 2, 3, 4, 8}) {
             if (!moe_ggml_gemv_supports(b.type, rw)) continue;
-            const bool is_auto = rw == moe_ggml_gemv_rows_per_warp(b.type, w.k);
+            const bool is_auto = model_tile == MoeTile::kM16 && rw == moe_ggml_gemv_rows_per_warp(b.type, w.k);
             const std::string label = " rw" + std::to_string(rw) + (is_auto ? " (auto)" : "");
             vs.push_back({name + label, g.rt.hit * w.n * w.row_bytes(), [&, w, a, rw](int i) {
                             moe_grouped_gemv_ggml(g.in, w, g.rt.d[i % kRoutings], a, g.out, stream, rw);
                           }});
           }
           vs.push_back({name + " quant", 0.0, [&, a](int) { moe_ggml_quantize(g.in, a, stream); }});
+          if (g.R < 512 * MoeLayer::k) continue;
+          for (MoeTile tile : {MoeTile::kM64, MoeTile::kM128}) {
+            const std::string label = " mma m" + std::to_string(moe_tile_rows(tile)) + (tile == model_tile ? " (auto)" : "");
+            vs.push_back({name + label, g.rt.hit * w.n * w.row_bytes(), [&, w, tile](int i) {
+                            moe_grouped_gemm_ggml(g.in, w, g.rt.d[i % kRoutings], g.out, stream, tile);
+                          }});
+          }
         }
         return vs;
       });

@@ -235,6 +235,33 @@ TEST(CudaModel, FusedMoeActivationMatchesTheUnfusedPath) {
   }
 }
 
+// GGUF prefill on the tensor-core GEMM (moe_grouped_gemm_ggml: bf16 activations × the exact GGML
+// weights rounded to bf16) where the decode GEMV takes 8-bit activation blocks: over a 400-token prompt
+// the GPU's logits follow the CPU engine under bf16 inputs, the same activation contract (the experts'
+// weights rounded to bf16 being the one difference), closer than the CPU under its own 8-bit blocks.
+TEST(CudaModel, GgufPrefillGemmFollowsTheBf16ActivationContract) {
+  K3_REQUIRE_GPU();
+  for (const ModelCase c : {ModelCase{FamilyId::Gguf, TinyArch::KimiK3}, ModelCase{FamilyId::Gguf, TinyArch::KimiLinear}}) {
+    const k3::test::TinyCheckpoint ckpt = k3::test::make_tiny_pinned_routing(c.family, c.arch, 11, c.size);
+    EngineOptions bf16_inputs;
+    bf16_inputs.linear.activation = cpu::ActivationNumerics::Bf16Inputs;
+    Engine cpu_bf16(ckpt.dir, bf16_inputs);
+    Engine cpu_blocks(ckpt.dir);
+    Engine gpu(ckpt.dir, cuda_options(true, false, false, 512));
+    const std::vector<int64_t> prompt = k3::test::test_prompt(400, gpu.config().vocab_size);
+    const std::vector<float> got = k3::test::prefill_logits(gpu, prompt);
+    const double err_bf16 = k3::test::relative_max_error(got, k3::test::prefill_logits(cpu_bf16, prompt));
+    const double err_blocks = k3::test::relative_max_error(got, k3::test::prefill_logits(cpu_blocks, prompt));
+    const int64_t gemms = cuda_executor_stats(gpu.executor()).ggml_prefill_gemms;
+    std::printf("[ gguf %s small, 400 tokens ] prefill GEMMs %lld, rel err vs CPU bf16 inputs %.2e, vs CPU 8-bit "
+                "blocks %.2e\n",
+                c.arch == TinyArch::KimiK3 ? "kimi-k3" : "kimi-linear", static_cast<long long>(gemms), err_bf16,
+                err_blocks);
+    EXPECT_GT(gemms, 0);
+    EXPECT_LT(err_bf16, tolerance(c));
+  }
+}
+
 // The transformers peer fixture (its own small head geometry runs the generic kernels): logits
 // against the peer's float64 logits and the greedy continuation through the Engine.
 TEST(CudaModel, PeerFixtureMatchesTheTransformersLogits) {

@@ -354,43 +354,54 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{2, 3, 5, 126, 256, Routing::kRepeats}),     // N % 4 != 0: a warp's last rows clamp
     test::CaseIndexName());
 
-TEST(MoeGgmlGpu, DequantBf16AndPrefillGemm) {
+// The prefill GEMM against float64 over the bf16-rounded exact dequantisation, both tile heights and
+// output types, on shapes with partial n-tiles, empty experts and an expert of several m-tiles.
+TEST(MoeGgmlGpu, PrefillGemmMultipliesTheBf16RoundedWeights) {
   K3_REQUIRE_GPU();
   test::ArenaScope scope;
   test::Rng rng;
   SCOPED_TRACE("seed " + std::to_string(rng.seed()));
-  const Case c{24, 2, 12, 48, 512, Routing::kSubset};
-  const int64_t E = c.experts, N = c.n, K = c.k, R = c.tokens * c.top_k;
-  Arena& a = test::arena();
-  const Routed s = make_routed(rng, c);
-  for (GgmlType type : kTypes) {
-    SCOPED_TRACE(ggml_type_name(type));
-    const std::vector<uint8_t> bytes = random_rows(rng, type, E * N, K);
-    const std::vector<float> w = dequant_rows(type, bytes, E * N, K);
-    const MoeGgmlBank bank = moe_ggml_alloc(a, type, E, N, K, "bank");
-    moe_ggml_upload_rows(bank, 0, bytes.data(), E * N);
-    const DeviceTensor scratch = a.alloc_tensor(DType::kBF16, E * N, K, "scratch");
-    poison(scratch);
-    const DeviceTensor ys = a.alloc_tensor(DType::kF32, R, N, "ys");
-    moe_grouped_gemm_ggml_dequant(s.xs, bank, s.d, scratch, ys, nullptr);
-    const std::vector<uint8_t> wb = download_bytes(scratch);
-    int64_t bad = 0;
-    for (int64_t e = 0; e < E; ++e) {
-      const bool routed = s.off[e + 1] > s.off[e];
-      for (int64_t i = e * N * K; i < (e + 1) * N * K; ++i) {
-        uint16_t h;
-        std::memcpy(&h, &wb[static_cast<size_t>(2 * i)], 2);
-        const uint16_t want = routed ? encode_bf16(w[static_cast<size_t>(i)]) : uint16_t{0xFFFF};
-        if (h != want && ++bad <= 5) ADD_FAILURE() << "expert " << e << " element " << i - e * N * K << ": " << h << " vs " << want;
+  for (const Case& c : {Case{24, 2, 12, 48, 512, Routing::kSubset}, Case{150, 3, 5, 136, 768, Routing::kRepeats}}) {
+    const int64_t E = c.experts, N = c.n, K = c.k, R = c.tokens * c.top_k;
+    SCOPED_TRACE("E " + std::to_string(E) + ", N " + std::to_string(N) + ", K " + std::to_string(K));
+    Arena& a = test::arena();
+    const Routed s = make_routed(rng, c);
+    for (GgmlType type : kTypes) {
+      SCOPED_TRACE(ggml_type_name(type));
+      const std::vector<uint8_t> bytes = random_rows(rng, type, E * N, K);
+      const std::vector<float> w = dequant_rows(type, bytes, E * N, K);
+      const MoeGgmlBank bank = moe_ggml_alloc(a, type, E, N, K, "bank");
+      moe_ggml_upload_rows(bank, 0, bytes.data(), E * N);
+      const test::MoeReference ref = test::moe_reference(
+          s.off, N, K,
+          [&](int64_t r, int64_t i) { return static_cast<double>(s.xs_host[static_cast<size_t>(r * K + i)]); },
+          test::round_bf16(w), [](int64_t, int64_t) { return 1.0; });
+      for (MoeTile tile : {MoeTile::kM64, MoeTile::kM128}) {
+        for (DType out : {DType::kF32, DType::kBF16}) {
+          SCOPED_TRACE(std::string("tile ") + std::to_string(moe_tile_rows(tile)) + ", out " + dtype_name(out));
+          const DeviceTensor ys = a.alloc_tensor(out, R, N, "ys");
+          poison(ys);
+          moe_grouped_gemm_ggml(s.xs, bank, s.d, ys, nullptr, tile);
+          test::expect_within_reference(download_f32(ys), ref, N, out, 2e-5);
+        }
       }
     }
-    EXPECT_EQ(bad, 0);
-    // The prefill GEMM multiplies the bf16-rounded weights.
-    const test::MoeReference ref = test::moe_reference(
-        s.off, N, K, [&](int64_t r, int64_t i) { return static_cast<double>(s.xs_host[static_cast<size_t>(r * K + i)]); },
-        test::round_bf16(w), [](int64_t, int64_t) { return 1.0; });
-    test::expect_within_reference(download_f32(ys), ref, N, DType::kF32, 2e-5);
   }
+}
+
+TEST(MoeGgmlGpu, PrefillGemmRefusesTheDecodeTileAndBadShapes) {
+  K3_REQUIRE_GPU();
+  test::ArenaScope scope;
+  test::Rng rng;
+  const Case c{4, 2, 4, 32, 256, Routing::kSubset};
+  Arena& a = test::arena();
+  const Routed s = make_routed(rng, c);
+  const MoeGgmlBank bank = moe_ggml_alloc(a, GgmlType::Q4_K, c.experts, c.n, c.k, "bank");
+  const int64_t R = c.tokens * c.top_k;
+  const DeviceTensor ys = a.alloc_tensor(DType::kF32, R, c.n, "ys");
+  EXPECT_THROW(moe_grouped_gemm_ggml(s.xs, bank, s.d, ys, nullptr, MoeTile::kM16), Error);
+  const DeviceTensor narrow = a.alloc_tensor(DType::kF32, R, c.n - 8, "narrow ys");
+  EXPECT_THROW(moe_grouped_gemm_ggml(s.xs, bank, s.d, narrow, nullptr), Error);
 }
 
 }  // namespace

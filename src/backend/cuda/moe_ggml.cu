@@ -1,6 +1,6 @@
-// GGUF expert kernels (moe_ggml.h): bank geometry, activation quantisation and the bf16 dequantisation
-// for prefill, one template each over the block traits of moe_ggml_blocks.h (the decode GEMV is in
-// moe_ggml_gemv.cu).
+// GGUF expert kernels (moe_ggml.h): bank geometry, activation quantisation (a template over the
+// activation block) and the host side of the prefill GEMM (moe_ggml_mma_<type>.cu; the decode GEMV
+// is in moe_ggml_gemv.cu).
 #include "backend/cuda/moe_ggml.h"
 
 #include <string>
@@ -8,6 +8,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/moe_ggml_blocks.h"
+#include "backend/cuda/moe_ggml_mma.h"
 #include "backend/cuda/upload.h"
 
 namespace k3::cuda {
@@ -52,29 +53,6 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_kernel(const Tin* __re
   *reinterpret_cast<uint2*>(a.q + row * k + col) = make_uint2(packed[0], packed[1]);
   if ((col / 8) % 2 == 0) a.sums[row * (k / 16) + col / 16] = static_cast<int16_t>(sum);
   if (col % BLOCK == 0) a.scale[row * (k / BLOCK) + col / BLOCK] = __fdiv_rn(amax, 127.0f);
-}
-
-// ---- dequantisation to bf16 ---------------------------------------------------------------------------
-
-constexpr int kDequantThreads = 256;
-
-// One thread per 8 consecutive elements of one bank row (one 16-byte store); grid.y = expert, experts
-// without rows in the dispatch exit.
-template <class F>
-__global__ void __launch_bounds__(kDequantThreads) dequant_kernel(const uint8_t* __restrict__ w, int64_t row_bytes,
-                                                                  int n, int k, const int32_t* __restrict__ offsets,
-                                                                  bf16* __restrict__ out, int64_t ldo) {
-  const int expert = blockIdx.y;
-  if (offsets[expert + 1] == offsets[expert]) return;
-  const int64_t i = (static_cast<int64_t>(blockIdx.x) * kDequantThreads + threadIdx.x) * 8;
-  if (i >= static_cast<int64_t>(n) * k) return;
-  const int64_t row = static_cast<int64_t>(expert) * n + i / k;
-  const int col = static_cast<int>(i % k);
-  const uint8_t* blk = w + row * row_bytes + static_cast<int64_t>(col / F::kBlock) * F::kBytes;
-  float v[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = F::value(blk, col % F::kBlock + j);
-  detail::store8(out + row * ldo + col, v);
 }
 
 std::string shape_text(GgmlType type, int64_t e, int64_t n, int64_t k) {
@@ -176,29 +154,38 @@ void moe_ggml_quantize(const DeviceTensor& xs, const MoeGgmlActs& acts, cudaStre
   K3_CUDA_CHECK_LAUNCH("moe_ggml quantize_kernel");
 }
 
-void moe_ggml_dequant_bf16(const MoeGgmlBank& bank, const MoeDispatch& d, const DeviceTensor& w, cudaStream_t stream) {
-  moe_ggml_check_shape(bank.type, bank.experts, bank.n, bank.k, "moe_ggml_dequant_bf16");
-  if (bank.data == nullptr) throw Error("moe_ggml_dequant_bf16: empty bank");
-  if (bank.experts != d.experts) throw Error("moe_ggml_dequant_bf16: bank and dispatch differ in experts");
-  expect_dtype(w, DType::kBF16, "moe_ggml_dequant_bf16 w");
-  expect_shape(w, bank.rows(), bank.k, "moe_ggml_dequant_bf16 w");
-  check_rows16(w, "moe_ggml_dequant_bf16 w");
-  const int64_t chunks = bank.n * bank.k / 8;
-  const dim3 grid(static_cast<unsigned>((chunks + kDequantThreads - 1) / kDequantThreads),
-                  static_cast<unsigned>(bank.experts));
-  gb::visit(bank.type, [&](auto trait) {
-    dequant_kernel<decltype(trait)><<<grid, kDequantThreads, 0, stream>>>(
-        bank.data, bank.row_bytes(), static_cast<int>(bank.n), static_cast<int>(bank.k), d.expert_offsets,
-        static_cast<bf16*>(w.data), w.ld);
-  });
-  K3_CUDA_CHECK_LAUNCH("moe_ggml dequant_kernel");
+MoeTile moe_ggml_tile_for(int64_t rows, int64_t experts, int64_t n) {
+  return n % 8 == 0 ? moe_tile_for(rows, experts) : MoeTile::kM16;
 }
 
-void moe_grouped_gemm_ggml_dequant(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
-                                   const DeviceTensor& scratch, const DeviceTensor& ys, cudaStream_t stream,
-                                   MoeTile tile) {
-  moe_ggml_dequant_bf16(bank, d, scratch, stream);
-  moe_grouped_gemm_bf16(xs, scratch, d, ys, stream, tile);
+void moe_grouped_gemm_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
+                           const DeviceTensor& ys, cudaStream_t stream, MoeTile tile) {
+  const int64_t R = d.rows(), N = bank.n, K = bank.k;
+  moe_ggml_check_shape(bank.type, bank.experts, N, K, "moe_grouped_gemm_ggml");
+  if (bank.data == nullptr) throw Error("moe_grouped_gemm_ggml: empty bank");
+  if (bank.experts != d.experts) {
+    throw Error("moe_grouped_gemm_ggml: bank has " + std::to_string(bank.experts) + " experts, dispatch " +
+                std::to_string(d.experts));
+  }
+  expect_dtype(xs, DType::kBF16, "moe_grouped_gemm_ggml xs");
+  expect_shape(xs, R, K, "moe_grouped_gemm_ggml xs");
+  expect_shape(ys, R, N, "moe_grouped_gemm_ggml ys");
+  if (ys.dtype != DType::kF32 && ys.dtype != DType::kBF16) throw Error("moe_grouped_gemm_ggml: ys must be f32 or bf16");
+  if (N % 8 != 0) throw Error("moe_grouped_gemm_ggml: needs N % 8 == 0, got " + shape_text(bank.type, bank.experts, N, K));
+  check_rows16(xs, "moe_grouped_gemm_ggml xs");
+  check_rows16(ys, "moe_grouped_gemm_ggml ys");
+  if (tile == MoeTile::kAuto) tile = moe_tile_for(R, d.experts) == MoeTile::kM128 ? MoeTile::kM128 : MoeTile::kM64;
+  if (tile == MoeTile::kM16) {
+    throw Error("moe_grouped_gemm_ggml: no kM16 tile (the decode class runs moe_grouped_gemv_ggml)");
+  }
+  const MoeTileMap map = moe_tile_map(d, tile);
+  if (R == 0) return;
+  const ggml_mma::Args a{xs.data, xs.ld, bank.data, bank.row_bytes(), ys.data, ys.ld, static_cast<int>(N),
+                         static_cast<int>(K), d.expert_offsets};
+  const bool f32_out = ys.dtype == DType::kF32;
+  gb::visit(bank.type, [&](auto trait) {
+    ggml_mma::launch<decltype(trait)::kType>(tile, f32_out, a, map, stream);
+  });
 }
 
 }  // namespace k3::cuda

@@ -16,12 +16,12 @@
 // programmatic dependent of the quantisation (its weights start streaming before the activations are
 // ready).
 //
-// Prefill (moe_grouped_gemm_ggml_dequant): the experts the dispatch routes rows to are dequantised to
-// bf16 (ggml's exact float values, then rounded to bf16) into a caller-provided [E·N, K] scratch bank,
-// and the bf16 grouped GEMM (moe_grouped_gemm_bf16) runs over it. The simplest correct choice: no
-// new tensor-core kernel, and whole experts (not tiles) because the grouped GEMM indexes the bank by
-// expert; the scratch is as large as a bf16 bank (the caller sizes it for the experts it holds, e.g.
-// one layer). Unrouted experts are skipped on the device, so nothing syncs with the host.
+// Prefill (moe_grouped_gemm_ggml): the mma.sync grouped GEMM of the bf16 experts
+// (moe_grouped_gemm.cuh) with its weight tiles decoded from the GGML blocks on the way into shared
+// memory: ggml's exact float values rounded to bf16 (the values llama.cpp's dequantise-then-GEMM
+// prefill multiplies), bf16 activations, fp32 accumulation; the packed bytes are read once per m-tile
+// and nothing is dequantised to memory. Its activation contract is bf16, not the decode's 8-bit blocks,
+// so prefill and decode of one checkpoint differ by the activation rounding (docs/gpu.md).
 //
 // Everything is graph-capturable: grids sized from the dispatch's bounds, idle CTAs exit.
 // Host-only header.
@@ -96,14 +96,15 @@ int moe_ggml_gemv_rows_per_warp(GgmlType type, int64_t k);
 void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
                            const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp = 0);
 
-// w (bf16 [E·N, K]) rows of every expert with at least one row in d ← bf16(ggml dequant); other rows
-// untouched.
-void moe_ggml_dequant_bf16(const MoeGgmlBank& bank, const MoeDispatch& d, const DeviceTensor& w, cudaStream_t stream);
+// Prefill: ys[r] = xs[r] · bf16(W_e)ᵀ for every expert e and sorted row r of e. xs bf16 [R, K]; ys bf16
+// or f32 [R, N]; N % 8 == 0; 16-byte aligned rows. tile: kM64 or kM128 (kAuto: kM128 where moe_tile_for
+// picks it, else kM64); kM16 is the decode class (moe_grouped_gemv_ggml) and throws.
+void moe_grouped_gemm_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
+                           const DeviceTensor& ys, cudaStream_t stream, MoeTile tile = MoeTile::kAuto);
 
-// Prefill: moe_ggml_dequant_bf16 into `scratch` (bf16 [E·N, K]), then moe_grouped_gemm_bf16(xs, scratch,
-// d, ys, tile). xs bf16 [R, K]; ys bf16 or f32 [R, N].
-void moe_grouped_gemm_ggml_dequant(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
-                                   const DeviceTensor& scratch, const DeviceTensor& ys, cudaStream_t stream,
-                                   MoeTile tile = MoeTile::kAuto);
+// Which kernel the model runs for `rows` sorted rows over `experts` experts of a bank with N output
+// columns, from the shapes alone: kM16 = the decode GEMV (moe_grouped_gemv_ggml), kM64 / kM128 = the
+// prefill GEMM at that tile height (moe_grouped_gemm_ggml; needs N % 8 == 0, else the GEMV).
+MoeTile moe_ggml_tile_for(int64_t rows, int64_t experts, int64_t n);
 
 }  // namespace k3::cuda

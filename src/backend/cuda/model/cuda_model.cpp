@@ -391,6 +391,7 @@ class CudaExecutor final : public Executor {
     const DeviceTensor logits = arena_.alloc_tensor(DType::kF32, L, config_.vocab_size, "logits");
     ctx.linear(weights_.lm_head, picked, logits);
     stats_.fused_gemm1_calls += ctx.fused_gemm1_calls;
+    stats_.ggml_prefill_gemms += ctx.ggml_prefill_gemms;
     return logits;
   }
 

@@ -30,8 +30,9 @@ DeviceTensor w4_input(StepContext& ctx, const DeviceTensor& xs, const DeviceExpe
   return in;
 }
 
-// ys = xs · W_eᵀ per sorted row in the bank's own kernel; W4A8 and GGUF first quantise the rows
-// under the checkpoint's activation contract (int8 per row / 8-bit blocks), and NVFP4 under W4A4
+// ys = xs · W_eᵀ per sorted row in the bank's own kernel; W4A8 and GGUF's decode GEMV first quantise
+// the rows under the checkpoint's activation contract (int8 per row / 8-bit blocks; GGUF prefill
+// multiplies bf16 rows: moe_ggml_tile_for), and NVFP4 under W4A4
 // (CudaOptions::w4a4) to its FP4 values, into step scratch.
 // `model_experts`: the E the kernel is chosen for — the model's, also when the dispatch runs over
 // streaming's slot bank, so a streamed layer runs the same kernels as a resident one.
@@ -53,6 +54,12 @@ void expert_gemm(StepContext& ctx, const DeviceTensor& xs, const DeviceExperts& 
       break;
     }
     case DeviceExperts::Kind::kGgml: {
+      const MoeTile tile = moe_ggml_tile_for(R, model_experts, w.ggml.n);
+      if (tile != MoeTile::kM16) {
+        moe_grouped_gemm_ggml(xs, w.ggml, d, ys, ctx.stream, tile);
+        ++ctx.ggml_prefill_gemms;
+        break;
+      }
       void* buffer = ctx.arena.alloc(moe_ggml_acts_bytes(w.ggml.type, xs.rows, xs.cols), "moe ggml activations");
       moe_grouped_gemv_ggml(xs, w.ggml, d, moe_ggml_acts_view(buffer, w.ggml.type, xs.rows, xs.cols), ys, ctx.stream);
       break;

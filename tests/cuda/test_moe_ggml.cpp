@@ -103,7 +103,7 @@ HostActs host_acts(GgmlType type, const std::vector<float>& x, int64_t m, int64_
 
 // ---- block traits on the host (no GPU) ----------------------------------------------------------------
 
-TEST(MoeGgmlBlocks, ValuesEqualTheCpuDequantBitForBit) {
+TEST(MoeGgmlBlocks, ValuesAndRunsOfEightEqualTheCpuDequantBitForBit) {
   test::Rng rng;
   SCOPED_TRACE("seed " + std::to_string(rng.seed()));
   for (GgmlType type : kTypes) {
@@ -119,6 +119,16 @@ TEST(MoeGgmlBlocks, ValuesEqualTheCpuDequantBitForBit) {
           const float got = F::value(b.data() + i / F::kBlock * F::kBytes, static_cast<int>(i % F::kBlock));
           if (std::bit_cast<uint32_t>(got) != std::bit_cast<uint32_t>(ref[static_cast<size_t>(i)]) && ++bad <= 5) {
             ADD_FAILURE() << "element " << i << ": " << got << " vs " << ref[static_cast<size_t>(i)];
+          }
+        }
+        for (int64_t i = 0; i < rows * k; i += 8) {  // decode8: the same values, eight at a time
+          float got[8];
+          F::decode8(b.data() + i / F::kBlock * F::kBytes, static_cast<int>(i % F::kBlock), got);
+          for (int j = 0; j < 8; ++j) {
+            const float want = ref[static_cast<size_t>(i + j)];
+            if (std::bit_cast<uint32_t>(got[j]) != std::bit_cast<uint32_t>(want) && ++bad <= 5) {
+              ADD_FAILURE() << "decode8 element " << i + j << ": " << got[j] << " vs " << want;
+            }
           }
         }
       });
@@ -208,14 +218,16 @@ TEST(MoeGgmlBank, KernelsAndRowsPerWarp) {
     for (int rw : {0, 5, 6, 16, -4}) EXPECT_FALSE(moe_ggml_gemv_supports(type, rw)) << rw;
     EXPECT_TRUE(moe_ggml_gemv_supports(type, moe_ggml_gemv_rows_per_warp(type, 3584)));
   }
-  // Kimi-K3: GEMM 1 (K = 3584) takes 3 rows per warp where two stages of whole rows fit only at 3
-  // (rows of 2016 bytes), GEMM 2 (K = 3072) and the smaller rows 4.
-  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q4_K, 3584), 3);
+  // Kimi-K3: the most rows per warp (4, 3, 2) at which two stages of whole rows fit, else 2.
+  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q4_K, 3584), 3);  // rows of 2016 bytes
   EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q4_0, 3584), 3);
   EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q4_K, 3072), 4);
   EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q2_K, 3584), 4);
   EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q3_K, 3584), 4);
-  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q8_0, 3584), 4);
+  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q5_K, 3584), 2);
+  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q5_K, 3072), 3);
+  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q6_K, 3072), 2);
+  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q8_0, 3584), 2);  // no whole rows at 2 either
   EXPECT_FALSE(moe_ggml_gemv_supports(GgmlType::Q4_1, 4));
   EXPECT_FALSE(moe_ggml_gemv_supports(GgmlType::F16, 4));
 

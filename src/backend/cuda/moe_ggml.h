@@ -82,9 +82,9 @@ void moe_ggml_quantize(const DeviceTensor& xs, const MoeGgmlActs& acts, cudaStre
 // tokens. True when it takes `type` (every type moe_ggml_supported accepts) at `rows_per_warp`
 // weight rows per warp (1, 2, 3, 4 or 8; a CTA takes 128 weight rows, 120 at 3).
 bool moe_ggml_gemv_supports(GgmlType type, int rows_per_warp);
-// The default rows per warp for a bank of `type` with K columns: 3 where two ring stages of whole rows
-// fit at 3 rows per warp but not at 4 (Kimi-K3's GEMM 1 in Q4_K and Q4_0), else 4 (H200, k3_bench_cuda
-// --moe-ggml, 2026-12-02, docs/performance.md).
+// The default rows per warp for a bank of `type` with K columns: the most of 4, 3, 2 at which two ring
+// stages of whole rows fit, else 2 (Kimi-K3 GEMM 1: Q2_K / Q3_K 4, Q4_K / Q4_0 3, Q5_K / Q6_K / Q8_0 2;
+// H200, k3_bench_cuda --moe-ggml, 2026-12-02, docs/performance.md).
 int moe_ggml_gemv_rows_per_warp(GgmlType type, int64_t k);
 
 // Decode: ys[r] = xs[r] · W_eᵀ for every expert e and sorted row r of e, xs quantised into `acts`

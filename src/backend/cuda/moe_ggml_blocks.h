@@ -21,7 +21,10 @@
 //                                the parts of a block sum to it;
 //   float value(blk, i)          element i of the block (global memory), the same float operations in
 //                                the same order as ggml's dequantisation (bit-identical; no FMA
-//                                contraction).
+//                                contraction);
+//   decode8(blk, e0, v)          elements e0 … e0 + 7 (e0 % 8 == 0: one group of every format) as
+//                                value() gives them, the group's scales and code bytes loaded once
+//                                (the prefill GEMM's weight tiles, moe_ggml_mma.cuh).
 // Activation contract (the CPU's, ggml's vec_dot_type): the activation block is the weight block
 // (32 for Q4_0 / Q8_0, 256 for the K-quants); scale = amax / 127, code = round-half-even(x · 127 /
 // amax) clamped to ±127, an all-zero block has scale 0 and codes 0.
@@ -204,6 +207,14 @@ struct Q4_0 {
     const uint32_t q = b[2 + i % 16];
     return mul_rn(static_cast<float>(static_cast<int>(i < 16 ? q & 0x0F : q >> 4) - 8), f16(ld_u16(b)));
   }
+  K3_GGML_HD static void decode8(const uint8_t* b, int e0, float (&v)[8]) {
+    const float d = f16(ld_u16(b));
+    const uint32_t w[2] = {ld_u32_a2(b + 2 + e0 % 16), ld_u32_a2(b + 6 + e0 % 16)};
+    const int shift = e0 < 16 ? 0 : 4;
+    for (int j = 0; j < 8; ++j) {
+      v[j] = mul_rn(static_cast<float>(static_cast<int>((byte_of(w[j / 4], j % 4) >> shift) & 0x0F) - 8), d);
+    }
+  }
 };
 
 // Q8_0, 34 bytes: f16 d; i8 qs[32]. w = d·q.
@@ -231,6 +242,11 @@ struct Q8_0 {
   }
   K3_GGML_HD static float value(const uint8_t* b, int i) {
     return mul_rn(static_cast<float>(static_cast<int8_t>(b[2 + i])), f16(ld_u16(b)));
+  }
+  K3_GGML_HD static void decode8(const uint8_t* b, int e0, float (&v)[8]) {
+    const float d = f16(ld_u16(b));
+    const uint32_t w[2] = {ld_u32_a2(b + 2 + e0), ld_u32_a2(b + 6 + e0)};
+    for (int j = 0; j < 8; ++j) v[j] = mul_rn(static_cast<float>(static_cast<int8_t>(byte_of(w[j / 4], j % 4))), d);
   }
 };
 
@@ -298,6 +314,17 @@ struct Q2_K {
     const float ml = mul_rn(f16(ld_u16(b + 82)), static_cast<float>(sc >> 4));
     return sub_rn(mul_rn(dl, static_cast<float>((q >> (2 * ((g / 2) % 4))) & 3)), ml);
   }
+  K3_GGML_HD static void decode8(const uint8_t* b, int e0, float (&v)[8]) {
+    const int g = e0 / 16;
+    const uint8_t* q = b + 16 + 32 * (g / 8) + 16 * (g % 2) + e0 % 16;  // blocks are 4-byte aligned
+    const uint32_t w[2] = {ldg<uint32_t>(q), ldg<uint32_t>(q + 4)}, sc = b[g];
+    const float dl = mul_rn(f16(ld_u16(b + 80)), static_cast<float>(sc & 0x0F));
+    const float ml = mul_rn(f16(ld_u16(b + 82)), static_cast<float>(sc >> 4));
+    const int shift = 2 * ((g / 2) % 4);
+    for (int j = 0; j < 8; ++j) {
+      v[j] = sub_rn(mul_rn(dl, static_cast<float>((byte_of(w[j / 4], j % 4) >> shift) & 3)), ml);
+    }
+  }
 };
 
 // Q3_K, 110 bytes: u8 hmask[32]; u8 qs[64]; u8 scales[12] (16 signed 6-bit scales); f16 d.
@@ -359,6 +386,19 @@ struct Q3_K {
     const int v = static_cast<int>((b[32 + 32 * (g / 8) + idx] >> (2 * ((g / 2) % 4))) & 3) -
                   ((b[idx] >> (g / 2)) & 1 ? 0 : 4);
     return mul_rn(dl, static_cast<float>(v));
+  }
+  K3_GGML_HD static void decode8(const uint8_t* b, int e0, float (&v)[8]) {
+    const int g = e0 / 16, idx = 16 * (g % 2) + e0 % 16;
+    const uint32_t s[3] = {ld_u32_a2(b + 96), ld_u32_a2(b + 100), ld_u32_a2(b + 104)};
+    const float dl = mul_rn(f16(ld_u16(b + 108)), static_cast<float>(scale(s, g)));
+    const uint8_t* q = b + 32 + 32 * (g / 8) + idx;
+    const uint32_t w[2] = {ld_u32_a2(q), ld_u32_a2(q + 4)}, hm[2] = {ld_u32_a2(b + idx), ld_u32_a2(b + idx + 4)};
+    const int shift = 2 * ((g / 2) % 4), bit = g / 2;
+    for (int j = 0; j < 8; ++j) {
+      const int u = static_cast<int>((byte_of(w[j / 4], j % 4) >> shift) & 3) -
+                    ((byte_of(hm[j / 4], j % 4) >> bit) & 1 ? 0 : 4);
+      v[j] = mul_rn(dl, static_cast<float>(u));
+    }
   }
 };
 
@@ -440,6 +480,22 @@ struct QK4 {
     const float m1 = mul_rn(f16(h.x >> 16), static_cast<float>(mn));
     return sub_rn(mul_rn(d1, static_cast<float>(q)), m1);
   }
+  K3_GGML_HD static void decode8(const uint8_t* b, int e0, float (&v)[8]) {
+    const int c = e0 / 64, j = 2 * c + (e0 % 64) / 32, l = e0 % 32;
+    const uint4 h = ldg<uint4>(b);  // 16-byte aligned
+    uint32_t sc, mn;
+    scale_min(h, j, sc, mn);
+    const uint2 qw = ldg<uint2>(b + kQs + 32 * c + l);
+    const float d1 = mul_rn(f16(h.x & 0xFFFF), static_cast<float>(sc));
+    const float m1 = mul_rn(f16(h.x >> 16), static_cast<float>(mn));
+    uint2 hw{};
+    if constexpr (kFive) hw = ldg<uint2>(b + 16 + l);
+    for (int i = 0; i < 8; ++i) {
+      uint32_t q = (byte_of(i < 4 ? qw.x : qw.y, i % 4) >> (4 * (j % 2))) & 0x0F;
+      if constexpr (kFive) q += (byte_of(i < 4 ? hw.x : hw.y, i % 4) >> j) & 1 ? 16 : 0;
+      v[i] = sub_rn(mul_rn(d1, static_cast<float>(q)), m1);
+    }
+  }
 };
 using Q4_K = QK4<false>;
 using Q5_K = QK4<true>;
@@ -496,6 +552,18 @@ struct Q6_K {
     const uint32_t high = (b[128 + 32 * hh + l] >> (2 * k)) & 3;
     const float ds = mul_rn(f16(ld_u16(b + 208)), static_cast<float>(static_cast<int8_t>(b[192 + 8 * hh + 2 * k + l / 16])));
     return mul_rn(ds, static_cast<float>(static_cast<int>(low | high << 4) - 32));
+  }
+  K3_GGML_HD static void decode8(const uint8_t* b, int e0, float (&v)[8]) {
+    const int hh = e0 / 128, k = (e0 % 128) / 32, l = e0 % 32;
+    const uint8_t* lo = b + 64 * hh + l + 32 * (k % 2);
+    const uint8_t* hi = b + 128 + 32 * hh + l;
+    const uint32_t lw[2] = {ld_u32_a2(lo), ld_u32_a2(lo + 4)}, hw[2] = {ld_u32_a2(hi), ld_u32_a2(hi + 4)};
+    const float ds = mul_rn(f16(ld_u16(b + 208)), static_cast<float>(static_cast<int8_t>(b[192 + 8 * hh + 2 * k + l / 16])));
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t low = (byte_of(lw[j / 4], j % 4) >> (4 * (k / 2))) & 0x0F;
+      const uint32_t high = (byte_of(hw[j / 4], j % 4) >> (2 * k)) & 3;
+      v[j] = mul_rn(ds, static_cast<float>(static_cast<int>(low | high << 4) - 32));
+    }
   }
 };
 

@@ -302,11 +302,15 @@ bool moe_ggml_gemv_supports(GgmlType type, int rows_per_warp) {
 }
 
 int moe_ggml_gemv_rows_per_warp(GgmlType type, int64_t k) {
-  int rw = 4;
+  int rw = 2;
   gb::visit(type, [&](auto trait) {
     using F = decltype(trait);
-    auto whole_rows = [&](int r) { return geometry<F>(r, static_cast<int>(k)).nblk == 1; };
-    if (!whole_rows(4) && whole_rows(3)) rw = 3;
+    for (int r : {4, 3, 2}) {
+      if (geometry<F>(r, static_cast<int>(k)).nblk == 1) {  // two ring stages of whole rows
+        rw = r;
+        return;
+      }
+    }
   });
   return rw;
 }

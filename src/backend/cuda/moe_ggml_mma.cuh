@@ -1,8 +1,9 @@
 // The GGUF experts' prefill kernel (moe_ggml.h: moe_grouped_gemm_ggml): the mma.sync grouped GEMM of
 // moe_grouped_gemm.cuh with its weight tiles decoded from the bank's GGML blocks by the CTA's threads
-// — each thread 8 consecutive elements of a row per pass, F::value (ggml's float operations, bit for
-// bit) rounded to bf16, stored into the stage's shared tile — so the weights stay packed in memory
-// and each packed byte is read once per m-tile. moe_ggml_mma_<type>.cu instantiate it.
+// — each thread 8 consecutive elements of a row per pass, F::decode8 (ggml's float operations, bit
+// for bit) rounded to bf16, stored into the stage's shared tile — so the weights stay packed in memory
+// and each packed byte is read once per m-tile. moe_ggml_mma_<type>.cu instantiate it. (Per-element
+// F::value calls here ran 3–12× slower: every element reloaded its block's scales; H200, 2026-12-02.)
 #pragma once
 
 #include "backend/cuda/kernel_util.cuh"
@@ -34,8 +35,7 @@ struct GgmlBank {
       float v[8] = {};
       if (in_k && (rows >> i & 1u)) {
         const uint8_t* b = blk + i * C::kRowStep * row_bytes;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = F::value(b, e0 + j);
+        F::decode8(b, e0, v);
       }
       detail::store8(dst + i * C::kRowStep * C::LDS, v);
     }

@@ -236,10 +236,11 @@ TEST(CudaModel, FusedMoeActivationMatchesTheUnfusedPath) {
 }
 
 // GGUF prefill on the tensor-core GEMM (moe_grouped_gemm_ggml: bf16 activations × the exact GGML
-// weights rounded to bf16) where the decode GEMV takes 8-bit activation blocks: over a 400-token prompt
+// weights rounded to bf16) where the decode GEMV takes 8-bit activation blocks: over a 480-token prompt
 // every expert GEMM runs it, and the GPU's logits stay within the cross-contract bound of the CPU engine
-// under bf16 inputs. H200, 2026-12-02: Kimi-K3 0.70 (vs the CPU's 8-bit blocks 1.00), Kimi-Linear 0.076
-// (0.070) — the GPU's other GGUF linears keep bf16 inputs, so neither CPU mode is its exact contract.
+// under bf16 inputs. H200, 2026-12-02, 400 tokens: Kimi-K3 0.70 (vs the CPU's 8-bit blocks 1.00),
+// Kimi-Linear 0.076 (0.070) — the GPU's other GGUF linears keep bf16 inputs, so neither CPU mode is its
+// exact contract.
 TEST(CudaModel, GgufPrefillGemmFollowsTheBf16ActivationContract) {
   K3_REQUIRE_GPU();
   for (const ModelCase c : {ModelCase{FamilyId::Gguf, TinyArch::KimiK3}, ModelCase{FamilyId::Gguf, TinyArch::KimiLinear}}) {
@@ -249,12 +250,13 @@ TEST(CudaModel, GgufPrefillGemmFollowsTheBf16ActivationContract) {
     Engine cpu_bf16(ckpt.dir, bf16_inputs);
     Engine cpu_blocks(ckpt.dir);
     Engine gpu(ckpt.dir, cuda_options(true, false, false, 512));
-    const std::vector<int64_t> prompt = k3::test::test_prompt(400, gpu.config().vocab_size);
+    // 60 rows per expert (32 experts, top-4): both expert GEMMs (Q4_K, Q6_K) on the kM128 GEMM.
+    const std::vector<int64_t> prompt = k3::test::test_prompt(480, gpu.config().vocab_size);
     const std::vector<float> got = k3::test::prefill_logits(gpu, prompt);
     const double err_bf16 = k3::test::relative_max_error(got, k3::test::prefill_logits(cpu_bf16, prompt));
     const double err_blocks = k3::test::relative_max_error(got, k3::test::prefill_logits(cpu_blocks, prompt));
     const int64_t gemms = cuda_executor_stats(gpu.executor()).ggml_prefill_gemms;
-    std::printf("[ gguf %s small, 400 tokens ] prefill GEMMs %lld, rel err vs CPU bf16 inputs %.2e, vs CPU 8-bit "
+    std::printf("[ gguf %s small, 480 tokens ] prefill GEMMs %lld, rel err vs CPU bf16 inputs %.2e, vs CPU 8-bit "
                 "blocks %.2e\n",
                 c.arch == TinyArch::KimiK3 ? "kimi-k3" : "kimi-linear", static_cast<long long>(gemms), err_bf16,
                 err_blocks);

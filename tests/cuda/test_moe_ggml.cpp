@@ -228,6 +228,16 @@ TEST(MoeGgmlBank, KernelsAndRowsPerWarp) {
   EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q5_K, 3072), 3);
   EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q6_K, 3072), 2);
   EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q8_0, 3584), 2);  // no whole rows at 2 either
+  // Decode GEMV or prefill GEMM, Kimi-K3 (896 experts, top-16): 1024 / 2048 / 4096 tokens.
+  const int64_t E = 896, N = 6144;
+  for (GgmlType type : kTypes) {
+    const bool early = type == GgmlType::Q2_K || type == GgmlType::Q3_K || type == GgmlType::Q6_K;
+    EXPECT_EQ(moe_ggml_tile_for(type, 16, E, N), MoeTile::kM16);
+    EXPECT_EQ(moe_ggml_tile_for(type, 1024 * 16, E, N), MoeTile::kM16);
+    EXPECT_EQ(moe_ggml_tile_for(type, 2048 * 16, E, N), early ? MoeTile::kM64 : MoeTile::kM16) << ggml_type_name(type);
+    EXPECT_EQ(moe_ggml_tile_for(type, 4096 * 16, E, N), MoeTile::kM128);
+    EXPECT_EQ(moe_ggml_tile_for(type, 4096 * 16, E, 126), MoeTile::kM16);  // N % 8 != 0: the GEMV
+  }
   EXPECT_FALSE(moe_ggml_gemv_supports(GgmlType::Q4_1, 4));
   EXPECT_FALSE(moe_ggml_gemv_supports(GgmlType::F16, 4));
 

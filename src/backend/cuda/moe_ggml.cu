@@ -3,6 +3,7 @@
 // is in moe_ggml_gemv.cu).
 #include "backend/cuda/moe_ggml.h"
 
+#include <algorithm>
 #include <string>
 
 #include "backend/cuda/check.h"
@@ -154,8 +155,12 @@ void moe_ggml_quantize(const DeviceTensor& xs, const MoeGgmlActs& acts, cudaStre
   K3_CUDA_CHECK_LAUNCH("moe_ggml quantize_kernel");
 }
 
-MoeTile moe_ggml_tile_for(int64_t rows, int64_t experts, int64_t n) {
-  return n % 8 == 0 ? moe_tile_for(rows, experts) : MoeTile::kM16;
+MoeTile moe_ggml_tile_for(GgmlType type, int64_t rows, int64_t experts, int64_t n) {
+  if (n % 8 != 0) return MoeTile::kM16;
+  const double per_expert = static_cast<double>(rows) / static_cast<double>(std::max<int64_t>(1, experts));
+  if (per_expert >= 56) return MoeTile::kM128;
+  const bool gemm_wins_at_37 = type == GgmlType::Q2_K || type == GgmlType::Q3_K || type == GgmlType::Q6_K;
+  return gemm_wins_at_37 && per_expert >= 28 ? MoeTile::kM64 : MoeTile::kM16;
 }
 
 void moe_grouped_gemm_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,

@@ -102,9 +102,13 @@ void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, cons
 void moe_grouped_gemm_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
                            const DeviceTensor& ys, cudaStream_t stream, MoeTile tile = MoeTile::kAuto);
 
-// Which kernel the model runs for `rows` sorted rows over `experts` experts of a bank with N output
-// columns, from the shapes alone: kM16 = the decode GEMV (moe_grouped_gemv_ggml), kM64 / kM128 = the
-// prefill GEMM at that tile height (moe_grouped_gemm_ggml; needs N % 8 == 0, else the GEMV).
-MoeTile moe_ggml_tile_for(int64_t rows, int64_t experts, int64_t n);
+// Which kernel the model runs for `rows` sorted rows over `experts` experts of a bank of `type` with N
+// output columns, from the shapes alone: kM16 = the decode GEMV (moe_grouped_gemv_ggml), kM64 / kM128
+// = the prefill GEMM at that tile height (moe_grouped_gemm_ggml; needs N % 8 == 0, else the GEMV).
+// Crossovers measured on the H200 at Kimi-K3's shapes (2026-12-02, docs/performance.md): at 73 rows
+// per expert the GEMM (kM128) beats the GEMV for every type (1.3–3.1×); at 37 (kM64) only for Q2_K,
+// Q3_K and Q6_K (1.6–1.9×; Q4_0 even, Q4_K / Q5_K slower); at 18 never. The switches lie between
+// the measured points: kM128 from 56 rows per expert, kM64 from 28 for those three types.
+MoeTile moe_ggml_tile_for(GgmlType type, int64_t rows, int64_t experts, int64_t n);
 
 }  // namespace k3::cuda

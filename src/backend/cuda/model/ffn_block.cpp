@@ -54,7 +54,7 @@ void expert_gemm(StepContext& ctx, const DeviceTensor& xs, const DeviceExperts& 
       break;
     }
     case DeviceExperts::Kind::kGgml: {
-      const MoeTile tile = moe_ggml_tile_for(R, model_experts, w.ggml.n);
+      const MoeTile tile = moe_ggml_tile_for(w.ggml.type, R, model_experts, w.ggml.n);
       if (tile != MoeTile::kM16) {
         moe_grouped_gemm_ggml(xs, w.ggml, d, ys, ctx.stream, tile);
         ++ctx.ggml_prefill_gemms;

@@ -312,6 +312,18 @@ Routed make_routed(test::Rng& rng, const Case& c) {
   return s;
 }
 
+// A bank of random GGML rows on the device (uploaded expert by expert) and their exact float values.
+struct RandomBank {
+  MoeGgmlBank bank;
+  std::vector<float> w;
+};
+RandomBank random_bank(test::Rng& rng, GgmlType type, int64_t E, int64_t N, int64_t K) {
+  const std::vector<uint8_t> bytes = random_rows(rng, type, E * N, K);
+  RandomBank r{moe_ggml_alloc(test::arena(), type, E, N, K, "bank"), dequant_rows(type, bytes, E * N, K)};
+  for (int64_t e = 0; e < E; ++e) moe_ggml_upload_rows(r.bank, e * N, bytes.data() + e * N * r.bank.row_bytes(), N);
+  return r;
+}
+
 // Codes, scales and sums on the device equal the CPU contract's.
 void expect_acts_equal(const MoeGgmlActs& got, const HostActs& want) {
   const auto bytes = [](const void* p, size_t n) {
@@ -339,10 +351,7 @@ TEST_P(MoeGgmlGemvTest, MatchesFloat64WithTheCpuActivationContract) {
   const Routed s = make_routed(rng, c);
   for (GgmlType type : kTypes) {
     SCOPED_TRACE(ggml_type_name(type));
-    const std::vector<uint8_t> bytes = random_rows(rng, type, E * N, K);
-    const std::vector<float> w = dequant_rows(type, bytes, E * N, K);
-    const MoeGgmlBank bank = moe_ggml_alloc(a, type, E, N, K, "bank");
-    for (int64_t e = 0; e < E; ++e) moe_ggml_upload_rows(bank, e * N, bytes.data() + e * N * bank.row_bytes(), N);
+    const auto [bank, w] = random_bank(rng, type, E, N, K);
     const HostActs ha = host_acts(type, s.xs_host, R, K);
     const MoeGgmlActs acts = moe_ggml_acts_view(a.alloc(moe_ggml_acts_bytes(type, R, K), "acts"), type, R, K);
 
@@ -390,10 +399,7 @@ TEST(MoeGgmlGpu, PrefillGemmMultipliesTheBf16RoundedWeights) {
     const Routed s = make_routed(rng, c);
     for (GgmlType type : kTypes) {
       SCOPED_TRACE(ggml_type_name(type));
-      const std::vector<uint8_t> bytes = random_rows(rng, type, E * N, K);
-      const std::vector<float> w = dequant_rows(type, bytes, E * N, K);
-      const MoeGgmlBank bank = moe_ggml_alloc(a, type, E, N, K, "bank");
-      moe_ggml_upload_rows(bank, 0, bytes.data(), E * N);
+      const auto [bank, w] = random_bank(rng, type, E, N, K);
       const test::MoeReference ref = test::moe_reference(
           s.off, N, K,
           [&](int64_t r, int64_t i) { return static_cast<double>(s.xs_host[static_cast<size_t>(r * K + i)]); },

@@ -91,6 +91,15 @@ void moe_ggml_check_shape(GgmlType type, int64_t experts, int64_t n, int64_t k, 
   }
 }
 
+void moe_ggml_check_bank(const MoeGgmlBank& bank, const MoeDispatch& d, const char* what) {
+  moe_ggml_check_shape(bank.type, bank.experts, bank.n, bank.k, what);
+  if (bank.data == nullptr) throw Error(std::string(what) + ": empty bank");
+  if (bank.experts != d.experts) {
+    throw Error(std::string(what) + ": bank has " + std::to_string(bank.experts) + " experts, dispatch " +
+                std::to_string(d.experts));
+  }
+}
+
 MoeGgmlBank moe_ggml_alloc(Arena& arena, GgmlType type, int64_t experts, int64_t n, int64_t k, const char* what) {
   moe_ggml_check_shape(type, experts, n, k, what);
   MoeGgmlBank b;
@@ -166,12 +175,7 @@ MoeTile moe_ggml_tile_for(GgmlType type, int64_t rows, int64_t experts, int64_t 
 void moe_grouped_gemm_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
                            const DeviceTensor& ys, cudaStream_t stream, MoeTile tile) {
   const int64_t R = d.rows(), N = bank.n, K = bank.k;
-  moe_ggml_check_shape(bank.type, bank.experts, N, K, "moe_grouped_gemm_ggml");
-  if (bank.data == nullptr) throw Error("moe_grouped_gemm_ggml: empty bank");
-  if (bank.experts != d.experts) {
-    throw Error("moe_grouped_gemm_ggml: bank has " + std::to_string(bank.experts) + " experts, dispatch " +
-                std::to_string(d.experts));
-  }
+  moe_ggml_check_bank(bank, d, "moe_grouped_gemm_ggml");
   expect_dtype(xs, DType::kBF16, "moe_grouped_gemm_ggml xs");
   expect_shape(xs, R, K, "moe_grouped_gemm_ggml xs");
   expect_shape(ys, R, N, "moe_grouped_gemm_ggml ys");

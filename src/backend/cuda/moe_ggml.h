@@ -55,6 +55,8 @@ struct MoeGgmlBank {
 
 // Throws unless `type` is supported, K a positive multiple of its block and E, N > 0.
 void moe_ggml_check_shape(GgmlType type, int64_t experts, int64_t n, int64_t k, const char* what);
+// Throws unless the bank has memory, a valid shape and the dispatch's expert count (what: the caller).
+void moe_ggml_check_bank(const MoeGgmlBank& bank, const MoeDispatch& d, const char* what);
 // A bank's device memory from the arena (contents undefined until uploaded).
 MoeGgmlBank moe_ggml_alloc(Arena& arena, GgmlType type, int64_t experts, int64_t n, int64_t k, const char* what);
 // Copies `rows` GGUF rows (rows·row_bytes bytes, as stored) to bank rows [row0, row0 + rows): an

@@ -318,12 +318,7 @@ int moe_ggml_gemv_rows_per_warp(GgmlType type, int64_t k) {
 void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
                            const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp) {
   const int64_t R = d.rows(), N = bank.n, K = bank.k;
-  moe_ggml_check_shape(bank.type, bank.experts, N, K, "moe_grouped_gemv_ggml");
-  if (bank.data == nullptr) throw Error("moe_grouped_gemv_ggml: empty bank");
-  if (bank.experts != d.experts) {
-    throw Error("moe_grouped_gemv_ggml: bank has " + std::to_string(bank.experts) + " experts, dispatch " +
-                std::to_string(d.experts));
-  }
+  moe_ggml_check_bank(bank, d, "moe_grouped_gemv_ggml");
   if (acts.rows != R || acts.k != K || acts.block != ggml_type_info(bank.type).block_size) {
     throw Error("moe_grouped_gemv_ggml: activations not laid out for " + std::to_string(R) + " rows of K " +
                 std::to_string(K) + " in " + std::string(ggml_type_name(bank.type)) + " blocks");

@@ -183,7 +183,9 @@ void moe_grouped_gemm_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, cons
   if (N % 8 != 0) throw Error("moe_grouped_gemm_ggml: needs N % 8 == 0, got " + shape_text(bank.type, bank.experts, N, K));
   check_rows16(xs, "moe_grouped_gemm_ggml xs");
   check_rows16(ys, "moe_grouped_gemm_ggml ys");
-  if (tile == MoeTile::kAuto) tile = moe_tile_for(R, d.experts) == MoeTile::kM128 ? MoeTile::kM128 : MoeTile::kM64;
+  if (tile == MoeTile::kAuto) {
+    tile = moe_ggml_tile_for(bank.type, R, d.experts, N) == MoeTile::kM128 ? MoeTile::kM128 : MoeTile::kM64;
+  }
   if (tile == MoeTile::kM16) {
     throw Error("moe_grouped_gemm_ggml: no kM16 tile (the decode class runs moe_grouped_gemv_ggml)");
   }

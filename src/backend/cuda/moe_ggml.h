@@ -99,8 +99,8 @@ void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, cons
                            const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp = 0);
 
 // Prefill: ys[r] = xs[r] · bf16(W_e)ᵀ for every expert e and sorted row r of e. xs bf16 [R, K]; ys bf16
-// or f32 [R, N]; N % 8 == 0; 16-byte aligned rows. tile: kM64 or kM128 (kAuto: kM128 where moe_tile_for
-// picks it, else kM64); kM16 is the decode class (moe_grouped_gemv_ggml) and throws.
+// or f32 [R, N]; N % 8 == 0; 16-byte aligned rows. tile: kM64 or kM128 (kAuto: kM128 where
+// moe_ggml_tile_for picks it, else kM64); kM16 is the decode class (moe_grouped_gemv_ggml) and throws.
 void moe_grouped_gemm_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
                            const DeviceTensor& ys, cudaStream_t stream, MoeTile tile = MoeTile::kAuto);
 

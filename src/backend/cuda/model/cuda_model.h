@@ -35,8 +35,8 @@ struct CudaOptions {
   bool w4a4 = false;
   // GEMM 1 of the routed experts and the gated activation as one kernel where a 4-bit bank runs the
   // warpgroup-MMA prefill kernel (moe_grouped_gemm_w4_gated: gate and up stay fp32 into SiTU / SiLU).
-  // Off by default: on the H200 it is 11–17 % slower than the GEMM and the activation kernel apart
-  // (docs/decisions.md, 2026-12-02).
+  // Off by default: on the H200 it is 1–3 % slower than the GEMM and the activation kernel apart
+  // (ninth and tenth sessions; docs/decisions.md, 2026-12-02).
   bool fused_moe_activation = false;
 };
 

@@ -53,6 +53,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/moe_ggml.h"
+#include "backend/cuda/moe_nvfp4_act.h"
 #include "backend/cuda/moe_w4.h"
 #include "backend/cuda/moe_w4a8.h"
 #include "backend/cuda/ops.h"
@@ -608,7 +609,16 @@ void alloc_moe_layer(Arena& arena, const RandomPool& bf16_pool, MoeLayer& l) {
   l.ys = arena.alloc_tensor(DType::kBF16, l.r_max(), H, "moe ys");
   bf16_pool.fill(l.x.data, l.x.bytes(), 43);
   bf16_pool.fill(l.hs.data, l.hs.bytes(), 44);
+  bf16_pool.fill(l.gu.data, l.gu.bytes(), 40);
 }
+
+// Kimi-K3's activation (its values do not change the work).
+GatedActivation k3_situ() {
+  GatedActivation situ;
+  situ.situ = true, situ.beta = 10.0f;
+  return situ;
+}
+
 
 // One GEMM of one token count: its sorted rows, input (GEMM2: the bf16 activation) and output.
 struct MoeGemm {
@@ -626,6 +636,20 @@ struct MoeVariant {
   double bytes;
   std::function<void(int)> fn;  // call i uses routing i % kRoutings
 };
+
+// GEMM 2's input from GEMM 1's output gu as the model forms it — the activation applied by the
+// quantisation kernel, one pass ("<label> act+quant") — and as two kernels, gated_activation into the
+// bf16 rows hs, then the quantisation ("<label> act, quant"); no bandwidth figure.
+void push_gemm2_input_variants(std::vector<MoeVariant>& vs, const std::string& label, const DeviceTensor& gu,
+                               const DeviceTensor& hs, const std::function<void(const GatedActivation&)>& fused,
+                               const std::function<void(const DeviceTensor&)>& quantize, cudaStream_t stream) {
+  const int64_t I = hs.cols;
+  vs.push_back({label + " act+quant", 0.0, [=](int) { fused(k3_situ()); }});
+  vs.push_back({label + " act, quant", 0.0, [=](int) {
+                  gated_activation(k3_situ(), gu.col_slice(0, I), gu.col_slice(I, I), hs, stream);
+                  quantize(hs);
+                }});
+}
 
 // For every T: kRoutings routings, the gather, `per_tokens` (the sections' own per-T preparation, in
 // arena memory given back after the T), then per GEMM the bf16 reference (when present) and
@@ -710,8 +734,11 @@ void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool, boo
     }
     banks.push_back(b);
   }
-  GatedActivation situ;  // Kimi-K3's activation (values do not change the work)
-  situ.situ = true, situ.beta = 10.0f;
+  const GatedActivation situ = k3_situ();
+  // The W4A4 option's GEMM 2 input (NVFP4 values of the activation; every input_scale 1).
+  const DeviceTensor a4 = arena.alloc_tensor(DType::kBF16, l.r_max(), I, "moe w4a4 activation values");
+  const std::vector<float> unit_scales(static_cast<size_t>(E), 1.0f);
+  const DeviceTensor input_scale = upload_f32(arena, unit_scales.data(), 1, E, DType::kF32, "w4a4 input scales");
   run_moe_layer(arena, stream, l, [](int64_t, int64_t, const Routings&) {}, [&](const MoeGemm& g) {
     std::vector<MoeVariant> vs;
     for (const Banks& b : banks) {
@@ -753,11 +780,20 @@ void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool, boo
     if (g.gemm == 1 && g.T <= 64) {
       vs.push_back({"gather", 0.0, [&](int i) { moe_gather(l.x.row_slice(0, g.T), g.rt.d[i % kRoutings], g.in, stream); }});
     }
+    if (g.gemm == 2) {
+      const DeviceTensor gu = l.gu.row_slice(0, g.R), out = a4.row_slice(0, g.R);
+      const MoeDispatch d = g.rt.d[0];
+      const float* scales = input_scale.as<const float>();
+      push_gemm2_input_variants(
+          vs, "w4a4 situ", gu, g.in,
+          [&, gu, out, scales, d](const GatedActivation& act) {
+            moe_quantize_nvfp4_activation(act, gu.col_slice(0, I), gu.col_slice(I, I), scales, d, out, stream);
+          },
+          [&, out, scales, d](const DeviceTensor& hs) { moe_quantize_nvfp4_rows(hs, scales, d, out, stream); }, stream);
+    }
     // The routed experts of a decode step as the model runs them: gather, GEMM 1, SiTU, GEMM 2, each a
     // programmatic dependent of the one before (GB: both GEMMs' packed bytes).
     if (g.gemm == 2 && g.T <= 64) {
-      GatedActivation situ;
-      situ.situ = true, situ.beta = 10.0f;
       const int64_t R = g.R;
       for (const Banks& b : banks) {
         vs.push_back({std::string(w4_format_name(b.f)) + " decode chain", g.rt.hit * 3.0 * I * H * (0.5 + 1.0 / w4_group(b.f)),
@@ -826,6 +862,39 @@ void bench_moe_w4a8(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
         const Int8Rows& inq = g.gemm == 1 ? xq : hq;
         std::vector<MoeVariant> vs;
         vs.push_back({"quant", 0.0, [&](int) { moe_quantize_int8_rows(g.in, inq, stream); }});
+        if (g.gemm == 2) {
+          const DeviceTensor gu = l.gu.row_slice(0, g.R);
+          push_gemm2_input_variants(
+              vs, "situ", gu, g.in,
+              [&, gu](const GatedActivation& act) {
+                moe_quantize_int8_activation(act, gu.col_slice(0, I), gu.col_slice(I, I), hq, stream);
+              },
+              [&](const DeviceTensor& hs) { moe_quantize_int8_rows(hs, hq, stream); }, stream);
+        }
+        // The routed experts of a decode step as the model runs them (gather, quantisation, GEMM 1,
+        // activation + quantisation in one pass, GEMM 2), and with the activation as its own kernel.
+        if (g.gemm == 2 && g.T <= 64) {
+          for (const Banks& b : banks) {
+            const std::string scheme = b.group_size > 0 ? "g" + std::to_string(b.group_size) : "chan";
+            for (bool apart : {false, true}) {
+              vs.push_back({scheme + (apart ? " chain, act apart" : " decode chain"),
+                            g.rt.hit * 3.0 * I * H * (0.5 + 4.0 / static_cast<double>(b.g2.group())), [&, b, apart](int i) {
+                              const MoeDispatch& d = g.rt.d[i % kRoutings];
+                              const DeviceTensor xs = l.xs.row_slice(0, g.R), gu = l.gu.row_slice(0, g.R);
+                              moe_gather(l.x.row_slice(0, g.T), d, xs, stream);
+                              moe_quantize_int8_rows(xs, xq, stream);
+                              moe_grouped_gemm_w4a8(xq, b.g1, d, gu, stream);
+                              if (apart) {
+                                gated_activation(k3_situ(), gu.col_slice(0, I), gu.col_slice(I, I), g.in, stream);
+                                moe_quantize_int8_rows(g.in, hq, stream);
+                              } else {
+                                moe_quantize_int8_activation(k3_situ(), gu.col_slice(0, I), gu.col_slice(I, I), hq, stream);
+                              }
+                              moe_grouped_gemm_w4a8(hq, b.g2, d, g.out, stream);
+                            }});
+            }
+          }
+        }
         for (const Banks& b : banks) {
           const MoeW4A8Bank& w = g.gemm == 1 ? b.g1 : b.g2;
           const std::string scheme = b.group_size > 0 ? "g" + std::to_string(b.group_size) : "chan";
@@ -906,6 +975,36 @@ void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
                           }});
           }
           vs.push_back({name + " quant", 0.0, [&, a](int) { moe_ggml_quantize(g.in, a, stream); }});
+          if (g.gemm == 2) {
+            const DeviceTensor gu = l.gu.row_slice(0, g.R);
+            push_gemm2_input_variants(
+                vs, name + " situ", gu, g.in,
+                [&, gu, a](const GatedActivation& act) {
+                  moe_ggml_quantize_activation(act, gu.col_slice(0, I), gu.col_slice(I, I), a, stream);
+                },
+                [&, a](const DeviceTensor& hs) { moe_ggml_quantize(hs, a, stream); }, stream);
+          }
+          // The routed experts of a decode step as the model runs them (gather, quantisation, GEMV 1,
+          // activation + quantisation in one pass, GEMV 2), and with the activation as its own kernel.
+          if (g.gemm == 2 && g.T <= 64) {
+            for (bool apart : {false, true}) {
+              vs.push_back({name + (apart ? " chain, act apart" : " decode chain"),
+                            g.rt.hit * (b.g1.n * b.g1.row_bytes() + b.g2.n * b.g2.row_bytes()), [&, b, apart](int i) {
+                              const MoeDispatch& d = g.rt.d[i % kRoutings];
+                              const DeviceTensor xs = l.xs.row_slice(0, g.R), gu = l.gu.row_slice(0, g.R);
+                              moe_gather(l.x.row_slice(0, g.T), d, xs, stream);
+                              moe_ggml_quantize(xs, b.a1, stream);
+                              moe_grouped_gemv_ggml(b.a1, b.g1, d, gu, stream);
+                              if (apart) {
+                                gated_activation(k3_situ(), gu.col_slice(0, I), gu.col_slice(I, I), g.in, stream);
+                                moe_ggml_quantize(g.in, b.a2, stream);
+                              } else {
+                                moe_ggml_quantize_activation(k3_situ(), gu.col_slice(0, I), gu.col_slice(I, I), b.a2, stream);
+                              }
+                              moe_grouped_gemv_ggml(b.a2, b.g2, d, g.out, stream);
+                            }});
+            }
+          }
           if (g.R < 512 * MoeLayer::k) continue;
           for (MoeTile tile : {MoeTile::kM64, MoeTile::kM128}) {
             const std::string label = " mma m" + std::to_string(moe_tile_rows(tile)) + (tile == model_tile ? " (auto)" : "");

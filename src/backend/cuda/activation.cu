@@ -3,6 +3,7 @@
 // activation.cuh.
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "backend/cuda/activation.cuh"
 #include "backend/cuda/check.h"
@@ -67,16 +68,23 @@ void launch(const GatedActivation& a, const DeviceTensor& gate, const DeviceTens
 
 }  // namespace
 
+void check_gated_activation(const GatedActivation& act, const DeviceTensor& gate, const DeviceTensor& up,
+                            const char* what) {
+  const std::string w(what);
+  expect_dtype(up, gate.dtype, (w + " up").c_str());
+  expect_shape(up, gate.rows, gate.cols, (w + " up").c_str());
+  if (!vec8_ok(gate) || !vec8_ok(up)) {
+    throw Error(w + ": needs cols % 8 == 0 and 16-byte aligned rows, got " + gate.describe());
+  }
+  if (act.situ && !(act.beta > 0.0f)) throw Error(w + ": SiTU beta must be > 0");
+  if (gate.cols > INT32_MAX / 2) throw Error(w + ": rows too wide");
+}
+
 void gated_activation(const GatedActivation& act, const DeviceTensor& gate, const DeviceTensor& up,
                       const DeviceTensor& out, cudaStream_t stream) {
-  expect_dtype(up, gate.dtype, "gated_activation up");
-  expect_shape(up, gate.rows, gate.cols, "gated_activation up");
+  check_gated_activation(act, gate, up, "gated_activation");
   expect_shape(out, gate.rows, gate.cols, "gated_activation out");
-  if (!vec8_ok(gate) || !vec8_ok(up) || !vec8_ok(out)) {
-    throw Error("gated_activation: needs cols % 8 == 0 and 16-byte aligned rows, got " + gate.describe());
-  }
-  if (act.situ && !(act.beta > 0.0f)) throw Error("gated_activation: SiTU beta must be > 0");
-  if (gate.cols > INT32_MAX / 2) throw Error("gated_activation: rows too wide");
+  if (!vec8_ok(out)) throw Error("gated_activation: needs 16-byte aligned out rows, got " + out.describe());
   if (gate.numel() == 0) return;
   const bool xf = gate.dtype == DType::kF32, yf = out.dtype == DType::kF32;
   if ((!xf && gate.dtype != DType::kBF16) || (!yf && out.dtype != DType::kBF16)) {

@@ -16,6 +16,9 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
+#include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/ops.h"
 
 namespace k3::cuda::act {
@@ -78,6 +81,42 @@ inline Act make_act(const GatedActivation& a, Kind& kind) {
   const bool capped = a.situ && a.beta_lin > 0.0f;
   kind = !a.situ ? Kind::kSilu : capped ? Kind::kSituCapped : Kind::kSitu;
   return {a.gate_alpha, a.up_alpha, 1.0f / a.beta, capped ? 1.0f / a.beta_lin : 0.0f, capped ? a.beta * a.beta_lin : a.beta};
+}
+
+// GEMM 1's bf16 gate and up halves as a row source (kernel_util.cuh's RowsSource): act(gate, up)
+// rounded to bf16 — the values gated_activation stores into a bf16 output — so a kernel that quantises
+// GEMM 2's input from this source writes what it would write after the activation kernel, bit for bit,
+// without the bf16 round trip through memory.
+template <Kind kKind>
+struct Activated {
+  Act act;
+  const detail::bf16* gate;
+  int64_t ldg;
+  const detail::bf16* up;
+  int64_t ldu;
+  __device__ __forceinline__ void load8(int64_t row, int col, float (&v)[detail::kVec]) const {
+    float g[detail::kVec], u[detail::kVec];
+    detail::load8(gate + row * ldg + col, g);
+    detail::load8(up + row * ldu + col, u);
+#pragma unroll
+    for (int i = 0; i < detail::kVec; ++i) v[i] = __bfloat162float(__float2bfloat16_rn(activate<kKind>(act, g[i], u[i])));
+  }
+};
+
+// Calls f(Activated<kind>{…}) for the activation `a` over gate and up (bf16, checked by the caller
+// with check_gated_activation).
+template <class F>
+void visit_activated(const GatedActivation& a, const DeviceTensor& gate, const DeviceTensor& up, F&& f) {
+  Kind kind{};
+  const Act act = make_act(a, kind);
+  const auto call = [&](auto k) {
+    f(Activated<decltype(k)::value>{act, gate.as<const detail::bf16>(), gate.ld, up.as<const detail::bf16>(), up.ld});
+  };
+  switch (kind) {
+    case Kind::kSilu: call(std::integral_constant<Kind, Kind::kSilu>{}); break;
+    case Kind::kSitu: call(std::integral_constant<Kind, Kind::kSitu>{}); break;
+    case Kind::kSituCapped: call(std::integral_constant<Kind, Kind::kSituCapped>{}); break;
+  }
 }
 
 }  // namespace k3::cuda::act

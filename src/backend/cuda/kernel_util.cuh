@@ -1,5 +1,5 @@
 // Device helpers shared by the kernels (only included from .cu files): 16-byte vector loads and
-// stores of 8 values as float, warp and block reductions.
+// stores of 8 values as float, the plain row source, warp and block reductions.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -106,6 +106,18 @@ __device__ __forceinline__ uint4 load_streaming16(const void* p) {
 }
 
 // One value as float, and back (bf16 rounded to nearest even).
+// A row-wise kernel's input read as a plain matrix, 8 consecutive values at a time (the kernels that
+// quantise rows are templates over their source: this one, or activation.cuh's Activated, which forms
+// the values from GEMM 1's output in the same pass).
+template <typename T>
+struct RowsSource {
+  const T* x;
+  int64_t ld;
+  __device__ __forceinline__ void load8(int64_t row, int col, float (&v)[kVec]) const {
+    detail::load8(x + row * ld + col, v);
+  }
+};
+
 __device__ __forceinline__ float load1(const float* p) { return *p; }
 __device__ __forceinline__ float load1(const bf16* p) { return __bfloat162float(*p); }
 __device__ __forceinline__ void store1(float* p, float x) { *p = x; }

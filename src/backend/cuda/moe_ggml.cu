@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/cuda/activation.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/moe_ggml_blocks.h"
 #include "backend/cuda/moe_ggml_mma.h"
 #include "backend/cuda/upload.h"
@@ -23,18 +25,20 @@ using detail::bf16;
 constexpr int kQuantThreads = 256;  // 8 values per thread: 2048 values per CTA, whole blocks of 32 or 256
 
 // One thread per 8 values of one row; the BLOCK / 8 lanes of a block reduce its amax by shuffles.
-template <int BLOCK, typename Tin>
-__global__ void __launch_bounds__(kQuantThreads) quantize_kernel(const Tin* __restrict__ x, int64_t ldx, int k,
-                                                                 MoeGgmlActs a) {
+// Src: the rows (kernel_util.cuh's RowsSource) or GEMM 1's output under the gated activation
+// (activation.cuh's Activated). Launched as a programmatic dependent.
+template <int BLOCK, class Src>
+__global__ void __launch_bounds__(kQuantThreads) quantize_kernel(Src src, int k, MoeGgmlActs a) {
   constexpr int kLanes = BLOCK / 8;
   // The decode GEMV launched next (programmatic dependent launch) may start streaming its weights now;
   // it waits for this grid's completion before it reads the activations.
   asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   const int64_t row = blockIdx.x;
   const int col = (blockIdx.y * kQuantThreads + threadIdx.x) * 8;
   const bool valid = col < k;  // lanes past K take part in the shuffles with zeros
   float v[8] = {};
-  if (valid) detail::load8(x + row * ldx + col, v);
+  if (valid) src.load8(row, col, v);
   float amax = 0.0f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
@@ -54,6 +58,29 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_kernel(const Tin* __re
   *reinterpret_cast<uint2*>(a.q + row * k + col) = make_uint2(packed[0], packed[1]);
   if ((col / 8) % 2 == 0) a.sums[row * (k / 16) + col / 16] = static_cast<int16_t>(sum);
   if (col % BLOCK == 0) a.scale[row * (k / BLOCK) + col / BLOCK] = __fdiv_rn(amax, 127.0f);
+}
+
+template <class Src>
+void launch_quantize(const Src& src, const MoeGgmlActs& acts, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(acts.rows),
+                  static_cast<unsigned>((acts.k + 8 * kQuantThreads - 1) / (8 * kQuantThreads)));
+  const int k = static_cast<int>(acts.k);
+  if (acts.block == 32) {
+    launch_dependent(quantize_kernel<32, Src>, grid, dim3(kQuantThreads), 0, stream, src, k, acts);
+  } else {
+    launch_dependent(quantize_kernel<256, Src>, grid, dim3(kQuantThreads), 0, stream, src, k, acts);
+  }
+}
+
+// The activations' checks both entries share (xs: the rows or gate); false when there is nothing to do.
+bool check_acts(const DeviceTensor& xs, const MoeGgmlActs& acts, const char* what) {
+  expect_shape(xs, acts.rows, acts.k, (std::string(what) + " input").c_str());
+  if (acts.block != 32 && acts.block != 256) throw Error(std::string(what) + ": activation block must be 32 or 256");
+  if (acts.k % acts.block != 0 || acts.k > INT32_MAX / 2) {
+    throw Error(std::string(what) + ": K " + std::to_string(acts.k) + " is not a multiple of the block " +
+                std::to_string(acts.block));
+  }
+  return acts.rows > 0;
 }
 
 std::string shape_text(GgmlType type, int64_t e, int64_t n, int64_t k) {
@@ -138,30 +165,22 @@ MoeGgmlActs moe_ggml_acts_view(void* buffer, GgmlType type, int64_t rows, int64_
 }
 
 void moe_ggml_quantize(const DeviceTensor& xs, const MoeGgmlActs& acts, cudaStream_t stream) {
-  expect_shape(xs, acts.rows, acts.k, "moe_ggml_quantize xs");
   if (xs.dtype != DType::kBF16 && xs.dtype != DType::kF32) throw Error("moe_ggml_quantize: xs must be bf16 or f32");
   check_rows16(xs, "moe_ggml_quantize xs");
-  if (acts.block != 32 && acts.block != 256) throw Error("moe_ggml_quantize: activation block must be 32 or 256");
-  if (acts.rows == 0) return;
-  const dim3 grid(static_cast<unsigned>(acts.rows),
-                  static_cast<unsigned>((acts.k + 8 * kQuantThreads - 1) / (8 * kQuantThreads)));
-  const int k = static_cast<int>(acts.k);
+  if (!check_acts(xs, acts, "moe_ggml_quantize")) return;
   if (xs.dtype == DType::kBF16) {
-    const auto* x = static_cast<const bf16*>(xs.data);
-    if (acts.block == 32) {
-      quantize_kernel<32><<<grid, kQuantThreads, 0, stream>>>(x, xs.ld, k, acts);
-    } else {
-      quantize_kernel<256><<<grid, kQuantThreads, 0, stream>>>(x, xs.ld, k, acts);
-    }
+    launch_quantize(detail::RowsSource<bf16>{xs.as<const bf16>(), xs.ld}, acts, stream);
   } else {
-    const auto* x = static_cast<const float*>(xs.data);
-    if (acts.block == 32) {
-      quantize_kernel<32><<<grid, kQuantThreads, 0, stream>>>(x, xs.ld, k, acts);
-    } else {
-      quantize_kernel<256><<<grid, kQuantThreads, 0, stream>>>(x, xs.ld, k, acts);
-    }
+    launch_quantize(detail::RowsSource<float>{xs.as<const float>(), xs.ld}, acts, stream);
   }
-  K3_CUDA_CHECK_LAUNCH("moe_ggml quantize_kernel");
+}
+
+void moe_ggml_quantize_activation(const GatedActivation& act, const DeviceTensor& gate, const DeviceTensor& up,
+                                  const MoeGgmlActs& acts, cudaStream_t stream) {
+  check_gated_activation(act, gate, up, "moe_ggml_quantize_activation");
+  expect_dtype(gate, DType::kBF16, "moe_ggml_quantize_activation gate");
+  if (!check_acts(gate, acts, "moe_ggml_quantize_activation")) return;
+  act::visit_activated(act, gate, up, [&](const auto& src) { launch_quantize(src, acts, stream); });
 }
 
 MoeTile moe_ggml_tile_for(GgmlType type, int64_t rows, int64_t experts, int64_t n) {

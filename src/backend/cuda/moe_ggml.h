@@ -34,6 +34,7 @@
 
 #include "backend/cuda/arena.h"
 #include "backend/cuda/moe.h"
+#include "backend/cuda/ops.h"
 #include "backend/cuda/tensor.h"
 #include "quant/ggml/ggml_types.h"
 
@@ -78,6 +79,11 @@ MoeGgmlActs moe_ggml_acts_view(void* buffer, GgmlType type, int64_t rows, int64_
 // xs (bf16 or f32 [R, K], 16-byte aligned rows) → acts, the CPU's Int8Blocks contract bit for bit:
 // scale = amax / 127, code = round-half-even(x · (127 / amax)) clamped to ±127 (IEEE division).
 void moe_ggml_quantize(const DeviceTensor& xs, const MoeGgmlActs& acts, cudaStream_t stream);
+// GEMM 2's input in one pass: the same contract over act(gate, up) rounded to bf16 (ops.h's
+// gated_activation; gate, up bf16 [R, K], e.g. the halves of GEMM 1's output) — bit for bit
+// gated_activation into bf16 followed by moe_ggml_quantize, without the bf16 rows in memory.
+void moe_ggml_quantize_activation(const GatedActivation& act, const DeviceTensor& gate, const DeviceTensor& up,
+                                  const MoeGgmlActs& acts, cudaStream_t stream);
 
 // The decode GEMV: each warp's rows stream through its own cp.async ring in shared memory, a stage
 // holding up to whole rows, each part's codes and scales unpacked once per row and step for all
@@ -97,6 +103,9 @@ int moe_ggml_gemv_rows_per_warp(GgmlType type, int64_t k);
 // fp32 summation order.
 void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
                            const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp = 0);
+// The same over activations already quantised (moe_ggml_quantize or moe_ggml_quantize_activation).
+void moe_grouped_gemv_ggml(const MoeGgmlActs& acts, const MoeGgmlBank& bank, const MoeDispatch& d,
+                           const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp = 0);
 
 // Prefill: ys[r] = xs[r] · bf16(W_e)ᵀ for every expert e and sorted row r of e. xs bf16 [R, K]; ys bf16
 // or f32 [R, N]; N % 8 == 0; 16-byte aligned rows. tile: kM64 or kM128 (kAuto: kM128 where

@@ -294,6 +294,24 @@ void launch(GgmlType type, bool f32_out, const GemvArgs& a, int n_slices, unsign
   });
 }
 
+// The GEMV's checks (before anything is launched); returns the rows per warp it runs at.
+int check_gemv(const MoeGgmlActs& acts, const MoeGgmlBank& bank, const MoeDispatch& d, const DeviceTensor& ys,
+               int rows_per_warp) {
+  const int64_t R = d.rows(), N = bank.n, K = bank.k;
+  moe_ggml_check_bank(bank, d, "moe_grouped_gemv_ggml");
+  if (acts.rows != R || acts.k != K || acts.block != ggml_type_info(bank.type).block_size) {
+    throw Error("moe_grouped_gemv_ggml: activations not laid out for " + std::to_string(R) + " rows of K " +
+                std::to_string(K) + " in " + std::string(ggml_type_name(bank.type)) + " blocks");
+  }
+  expect_shape(ys, R, N, "moe_grouped_gemv_ggml ys");
+  if (ys.dtype != DType::kF32 && ys.dtype != DType::kBF16) throw Error("moe_grouped_gemv_ggml: ys must be f32 or bf16");
+  if (rows_per_warp == 0) rows_per_warp = moe_ggml_gemv_rows_per_warp(bank.type, K);
+  if (!moe_ggml_gemv_supports(bank.type, rows_per_warp)) {
+    throw Error("moe_grouped_gemv_ggml: rows per warp must be 1, 2, 3, 4 or 8, got " + std::to_string(rows_per_warp));
+  }
+  return rows_per_warp;
+}
+
 }  // namespace
 
 bool moe_ggml_gemv_supports(GgmlType type, int rows_per_warp) {
@@ -315,21 +333,10 @@ int moe_ggml_gemv_rows_per_warp(GgmlType type, int64_t k) {
   return rw;
 }
 
-void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
-                           const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp) {
+void moe_grouped_gemv_ggml(const MoeGgmlActs& acts, const MoeGgmlBank& bank, const MoeDispatch& d,
+                           const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp) {
+  rows_per_warp = check_gemv(acts, bank, d, ys, rows_per_warp);
   const int64_t R = d.rows(), N = bank.n, K = bank.k;
-  moe_ggml_check_bank(bank, d, "moe_grouped_gemv_ggml");
-  if (acts.rows != R || acts.k != K || acts.block != ggml_type_info(bank.type).block_size) {
-    throw Error("moe_grouped_gemv_ggml: activations not laid out for " + std::to_string(R) + " rows of K " +
-                std::to_string(K) + " in " + std::string(ggml_type_name(bank.type)) + " blocks");
-  }
-  expect_shape(ys, R, N, "moe_grouped_gemv_ggml ys");
-  if (ys.dtype != DType::kF32 && ys.dtype != DType::kBF16) throw Error("moe_grouped_gemv_ggml: ys must be f32 or bf16");
-  if (rows_per_warp == 0) rows_per_warp = moe_ggml_gemv_rows_per_warp(bank.type, K);
-  if (!moe_ggml_gemv_supports(bank.type, rows_per_warp)) {
-    throw Error("moe_grouped_gemv_ggml: rows per warp must be 1, 2, 3, 4 or 8, got " + std::to_string(rows_per_warp));
-  }
-  moe_ggml_quantize(xs, acts, stream);
   const MoeTileMap map = moe_tile_map(d, MoeTile::kM16);
   if (R == 0) return;
   const int n_slices = static_cast<int>((N + gemv_cta_rows(rows_per_warp) - 1) / gemv_cta_rows(rows_per_warp));
@@ -345,6 +352,13 @@ void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, cons
   if (rows_per_warp == 4) launch<4>(bank.type, f32_out, a, n_slices, grid, map, stream);
   if (rows_per_warp == 8) launch<8>(bank.type, f32_out, a, n_slices, grid, map, stream);
   K3_CUDA_CHECK_LAUNCH("moe_ggml gemv_kernel");
+}
+
+void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
+                           const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp) {
+  rows_per_warp = check_gemv(acts, bank, d, ys, rows_per_warp);
+  moe_ggml_quantize(xs, acts, stream);
+  moe_grouped_gemv_ggml(acts, bank, d, ys, stream, rows_per_warp);
 }
 
 }  // namespace k3::cuda

@@ -3,8 +3,10 @@
 // share one definition.
 #include <string>
 
+#include "backend/cuda/activation.cuh"
 #include "backend/cuda/check.h"
 #include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/moe_nvfp4_act.h"
 #include "core/numeric.h"
 
@@ -29,12 +31,14 @@ __device__ __forceinline__ float e4m3_sat(float v) { return round_saturated(v, 3
 __device__ __forceinline__ float e2m1_sat(float v) { return round_saturated(v, 1, 1, 0x7); }
 
 // One thread per 16-value block of the whole [R, K] (the blocks are independent, so every load is in
-// flight at once: a decode step quantises a few rows and is bound by latency).
-template <typename Tin>
-__global__ void __launch_bounds__(kThreads) nvfp4_rows_kernel(const Tin* __restrict__ x, int64_t ldx,
-                                                              const float* __restrict__ input_scale,
+// flight at once: a decode step quantises a few rows and is bound by latency). Src: the rows
+// (kernel_util.cuh's RowsSource) or GEMM 1's output under the gated activation (activation.cuh's
+// Activated). Launched as a programmatic dependent: nothing is read before the wait.
+template <class Src>
+__global__ void __launch_bounds__(kThreads) nvfp4_rows_kernel(Src src, const float* __restrict__ input_scale,
                                                               const int32_t* __restrict__ offsets, int experts,
                                                               bf16* __restrict__ out, int64_t ldo, int rows, int k) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   const int blocks_per_row = k / kBlock;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= static_cast<int64_t>(rows) * blocks_per_row) return;
@@ -47,8 +51,8 @@ __global__ void __launch_bounds__(kThreads) nvfp4_rows_kernel(const Tin* __restr
   }
   const float gs = 1.0f / input_scale[lo];
   float v[kBlock];
-  detail::load8(x + static_cast<int64_t>(r) * ldx + b, *reinterpret_cast<float(*)[kVec]>(v));
-  detail::load8(x + static_cast<int64_t>(r) * ldx + b + kVec, *reinterpret_cast<float(*)[kVec]>(v + kVec));
+  src.load8(r, b, *reinterpret_cast<float(*)[kVec]>(v));
+  src.load8(r, b + kVec, *reinterpret_cast<float(*)[kVec]>(v + kVec));
   float amax = 0.0f;
 #pragma unroll
   for (int j = 0; j < kBlock; ++j) amax = fmaxf(amax, fabsf(v[j]));
@@ -59,35 +63,56 @@ __global__ void __launch_bounds__(kThreads) nvfp4_rows_kernel(const Tin* __restr
   detail::store8(out + static_cast<int64_t>(r) * ldo + b + kVec, *reinterpret_cast<float(*)[kVec]>(v + kVec));
 }
 
+// The checks both entries share (xs: the rows or gate); false when there is nothing to do.
+bool check(const DeviceTensor& xs, const float* input_scale, const MoeDispatch& d, const DeviceTensor& out,
+           const char* what) {
+  const std::string w(what);
+  const int64_t R = xs.rows, K = xs.cols;
+  expect_dtype(out, DType::kBF16, (w + " out").c_str());
+  expect_shape(out, R, K, (w + " out").c_str());
+  if (R != d.rows()) throw Error(w + ": " + std::to_string(R) + " rows for a dispatch of " + std::to_string(d.rows()));
+  if (K % kBlock != 0 || !rows_aligned16(xs) || !rows_aligned16(out)) {
+    throw Error(w + ": K a multiple of 16 and 16-byte aligned rows, got " + xs.describe());
+  }
+  if (input_scale == nullptr || d.expert_offsets == nullptr) throw Error(w + ": no input scales or dispatch");
+  if ((R * (K / kBlock) + kThreads - 1) / kThreads > INT32_MAX || K > INT32_MAX / 2) {
+    throw Error(w + ": too many rows or columns");
+  }
+  return R > 0;
+}
+
+template <class Src>
+void launch(const Src& src, int64_t R, int64_t K, const float* input_scale, const MoeDispatch& d,
+            const DeviceTensor& out, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((R * (K / kBlock) + kThreads - 1) / kThreads));
+  launch_dependent(nvfp4_rows_kernel<Src>, grid, dim3(kThreads), 0, stream, src, input_scale, d.expert_offsets,
+                   static_cast<int>(d.experts), out.as<bf16>(), out.ld, static_cast<int>(R), static_cast<int>(K));
+}
+
 }  // namespace
 
 void moe_quantize_nvfp4_rows(const DeviceTensor& xs, const float* input_scale, const MoeDispatch& d,
                              const DeviceTensor& out, cudaStream_t stream) {
-  const int64_t R = xs.rows, K = xs.cols;
-  expect_dtype(out, DType::kBF16, "moe_quantize_nvfp4_rows out");
-  expect_shape(out, R, K, "moe_quantize_nvfp4_rows out");
-  if (R != d.rows()) {
-    throw Error("moe_quantize_nvfp4_rows: " + std::to_string(R) + " rows for a dispatch of " + std::to_string(d.rows()));
-  }
-  if (K % kBlock != 0 || !rows_aligned16(xs) || !rows_aligned16(out)) {
-    throw Error("moe_quantize_nvfp4_rows: K a multiple of 16 and 16-byte aligned rows, got " + xs.describe());
-  }
-  if (input_scale == nullptr || d.expert_offsets == nullptr) throw Error("moe_quantize_nvfp4_rows: no input scales or dispatch");
-  if (R == 0) return;
-  const int64_t blocks = (R * (K / kBlock) + kThreads - 1) / kThreads;
-  if (blocks > INT32_MAX || K > INT32_MAX / 2) throw Error("moe_quantize_nvfp4_rows: too many rows or columns");
-  const dim3 grid(static_cast<unsigned>(blocks));
-  const int experts = static_cast<int>(d.experts), rows = static_cast<int>(R), k = static_cast<int>(K);
-  if (xs.dtype == DType::kBF16) {
-    nvfp4_rows_kernel<bf16><<<grid, kThreads, 0, stream>>>(xs.as<const bf16>(), xs.ld, input_scale, d.expert_offsets,
-                                                             experts, out.as<bf16>(), out.ld, rows, k);
-  } else if (xs.dtype == DType::kF32) {
-    nvfp4_rows_kernel<float><<<grid, kThreads, 0, stream>>>(xs.as<const float>(), xs.ld, input_scale, d.expert_offsets,
-                                                              experts, out.as<bf16>(), out.ld, rows, k);
-  } else {
+  if (xs.dtype != DType::kBF16 && xs.dtype != DType::kF32) {
     throw Error("moe_quantize_nvfp4_rows: f32 or bf16 rows, got " + xs.describe());
   }
-  K3_CUDA_CHECK_LAUNCH("nvfp4_rows_kernel");
+  if (!check(xs, input_scale, d, out, "moe_quantize_nvfp4_rows")) return;
+  if (xs.dtype == DType::kBF16) {
+    launch(detail::RowsSource<bf16>{xs.as<const bf16>(), xs.ld}, xs.rows, xs.cols, input_scale, d, out, stream);
+  } else {
+    launch(detail::RowsSource<float>{xs.as<const float>(), xs.ld}, xs.rows, xs.cols, input_scale, d, out, stream);
+  }
+}
+
+void moe_quantize_nvfp4_activation(const GatedActivation& act, const DeviceTensor& gate, const DeviceTensor& up,
+                                   const float* input_scale, const MoeDispatch& d, const DeviceTensor& out,
+                                   cudaStream_t stream) {
+  check_gated_activation(act, gate, up, "moe_quantize_nvfp4_activation");
+  expect_dtype(gate, DType::kBF16, "moe_quantize_nvfp4_activation gate");
+  if (!check(gate, input_scale, d, out, "moe_quantize_nvfp4_activation")) return;
+  act::visit_activated(act, gate, up, [&](const auto& src) {
+    launch(src, gate.rows, gate.cols, input_scale, d, out, stream);
+  });
 }
 
 }  // namespace k3::cuda

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/moe.h"
+#include "backend/cuda/ops.h"
 #include "backend/cuda/tensor.h"
 
 namespace k3::cuda {
@@ -21,5 +22,11 @@ namespace k3::cuda {
 // 16-byte aligned rows. Rows past the dispatch's last expert are left alone. Graph-capturable.
 void moe_quantize_nvfp4_rows(const DeviceTensor& xs, const float* input_scale, const MoeDispatch& d,
                              const DeviceTensor& out, cudaStream_t stream);
+// GEMM 2's input in one pass: the same values of act(gate, up) rounded to bf16 (ops.h's
+// gated_activation; gate, up bf16 [R, K], e.g. the halves of GEMM 1's output) — bit for bit
+// gated_activation into bf16 followed by moe_quantize_nvfp4_rows, without the bf16 rows in memory.
+void moe_quantize_nvfp4_activation(const GatedActivation& act, const DeviceTensor& gate, const DeviceTensor& up,
+                                   const float* input_scale, const MoeDispatch& d, const DeviceTensor& out,
+                                   cudaStream_t stream);
 
 }  // namespace k3::cuda

@@ -112,23 +112,6 @@ void moe_w4a8_upload_out_scale(const MoeW4A8Bank& bank, const float* host) {
   copy_bytes_to_device(bank.out_scale, host, static_cast<size_t>(bank.experts * bank.parts) * sizeof(float));
 }
 
-void moe_quantize_int8_rows(const DeviceTensor& x, const Int8Rows& q, cudaStream_t stream) {
-  if (x.dtype != DType::kF32 && x.dtype != DType::kBF16) {
-    throw Error("moe_quantize_int8_rows: x must be f32 or bf16, got " + x.describe());
-  }
-  expect_dtype(q.codes, DType::kU8, "moe_quantize_int8_rows codes");
-  expect_shape(q.codes, x.rows, x.cols, "moe_quantize_int8_rows codes");
-  if (q.scale == nullptr) throw Error("moe_quantize_int8_rows: no scale buffer");
-  if (x.cols % 8 != 0 || reinterpret_cast<uintptr_t>(x.data) % 16 != 0 || (x.ld * dtype_size(x.dtype)) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(q.codes.data) % 8 != 0 || q.codes.ld % 8 != 0) {
-    throw Error("moe_quantize_int8_rows: needs K % 8 == 0, 16-byte aligned rows of x and 8-byte aligned code rows, got " +
-                x.describe() + " → " + q.codes.describe());
-  }
-  if (x.rows == 0) return;
-  w4a8::launch_quantize(x.data, x.dtype == DType::kF32, x.ld, x.rows, x.cols, static_cast<int8_t*>(q.codes.data),
-                        q.codes.ld, q.scale, stream);
-}
-
 MoeTile moe_w4a8_tile_for(int64_t rows, int64_t experts, bool grouped) {
   if (!grouped) return MoeTile::kM64;
   return rows <= 16 * std::max<int64_t>(experts, 1) ? MoeTile::kM16 : MoeTile::kM64;

@@ -1,5 +1,5 @@
-// Kernels of the ModelSlim W4A8 expert GEMM (moe_w4a8.h): the per-row int8 activation quantisation
-// and the grouped GEMM on integer tensor cores.
+// The grouped GEMM of the ModelSlim W4A8 experts (moe_w4a8.h) on integer tensor cores (the per-row
+// int8 activation quantisation: moe_w4a8_quantize.cu).
 //
 // GEMM: swapped operands as moe_w4_gemm.cuh — C[feature][token] = Σ_k q[feature][k] · c[token][k] with
 // the weights as the mma A operand (m16 = 16 weight rows, widened from the bank's fragment-ordered
@@ -22,70 +22,6 @@ namespace k3::cuda::w4a8 {
 namespace {
 
 using namespace mla_detail;  // cp.async, ldmatrix, bf16 packing
-
-// ---- activation quantisation -------------------------------------------------------------------------
-
-constexpr int kQuantThreads = 256;  // one CTA per row, 8 values per thread and chunk
-constexpr int kQuantHeld = 4;       // chunks a thread keeps in registers: rows up to 8192 values are read once
-
-// The CPU's prepare_int8 (Int8PerToken) rule: s = amax / 127, code = clamp(rint(x / s), ±127), both
-// divisions IEEE round-to-nearest, rint ties to even; amax 0 gives s = 0 and zero codes. A CTA per row
-// with every load of the row in flight at once (a decode step quantises a few rows: latency, not
-// bytes, is what counts); values past kQuantHeld chunks per thread are read again for the codes.
-template <typename T>
-__global__ void __launch_bounds__(kQuantThreads)
-    quantize_rows_kernel(const T* __restrict__ x, int64_t ldx, int k, int8_t* __restrict__ q, int64_t ldq,
-                         float* __restrict__ scale) {
-  constexpr int kStride = kQuantThreads * detail::kVec;
-  __shared__ float warp_amax[kQuantThreads / 32];
-  const int64_t row = blockIdx.x;
-  const int tid = threadIdx.x;
-  const T* xr = x + row * ldx;
-  float held[kQuantHeld][detail::kVec];
-  float amax = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kQuantHeld; ++j) {
-    const int c = tid * detail::kVec + j * kStride;
-    if (c < k) {
-      detail::load8(xr + c, held[j]);
-#pragma unroll
-      for (int i = 0; i < detail::kVec; ++i) amax = fmaxf(amax, fabsf(held[j][i]));
-    }
-  }
-  for (int c = tid * detail::kVec + kQuantHeld * kStride; c < k; c += kStride) {
-    float v[detail::kVec];
-    detail::load8(xr + c, v);
-#pragma unroll
-    for (int i = 0; i < detail::kVec; ++i) amax = fmaxf(amax, fabsf(v[i]));
-  }
-  amax = detail::warp_max(amax);
-  if ((tid & 31) == 0) warp_amax[tid / 32] = amax;
-  __syncthreads();
-#pragma unroll
-  for (int w = 0; w < kQuantThreads / 32; ++w) amax = fmaxf(amax, warp_amax[w]);
-  const float s = __fdiv_rn(amax, 127.0f);
-  if (tid == 0) scale[row] = s;
-  int8_t* qr = q + row * ldq;
-  const auto put = [&](int c, const float (&v)[detail::kVec]) {
-    uint32_t packed[2] = {0u, 0u};
-#pragma unroll
-    for (int i = 0; i < detail::kVec; ++i) {
-      const int code = amax > 0.0f ? max(-127, min(127, __float2int_rn(__fdiv_rn(v[i], s)))) : 0;
-      packed[i / 4] |= (static_cast<uint32_t>(code) & 0xFFu) << (8 * (i % 4));
-    }
-    *reinterpret_cast<uint2*>(qr + c) = make_uint2(packed[0], packed[1]);
-  };
-#pragma unroll
-  for (int j = 0; j < kQuantHeld; ++j) {
-    const int c = tid * detail::kVec + j * kStride;
-    if (c < k) put(c, held[j]);
-  }
-  for (int c = tid * detail::kVec + kQuantHeld * kStride; c < k; c += kStride) {
-    float v[detail::kVec];
-    detail::load8(xr + c, v);
-    put(c, v);
-  }
-}
 
 // ---- grouped GEMM -------------------------------------------------------------------------------------
 
@@ -326,20 +262,6 @@ void launch_gemm(MoeTile tile, bool f32_out, bool grouped, const GemmArgs& a, co
     case MoeTile::kM128: launch_variant<CfgPrefill128>(f32_out, grouped, a, map, stream); break;
     case MoeTile::kAuto: throw Error("moe_grouped_gemm_w4a8: unresolved tile");
   }
-}
-
-void launch_quantize(const void* x, bool x_f32, int64_t ldx, int64_t rows, int64_t k, int8_t* codes, int64_t ldq,
-                     float* scale, cudaStream_t stream) {
-  if (rows > INT32_MAX || k > INT32_MAX / 2) throw Error("moe_quantize_int8_rows: too many rows or columns");
-  const auto grid = static_cast<unsigned>(rows);
-  if (x_f32) {
-    quantize_rows_kernel<float><<<grid, kQuantThreads, 0, stream>>>(static_cast<const float*>(x), ldx,
-                                                                    static_cast<int>(k), codes, ldq, scale);
-  } else {
-    quantize_rows_kernel<bf16><<<grid, kQuantThreads, 0, stream>>>(static_cast<const bf16*>(x), ldx,
-                                                                   static_cast<int>(k), codes, ldq, scale);
-  }
-  K3_CUDA_CHECK_LAUNCH("quantize_rows_kernel");
 }
 
 }  // namespace k3::cuda::w4a8

@@ -33,6 +33,7 @@
 
 #include "backend/cuda/arena.h"
 #include "backend/cuda/moe.h"
+#include "backend/cuda/ops.h"
 #include "backend/cuda/tensor.h"
 
 namespace k3::cuda {
@@ -81,6 +82,11 @@ void moe_w4a8_upload_out_scale(const MoeW4A8Bank& bank, const float* host);
 // The activation contract above, per row of x (f32 or bf16 [R, K], K % 8 == 0, 16-byte aligned rows):
 // codes into q.codes, s into q.scale. One CTA per row.
 void moe_quantize_int8_rows(const DeviceTensor& x, const Int8Rows& q, cudaStream_t stream);
+// GEMM 2's input in one pass: the same contract over act(gate, up) rounded to bf16 (ops.h's
+// gated_activation; gate, up bf16 [R, K], e.g. the halves of GEMM 1's output) — bit for bit
+// gated_activation into bf16 followed by moe_quantize_int8_rows, without the bf16 rows in memory.
+void moe_quantize_int8_activation(const GatedActivation& act, const DeviceTensor& gate, const DeviceTensor& up,
+                                  const Int8Rows& q, cudaStream_t stream);
 
 // The host-side kernel choice from the shapes alone (never the counts), measured on the H200 for the
 // Kimi-K3 layer (k3_bench_cuda --moe-w4a8, 2026-11-29): per-channel banks take kM64 at every size (1.3×

@@ -27,8 +27,4 @@ struct GemmArgs {
 void launch_gemm(MoeTile tile, bool f32_out, bool grouped, const GemmArgs& a, const MoeTileMap& map,
                  cudaStream_t stream);
 
-// x: f32 (x_f32) or bf16 rows [R, K], ldx elements; codes s8 [R, K], ldq bytes; scale [R].
-void launch_quantize(const void* x, bool x_f32, int64_t ldx, int64_t rows, int64_t k, int8_t* codes, int64_t ldq,
-                     float* scale, cudaStream_t stream);
-
 }  // namespace k3::cuda::w4a8

@@ -57,6 +57,10 @@ struct GatedActivation {
 GatedActivation gated_activation_params(const ActivationConfig& a);
 void gated_activation(const GatedActivation& act, const DeviceTensor& gate, const DeviceTensor& up,
                       const DeviceTensor& out, cudaStream_t stream);
+// The checks on act, gate and up that gated_activation makes (what: the caller, for the message), for
+// the kernels that apply the activation while they quantise GEMM 2's input (moe_quantize_*_activation).
+void check_gated_activation(const GatedActivation& act, const DeviceTensor& gate, const DeviceTensor& up,
+                            const char* what);
 
 // ---- moe_router.cu ------------------------------------------------------------------------------
 // The MoE router for every token in one kernel, as the CPU route() (spec §7.1): scores (sigmoid or

@@ -7,7 +7,8 @@
 // scale for gate and up separately) in their epilogue — so the activation's gate/up alphas are 1 and
 // no scale is applied twice. With CudaOptions::fused_moe_activation, where a 4-bit bank runs the
 // warpgroup-MMA prefill kernel, GEMM1 and the activation are one kernel (the gate and up values stay
-// fp32 into the activation).
+// fp32 into the activation). Where GEMM 2's bank quantises its input (W4A8, GGUF decode, W4A4), the
+// activation is applied by the kernel that quantises it (one pass; ExpertInput).
 #include "backend/cuda/model/expert_stream.h"
 #include "backend/cuda/model/rows.h"
 #include "backend/cuda/model/step.h"
@@ -21,47 +22,84 @@
 namespace k3::cuda {
 namespace {
 
-// A 4-bit bank's GEMM input: xs, or under W4A4 (CudaOptions::w4a4) the checkpoint's NVFP4 activation
-// values of xs in step scratch.
-DeviceTensor w4_input(StepContext& ctx, const DeviceTensor& xs, const DeviceExperts& w, const MoeDispatch& d) {
-  if (w.input_scale == nullptr) return xs;
-  const DeviceTensor in = ctx.scratch(DType::kBF16, xs.rows, xs.cols, "moe nvfp4 activations");
-  moe_quantize_nvfp4_rows(xs, w.input_scale, d, in, ctx.stream);
-  return in;
+// Where an expert GEMM's input comes from: sorted rows (GEMM 1's gathered rows; GEMM 2's after the
+// fused GEMM 1 + activation kernel), or GEMM 1's gate and up halves under the gated activation, which
+// is then applied by the kernel that forms the bank's input — for a quantised activation contract the
+// activation and GEMM 2's input quantisation are one pass (moe_quantize_*_activation: bit for bit the
+// two kernels they replace).
+struct ExpertInput {
+  DeviceTensor rows;  // the rows; with act: where their bf16 form goes if the bank multiplies bf16 rows
+  const GatedActivation* act = nullptr;
+  DeviceTensor gate, up;
+
+  static ExpertInput of_rows(const DeviceTensor& rows) { return {rows, nullptr, {}, {}}; }
+  static ExpertInput activated(const GatedActivation& act, const DeviceTensor& gate, const DeviceTensor& up,
+                               const DeviceTensor& bf16_rows) {
+    return {bf16_rows, &act, gate, up};
+  }
+};
+
+// The input as bf16 rows (what the bf16, W4A16 and GGUF prefill kernels multiply).
+DeviceTensor bf16_rows(StepContext& ctx, const ExpertInput& in) {
+  if (in.act != nullptr) gated_activation(*in.act, in.gate, in.up, in.rows, ctx.stream);
+  return in.rows;
 }
 
-// ys = xs · W_eᵀ per sorted row in the bank's own kernel; W4A8 and GGUF's decode GEMV first quantise
-// the rows under the checkpoint's activation contract (int8 per row / 8-bit blocks; GGUF prefill
-// multiplies bf16 rows: moe_ggml_tile_for), and NVFP4 under W4A4
-// (CudaOptions::w4a4) to its FP4 values, into step scratch.
+// A 4-bit bank's GEMM input: bf16 rows, or under W4A4 (CudaOptions::w4a4) the checkpoint's NVFP4
+// activation values of them in step scratch.
+DeviceTensor w4_input(StepContext& ctx, const ExpertInput& in, const DeviceExperts& w, const MoeDispatch& d) {
+  if (w.input_scale == nullptr) return bf16_rows(ctx, in);
+  const DeviceTensor out = ctx.scratch(DType::kBF16, in.rows.rows, in.rows.cols, "moe nvfp4 activations");
+  if (in.act != nullptr) {
+    moe_quantize_nvfp4_activation(*in.act, in.gate, in.up, w.input_scale, d, out, ctx.stream);
+  } else {
+    moe_quantize_nvfp4_rows(in.rows, w.input_scale, d, out, ctx.stream);
+  }
+  return out;
+}
+
+// ys = in · W_eᵀ per sorted row in the bank's own kernel; W4A8 and GGUF's decode GEMV first quantise
+// the input under the checkpoint's activation contract (int8 per row / 8-bit blocks; GGUF prefill
+// multiplies bf16 rows: moe_ggml_tile_for), and NVFP4 under W4A4 (CudaOptions::w4a4) to its FP4
+// values, into step scratch.
 // `model_experts`: the E the kernel is chosen for — the model's, also when the dispatch runs over
 // streaming's slot bank, so a streamed layer runs the same kernels as a resident one.
-void expert_gemm(StepContext& ctx, const DeviceTensor& xs, const DeviceExperts& w, const MoeDispatch& d,
+void expert_gemm(StepContext& ctx, const ExpertInput& in, const DeviceExperts& w, const MoeDispatch& d,
                  const DeviceTensor& ys, int64_t model_experts) {
-  const int64_t R = d.rows();
+  const int64_t R = d.rows(), K = in.rows.cols;
   switch (w.kind) {
     case DeviceExperts::Kind::kBf16:
-      moe_grouped_gemm_bf16(xs, w.bf16, d, ys, ctx.stream, moe_tile_for(R, model_experts));
+      moe_grouped_gemm_bf16(bf16_rows(ctx, in), w.bf16, d, ys, ctx.stream, moe_tile_for(R, model_experts));
       break;
     case DeviceExperts::Kind::kW4:
-      moe_grouped_gemm_w4(w4_input(ctx, xs, w, d), w.w4, d, ys, ctx.stream, moe_w4_tile_for(R, model_experts));
+      moe_grouped_gemm_w4(w4_input(ctx, in, w, d), w.w4, d, ys, ctx.stream, moe_w4_tile_for(R, model_experts));
       break;
     case DeviceExperts::Kind::kW4A8: {
-      const Int8Rows q{ctx.scratch(DType::kU8, xs.rows, xs.cols, "moe int8 rows"),
-                       ctx.arena.alloc_n<float>(static_cast<size_t>(xs.rows), "moe int8 row scales")};
-      moe_quantize_int8_rows(xs, q, ctx.stream);
+      const Int8Rows q{ctx.scratch(DType::kU8, R, K, "moe int8 rows"),
+                       ctx.arena.alloc_n<float>(static_cast<size_t>(R), "moe int8 row scales")};
+      if (in.act != nullptr) {
+        moe_quantize_int8_activation(*in.act, in.gate, in.up, q, ctx.stream);
+      } else {
+        moe_quantize_int8_rows(in.rows, q, ctx.stream);
+      }
       moe_grouped_gemm_w4a8(q, w.w4a8, d, ys, ctx.stream, moe_w4a8_tile_for(R, model_experts, w.w4a8.groups() > 1));
       break;
     }
     case DeviceExperts::Kind::kGgml: {
       const MoeTile tile = moe_ggml_tile_for(w.ggml.type, R, model_experts, w.ggml.n);
       if (tile != MoeTile::kM16) {
-        moe_grouped_gemm_ggml(xs, w.ggml, d, ys, ctx.stream, tile);
+        moe_grouped_gemm_ggml(bf16_rows(ctx, in), w.ggml, d, ys, ctx.stream, tile);
         ++ctx.ggml_prefill_gemms;
         break;
       }
-      void* buffer = ctx.arena.alloc(moe_ggml_acts_bytes(w.ggml.type, xs.rows, xs.cols), "moe ggml activations");
-      moe_grouped_gemv_ggml(xs, w.ggml, d, moe_ggml_acts_view(buffer, w.ggml.type, xs.rows, xs.cols), ys, ctx.stream);
+      const MoeGgmlActs acts = moe_ggml_acts_view(ctx.arena.alloc(moe_ggml_acts_bytes(w.ggml.type, R, K), "moe ggml activations"),
+                                                  w.ggml.type, R, K);
+      if (in.act != nullptr) {
+        moe_ggml_quantize_activation(*in.act, in.gate, in.up, acts, ctx.stream);
+      } else {
+        moe_ggml_quantize(in.rows, acts, ctx.stream);
+      }
+      moe_grouped_gemv_ggml(acts, w.ggml, d, ys, ctx.stream);
       break;
     }
   }
@@ -77,7 +115,7 @@ bool fused_gemm1(StepContext& ctx, const DeviceTensor& xs, const DeviceExperts& 
   const W4Kernel kernel =
       moe_w4_kernel_for(moe_w4_tile_for(R, model_experts), w13.w4.format, R, model_experts, w13.w4.k);
   if (kernel != W4Kernel::kWgmma) return false;
-  return moe_grouped_gemm_w4_gated(w4_input(ctx, xs, w13, d), w13.w4, d, act, out, ctx.stream, kernel);
+  return moe_grouped_gemm_w4_gated(w4_input(ctx, ExpertInput::of_rows(xs), w13, d), w13.w4, d, act, out, ctx.stream, kernel);
 }
 
 }  // namespace
@@ -134,11 +172,11 @@ void moe_block(StepContext& ctx, int64_t layer, const DeviceMoe& w, const Device
     const GatedActivation act = gated_activation_params(ctx.config.activation);
     if (ctx.fused_moe_activation && fused_gemm1(ctx, xs, w13, d, act, a, E)) {
       ++ctx.fused_gemm1_calls;
+      expert_gemm(ctx, ExpertInput::of_rows(a), w2, d, ys, E);
     } else {
-      expert_gemm(ctx, xs, w13, d, gate_up, E);
-      gated_activation(act, gate_up.col_slice(0, I), gate_up.col_slice(I, I), a, ctx.stream);
+      expert_gemm(ctx, ExpertInput::of_rows(xs), w13, d, gate_up, E);
+      expert_gemm(ctx, ExpertInput::activated(act, gate_up.col_slice(0, I), gate_up.col_slice(I, I), a), w2, d, ys, E);
     }
-    expert_gemm(ctx, a, w2, d, ys, E);
     moe_combine(ys, d, weights, routed, accumulate, ctx.stream);
     ctx.arena.reset(pass_mark);
   };

@@ -40,6 +40,21 @@ struct GgmlBank {
       detail::store8(dst + i * C::kRowStep * C::LDS, v);
     }
   }
+
+  // The cache lines load() will read for the same rows and `col` (the first and last byte of each
+  // row's block) into L1, a stage ahead of the decode.
+  template <class C>
+  __device__ __forceinline__ void prefetch(int64_t row, int col, bool in_k, uint32_t rows) const {
+    const uint8_t* blk = w + row * row_bytes + static_cast<int64_t>(col / F::kBlock) * F::kBytes;
+#pragma unroll
+    for (int i = 0; i < C::BN / C::kRowStep; ++i) {
+      if (in_k && (rows >> i & 1u)) {
+        const uint8_t* b = blk + i * C::kRowStep * row_bytes;
+        asm volatile("prefetch.global.L1 [%0];\n" ::"l"(b));
+        asm volatile("prefetch.global.L1 [%0];\n" ::"l"(b + F::kBytes - 1));
+      }
+    }
+  }
 };
 
 template <GgmlType T>

@@ -57,6 +57,11 @@ struct GgmlBank {
   }
 };
 
+// kM64 with eight warps per CTA (the bf16 source's tiles have four): twice the warps per SM to cover
+// the decode's global-load latency, each decoding half as many rows per stage. (kM128 at eight warps
+// and two CTAs per SM spills 340+ bytes at the 128-register cap; it keeps four.)
+using GgmlCfgM64 = TileCfg<64, 128, 64, 2, 4, 3, 2>;
+
 template <GgmlType T>
 void launch(MoeTile tile, bool f32_out, const Args& a, const MoeTileMap& map, cudaStream_t stream) {
   gb::visit(T, [&](auto trait) {
@@ -70,7 +75,7 @@ void launch(MoeTile tile, bool f32_out, const Args& a, const MoeTileMap& map, cu
         if (tile == MoeTile::kM128) {
           grouped_gemm::launch<CfgM128, Tout>(g, map, stream, kWhat);
         } else {
-          grouped_gemm::launch<CfgM64, Tout>(g, map, stream, kWhat);
+          grouped_gemm::launch<GgmlCfgM64, Tout>(g, map, stream, kWhat);
         }
       };
       if (f32_out) {

@@ -40,7 +40,27 @@ struct GgmlBank {
       detail::store8(dst + i * C::kRowStep * C::LDS, v);
     }
   }
+
+  // The cache lines load() will read for the same rows and `col` (the first and last byte of each
+  // row's block) into L1, a stage ahead of the decode.
+  template <class C>
+  __device__ __forceinline__ void prefetch(int64_t row, int col, bool in_k, uint32_t rows) const {
+    const uint8_t* blk = w + row * row_bytes + static_cast<int64_t>(col / F::kBlock) * F::kBytes;
+#pragma unroll
+    for (int i = 0; i < C::BN / C::kRowStep; ++i) {
+      if (in_k && (rows >> i & 1u)) {
+        const uint8_t* b = blk + i * C::kRowStep * row_bytes;
+        asm volatile("prefetch.global.L1 [%0];\n" ::"l"(b));
+        asm volatile("prefetch.global.L1 [%0];\n" ::"l"(b + F::kBytes - 1));
+      }
+    }
+  }
 };
+
+// kM64 with eight warps per CTA (the bf16 source's tiles have four): twice the warps per SM to cover
+// the decode's global-load latency, each decoding half as many rows per stage. (kM128 at eight warps
+// and two CTAs per SM spills 340+ bytes at the 128-register cap; it keeps four.)
+using GgmlCfgM64 = TileCfg<64, 128, 64, 2, 4, 3, 2>;
 
 template <GgmlType T>
 void launch(MoeTile tile, bool f32_out, const Args& a, const MoeTileMap& map, cudaStream_t stream) {
@@ -55,7 +75,7 @@ void launch(MoeTile tile, bool f32_out, const Args& a, const MoeTileMap& map, cu
         if (tile == MoeTile::kM128) {
           grouped_gemm::launch<CfgM128, Tout>(g, map, stream, kWhat);
         } else {
-          grouped_gemm::launch<CfgM64, Tout>(g, map, stream, kWhat);
+          grouped_gemm::launch<GgmlCfgM64, Tout>(g, map, stream, kWhat);
         }
       };
       if (f32_out) {

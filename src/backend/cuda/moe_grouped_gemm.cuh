@@ -11,7 +11,7 @@
 // Main loop: a STAGES-deep ring in padded shared rows (BK + 8 elements: conflict-free ldmatrix), one
 // barrier per stage; activations by cp.async; weights by cp.async too (WeightSource::kAsync) or
 // decoded by the threads themselves after the first k16 step's MMAs are issued (so the decode's loads
-// overlap them). ldmatrix fragments double-buffered across the k16 steps (the next step's load under
+// overlap them), the stage after it prefetched into L1 at the same time. ldmatrix fragments double-buffered across the k16 steps (the next step's load under
 // this step's mma.sync m16n8k16, bf16 in, fp32 accumulators). Rows past the expert's last row,
 // columns past N and keys past K are zero-filled; a warp's m16 fragments wholly past the expert's
 // rows are neither loaded nor multiplied, so a partly filled tall tile costs about what its rows
@@ -130,6 +130,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) moe_gemm_kernel(Ge
     const int k0 = kt * BK;
     a.w.template load<C>(sb + (kt % STAGES) * BN * LDS + lrow * LDS + lcol, wrow0, k0 + lcol, k0 + lcol < a.k, wrows);
   };
+  auto prefetch_w = [&](int kt) {  // decoding sources: the stage after the one load_w decodes
+    const int k0 = kt * BK;
+    if constexpr (!W::kAsync) a.w.template prefetch<C>(wrow0, k0 + lcol, k0 + lcol < a.k, wrows);
+  };
 
   // Fragments double-buffered by kk parity: step kk's are multiplied while step kk + 1's load.
   uint32_t af[2][MT][4], bfr[2][NP][4];
@@ -150,6 +154,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) moe_gemm_kernel(Ge
     for (int n = 0; n < C::NT; ++n) acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
   }
 
+  prefetch_w(STAGES - 1);
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < ktiles) load_x(s), load_w(s);
@@ -189,7 +194,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) moe_gemm_kernel(Ge
       // A decoding source fills its slot with plain stores, seen by every warp after the next
       // barrier (the stage is read two barriers on).
       if constexpr (!W::kAsync) {
-        if (kk == 0 && refill) load_w(kt + STAGES - 1);
+        if (kk == 0 && refill) {
+          if (kt + STAGES < ktiles) prefetch_w(kt + STAGES);
+          load_w(kt + STAGES - 1);
+        }
       }
     }
   }

@@ -739,6 +739,8 @@ void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool, boo
   const DeviceTensor a4 = arena.alloc_tensor(DType::kBF16, l.r_max(), I, "moe w4a4 activation values");
   const std::vector<float> unit_scales(static_cast<size_t>(E), 1.0f);
   const DeviceTensor input_scale = upload_f32(arena, unit_scales.data(), 1, E, DType::kF32, "w4a4 input scales");
+  const std::vector<float> ones(static_cast<size_t>(l.r_max()), 1.0f);
+  const float* unit_row_weights = upload_f32(arena, ones.data(), 1, l.r_max(), DType::kF32, "row weights").as<const float>();
   run_moe_layer(arena, stream, l, [](int64_t, int64_t, const Routings&) {}, [&](const MoeGemm& g) {
     std::vector<MoeVariant> vs;
     for (const Banks& b : banks) {
@@ -769,6 +771,14 @@ void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool, boo
                         const MoeDispatch& d = g.rt.d[i % kRoutings];
                         moe_gather(l.x.row_slice(0, g.T), d, g.in, stream);
                         moe_grouped_gemm_w4(g.in, w, d, g.out, stream, W4Kernel::kAuto);
+                      }});
+      }
+      // GEMM 2 as the model runs it: the routing weights applied in the epilogue (MoeDispatch::row_weight).
+      if (g.gemm == 2) {
+        vs.push_back({std::string(w4_format_name(b.f)) + " auto+weights", g.rt.hit * g.N * g.K * (0.5 + 1.0 / w4_group(b.f)),
+                      [&, w](int i) {
+                        moe_grouped_gemm_w4(g.in, w, moe_weighted(g.rt.d[i % kRoutings], unit_row_weights), g.out, stream,
+                                            W4Kernel::kAuto);
                       }});
       }
     }
@@ -938,6 +948,8 @@ void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
   const size_t mark = arena.mark();
   if (!moe_layer_fits(arena, l, bank_bytes, acts, false)) return;
   alloc_moe_layer(arena, bf16_pool, l);
+  const std::vector<float> ones(static_cast<size_t>(l.r_max()), 1.0f);
+  const float* unit_row_weights = upload_f32(arena, ones.data(), 1, l.r_max(), DType::kF32, "row weights").as<const float>();
   struct Banks {
     GgmlType type;
     MoeGgmlBank g1, g2;
@@ -975,6 +987,12 @@ void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
                           }});
           }
           vs.push_back({name + " quant", 0.0, [&, a](int) { moe_ggml_quantize(g.in, a, stream); }});
+          if (g.gemm == 2 && model_tile == MoeTile::kM16) {  // as the model runs it: routing weights in the epilogue
+            vs.push_back({name + " auto+weights", g.rt.hit * w.n * w.row_bytes(), [&, w, a](int i) {
+                            moe_grouped_gemv_ggml(g.in, w, moe_weighted(g.rt.d[i % kRoutings], unit_row_weights), a, g.out,
+                                                  stream);
+                          }});
+          }
           if (g.gemm == 2) {
             const DeviceTensor gu = l.gu.row_slice(0, g.R);
             push_gemm2_input_variants(

@@ -1,14 +1,19 @@
-// Shared by the grouped expert-GEMM tests (test_moe_w4, test_moe_w4a8, test_moe_ggml): the float64
-// reference over a dispatch's sorted rows, and the element check against it.
+// Shared by the grouped expert-GEMM tests (test_moe, test_moe_w4, test_moe_w4a8, test_moe_ggml): the
+// float64 reference over a dispatch's sorted rows, the element check against it, and the check of the
+// routing weights applied in a GEMM's epilogue (MoeDispatch::row_weight).
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "backend/cuda/arena.h"
 #include "backend/cuda/tensor.h"
+#include "backend/cuda/upload.h"
+#include "cuda_test_util.h"
 
 namespace k3::cuda::test {
 
@@ -53,6 +58,33 @@ inline void expect_within_reference(const std::vector<float>& got, const MoeRefe
     if (!(std::fabs(got[i] - m.ref[i]) <= tol) && ++bad <= 5) {
       ADD_FAILURE() << "row " << static_cast<int64_t>(i) / N << " col " << static_cast<int64_t>(i) % N << ": "
                     << got[i] << " vs " << m.ref[i] << " (tolerance " << tol << ")";
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+// R random routing weights in (0.05, 1] for a dispatch's sorted rows: host copy and device copy.
+struct RowWeights {
+  std::vector<float> host;
+  const float* device = nullptr;
+};
+inline RowWeights random_row_weights(Rng& rng, int64_t rows) {
+  RowWeights w{rng.uniform(static_cast<size_t>(rows), 0.05f, 1.0f), nullptr};
+  w.device = upload_f32(arena(), w.host.data(), 1, rows, DType::kF32, "row weights").as<const float>();
+  return w;
+}
+
+// f32 outputs of one kernel over the same inputs, with and without row weights: weighted[r·N + n] =
+// w[r] · plain[r·N + n] up to the roundings the weight adds where it joins the epilogue's scale
+// (≤ 5e-7 relative); rows past w (not covered by the dispatch) are not compared.
+inline void expect_row_weighted(const std::vector<float>& weighted, const std::vector<float>& plain,
+                                const RowWeights& w, int64_t N) {
+  int64_t bad = 0;
+  for (size_t i = 0; i < std::min(weighted.size(), w.host.size() * static_cast<size_t>(N)); ++i) {
+    const double want = static_cast<double>(w.host[i / static_cast<size_t>(N)]) * plain[i];
+    if (!(std::fabs(weighted[i] - want) <= 5e-7 * std::fabs(want) + 1e-30) && ++bad <= 5) {
+      ADD_FAILURE() << "row " << static_cast<int64_t>(i) / N << " col " << static_cast<int64_t>(i) % N << ": "
+                    << weighted[i] << " vs " << want << " (row weight " << w.host[i / static_cast<size_t>(N)] << ")";
     }
   }
   EXPECT_EQ(bad, 0);

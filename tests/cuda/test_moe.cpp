@@ -23,6 +23,7 @@
 #include "backend/cuda/stream.h"
 #include "backend/cuda/upload.h"
 #include "cuda_test_util.h"
+#include "moe_test_util.h"
 
 namespace k3::cuda {
 namespace {
@@ -270,6 +271,11 @@ TEST_P(MoeGroupedGemmTest, MatchesFloat64) {
       moe_grouped_gemm_bf16(xs, dw, d, ys, nullptr, tile);
       const std::vector<float> got = download_f32(ys);
       EXPECT_EQ(count_bad(got, ref, sum, N, out == DType::kBF16 ? 1.0 / 256 : 0.0, 2e-5), 0);
+      if (out == DType::kF32) {  // the routing weights in the epilogue
+        const test::RowWeights rw = test::random_row_weights(rng, R);
+        moe_grouped_gemm_bf16(xs, dw, moe_weighted(d, rw.device), ys, nullptr, tile);
+        test::expect_row_weighted(download_f32(ys), got, rw, N);
+      }
     }
   }
 }
@@ -334,6 +340,30 @@ TEST_P(MoeCombineTest, MatchesFloat64) {
     }
   }
   EXPECT_EQ(count_bad(download_f32(dout), ref, sum, N, c.out == DType::kBF16 ? 1.0 / 256 : 0.0, 1e-5), 0);
+
+  // The routing weights moved into GEMM 2 (moe_row_weights, moe_weighted): each sorted row gets its
+  // pick's weight exactly, and the combine without weights sums the pre-weighted rows.
+  float* row_weight = a.alloc_n<float>(static_cast<size_t>(R), "row weights");
+  moe_row_weights(dw, d, row_weight, nullptr);
+  const std::vector<float> rw = download_f32(DeviceTensor(row_weight, DType::kF32, 1, R));
+  std::vector<float> ysw(ys.size());
+  for (int64_t p = 0; p < T * k; ++p) {
+    const int64_t r = hd.pick_row[p];
+    EXPECT_EQ(rw[r], wts[p]) << "pick " << p;
+    for (int64_t n = 0; n < N; ++n) ysw[r * N + n] = wts[p] * ys[r * N + n];
+  }
+  if (c.ys == DType::kBF16) ysw = test::round_bf16(ysw);
+  const DeviceTensor dysw = upload_f32(a, ysw.data(), R, N, c.ys, "weighted ys");
+  const DeviceTensor dout2 = upload_f32(a, old.data(), T, N, c.out, "out 2");
+  moe_combine(dysw, d, DeviceTensor(), dout2, c.accumulate, nullptr);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t n = 0; n < N; ++n) {
+      double acc = c.accumulate ? old[t * N + n] : 0.0;
+      for (int64_t j = 0; j < k; ++j) acc += ysw[hd.pick_row[t * k + j] * N + n];
+      ref[t * N + n] = acc;
+    }
+  }
+  EXPECT_EQ(count_bad(download_f32(dout2), ref, sum, N, c.out == DType::kBF16 ? 1.0 / 256 : 0.0, 1e-5), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeCombineTest,

@@ -370,7 +370,13 @@ TEST_P(MoeGgmlGemvTest, MatchesFloat64WithTheCpuActivationContract) {
         poison(ys);
         moe_grouped_gemv_ggml(s.xs, bank, s.d, acts, ys, nullptr, rows_per_warp);
         expect_acts_equal(acts, ha);  // from the bf16 rows
-        test::expect_within_reference(download_f32(ys), ref, N, out, 2e-5);
+        const std::vector<float> got = download_f32(ys);
+        test::expect_within_reference(got, ref, N, out, 2e-5);
+        if (out == DType::kF32) {  // the routing weights in the epilogue
+          const test::RowWeights rw = test::random_row_weights(rng, R);
+          moe_grouped_gemv_ggml(acts, bank, moe_weighted(s.d, rw.device), ys, nullptr, rows_per_warp);
+          test::expect_row_weighted(download_f32(ys), got, rw, N);
+        }
       }
     }
   }
@@ -410,7 +416,13 @@ TEST(MoeGgmlGpu, PrefillGemmMultipliesTheBf16RoundedWeights) {
           const DeviceTensor ys = a.alloc_tensor(out, R, N, "ys");
           poison(ys);
           moe_grouped_gemm_ggml(s.xs, bank, s.d, ys, nullptr, tile);
-          test::expect_within_reference(download_f32(ys), ref, N, out, 2e-5);
+          const std::vector<float> got = download_f32(ys);
+          test::expect_within_reference(got, ref, N, out, 2e-5);
+          if (out == DType::kF32) {  // the routing weights in the epilogue
+            const test::RowWeights rw = test::random_row_weights(rng, R);
+            moe_grouped_gemm_ggml(s.xs, bank, moe_weighted(s.d, rw.device), ys, nullptr, tile);
+            test::expect_row_weighted(download_f32(ys), got, rw, N);
+          }
         }
       }
     }

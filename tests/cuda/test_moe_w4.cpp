@@ -433,7 +433,13 @@ TEST_P(MoeW4GemmTest, MatchesFloat64OverExactDequant) {
         const DeviceTensor ys = a.alloc_tensor(out, R, N, "ys");
         poison(ys);
         moe_grouped_gemm_w4(xs, bank, d, ys, nullptr, kernel);
-        test::expect_within_reference(download_f32(ys), ref, N, out, 2e-5);
+        const std::vector<float> got = download_f32(ys);
+        test::expect_within_reference(got, ref, N, out, 2e-5);
+        if (out == DType::kF32) {  // the routing weights in the epilogue
+          const test::RowWeights rw = test::random_row_weights(rng, R);
+          moe_grouped_gemm_w4(xs, bank, moe_weighted(d, rw.device), ys, nullptr, kernel);
+          test::expect_row_weighted(download_f32(ys), got, rw, N);
+        }
       }
     }
     for (MoeTile tile : {MoeTile::kAuto, MoeTile::kM16}) {

@@ -352,7 +352,13 @@ TEST_P(MoeW4A8GemmTest, MatchesFloat64OverExactDequant) {
       const DeviceTensor ys = a.alloc_tensor(out, R, N, "ys");
       poison(ys);
       moe_grouped_gemm_w4a8(xq, bank, d, ys, nullptr, tile);
-      test::expect_within_reference(download_f32(ys), ref, N, out, (groups + 8) * 0x1p-24);
+      const std::vector<float> got = download_f32(ys);
+      test::expect_within_reference(got, ref, N, out, (groups + 8) * 0x1p-24);
+      if (out == DType::kF32) {  // the routing weights in the epilogue
+        const test::RowWeights rw = test::random_row_weights(rng, R);
+        moe_grouped_gemm_w4a8(xq, bank, moe_weighted(d, rw.device), ys, nullptr, tile);
+        test::expect_row_weighted(download_f32(ys), got, rw, N);
+      }
     }
   }
 }

@@ -27,9 +27,22 @@ struct MoeDispatch {
   int32_t* sorted_token = nullptr;    // [R]: the token whose row sits at each sorted position
   int32_t* pick_row = nullptr;        // [T·k]: the sorted position of pick (t, j), index t·k + j
   void* tiles = nullptr;              // the grouped GEMMs' tile maps (moe_tile_map reads them)
+  // [R] or null: when set, every grouped GEMM over this dispatch multiplies sorted row r's output by
+  // row_weight[r] in its epilogue — GEMM 2 over moe_weighted(d, …) applies the routing weights, and
+  // moe_combine then sums the rows as they are.
+  const float* row_weight = nullptr;
 
   int64_t rows() const { return tokens * top_k; }
 };
+
+// row_weight[pick_row[t·k + j]] = weights[t, j] for every counted pick (weights f32 [T, k]; row_weight
+// device f32 [R]; rows no pick names are left alone). After moe_dispatch on the same stream.
+void moe_row_weights(const DeviceTensor& weights, const MoeDispatch& d, float* row_weight, cudaStream_t stream);
+// The dispatch with its GEMMs' outputs scaled per sorted row (row_weight from moe_row_weights).
+inline MoeDispatch moe_weighted(MoeDispatch d, const float* row_weight) {
+  d.row_weight = row_weight;
+  return d;
+}
 
 // Grouped-GEMM tile heights: the rows of one expert one CTA computes. moe_dispatch builds the tile
 // map of every height, so each GEMM may run any of them. kAuto = moe_tile_for(T·k, E).
@@ -75,9 +88,11 @@ void moe_grouped_gemm_bf16(const DeviceTensor& xs, const DeviceTensor& w, const 
                            cudaStream_t stream, MoeTile tile = MoeTile::kAuto);
 
 // out[t] = Σ_j weights[t, j] · ys[pick_row[t·k + j]]  (+ out[t] when accumulate): ys f32 or bf16
-// [R, N]; weights f32 [T, k]; out f32 or bf16 [T, N]. Summed in pick order j = 0…k−1 in fp32 (fma),
-// then added to the old out[t] when accumulating. Picks whose pick_row is −1 (skipped by the dispatch)
-// add nothing; a token with no counted pick gets 0 (or keeps out[t] when accumulating).
+// [R, N]; weights f32 [T, k], or empty (no data) when ys already carries them (GEMM 2 over
+// moe_weighted): then out[t] = Σ_j ys[pick_row[t·k + j]]; out f32 or bf16 [T, N]. Summed in pick order
+// j = 0…k−1 in fp32 (fma), then added to the old out[t] when accumulating. Picks whose pick_row is −1
+// (skipped by the dispatch) add nothing; a token with no counted pick gets 0 (or keeps out[t] when
+// accumulating).
 void moe_combine(const DeviceTensor& ys, const MoeDispatch& d, const DeviceTensor& weights, const DeviceTensor& out,
                  bool accumulate, cudaStream_t stream);
 

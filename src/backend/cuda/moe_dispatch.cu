@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(kCombineThreads)
   const int t = blockIdx.x;
   for (int j = threadIdx.x; j < top_k; j += kCombineThreads) {
     rows[j] = pick_row[static_cast<int64_t>(t) * top_k + j];
-    wts[j] = weights[static_cast<int64_t>(t) * ldw + j];
+    wts[j] = weights != nullptr ? weights[static_cast<int64_t>(t) * ldw + j] : 1.0f;  // null: rows carry them
   }
   __syncthreads();
   const int c = (blockIdx.y * kCombineThreads + threadIdx.x) * kVec;
@@ -272,6 +272,17 @@ __global__ void __launch_bounds__(kCombineThreads)
     for (int i = 0; i < kVec; ++i) acc[i] = old[i] + acc[i];
   }
   detail::store8(dst, acc);
+}
+
+// One thread per pick.
+constexpr int kRowWeightThreads = 256;
+__global__ void __launch_bounds__(kRowWeightThreads)
+    moe_row_weights_kernel(const float* __restrict__ weights, int64_t ldw, const int32_t* __restrict__ pick_row, int top_k,
+                           int picks, float* __restrict__ row_weight) {
+  const int p = blockIdx.x * kRowWeightThreads + threadIdx.x;
+  if (p >= picks) return;
+  const int r = pick_row[p];
+  if (r >= 0) row_weight[r] = weights[static_cast<int64_t>(p / top_k) * ldw + p % top_k];
 }
 
 void check_dispatch(const MoeDispatch& d, const char* what) {
@@ -375,18 +386,33 @@ void launch_combine(const DeviceTensor& ys, const MoeDispatch& d, const DeviceTe
                     bool accumulate, cudaStream_t stream) {
   const unsigned col_blocks = static_cast<unsigned>((out.cols / kVec + kCombineThreads - 1) / kCombineThreads);
   moe_combine_kernel<Ty, To><<<dim3(static_cast<unsigned>(d.tokens), col_blocks), kCombineThreads, 0, stream>>>(
-      ys.as<const Ty>(), ys.ld, d.pick_row, weights.as<const float>(), weights.ld, out.as<To>(), out.ld,
+      ys.as<const Ty>(), ys.ld, d.pick_row, static_cast<const float*>(weights.data), weights.ld, out.as<To>(), out.ld,
       static_cast<int>(d.top_k), static_cast<int>(out.cols), accumulate);
   K3_CUDA_CHECK_LAUNCH("moe_combine_kernel");
 }
 
 }  // namespace
 
+void moe_row_weights(const DeviceTensor& weights, const MoeDispatch& d, float* row_weight, cudaStream_t stream) {
+  check_dispatch(d, "moe_row_weights");
+  expect_dtype(weights, DType::kF32, "moe_row_weights weights");
+  expect_shape(weights, d.tokens, d.top_k, "moe_row_weights weights");
+  if (row_weight == nullptr) throw Error("moe_row_weights: no row_weight buffer");
+  if (d.rows() == 0) return;
+  const int picks = static_cast<int>(d.rows());
+  moe_row_weights_kernel<<<static_cast<unsigned>((picks + kRowWeightThreads - 1) / kRowWeightThreads), kRowWeightThreads,
+                           0, stream>>>(weights.as<const float>(), weights.ld, d.pick_row, static_cast<int>(d.top_k),
+                                        picks, row_weight);
+  K3_CUDA_CHECK_LAUNCH("moe_row_weights_kernel");
+}
+
 void moe_combine(const DeviceTensor& ys, const MoeDispatch& d, const DeviceTensor& weights, const DeviceTensor& out,
                  bool accumulate, cudaStream_t stream) {
   check_dispatch(d, "moe_combine");
-  expect_dtype(weights, DType::kF32, "moe_combine weights");
-  expect_shape(weights, d.tokens, d.top_k, "moe_combine weights");
+  if (weights.data != nullptr) {
+    expect_dtype(weights, DType::kF32, "moe_combine weights");
+    expect_shape(weights, d.tokens, d.top_k, "moe_combine weights");
+  }
   expect_shape(ys, d.rows(), out.cols, "moe_combine ys");
   expect_shape(out, d.tokens, out.cols, "moe_combine out");
   if (!vec8_ok(ys) || !vec8_ok(out)) throw Error("moe_combine: needs cols % 8 == 0 and 16-byte aligned rows, got " + ys.describe());

@@ -211,7 +211,7 @@ void moe_grouped_gemm_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, cons
   const MoeTileMap map = moe_tile_map(d, tile);
   if (R == 0) return;
   const ggml_mma::Args a{xs.data, xs.ld, bank.data, bank.row_bytes(), ys.data, ys.ld, static_cast<int>(N),
-                         static_cast<int>(K), d.expert_offsets};
+                         static_cast<int>(K), d.expert_offsets, d.row_weight};
   const bool f32_out = ys.dtype == DType::kF32;
   gb::visit(bank.type, [&](auto trait) {
     ggml_mma::launch<decltype(trait)::kType>(tile, f32_out, a, map, stream);

@@ -84,6 +84,7 @@ struct GemvArgs {
   int64_t ldy;
   int n, k;
   const int32_t* offsets;
+  const float* row_weight;  // [R] or null: each sorted row's output scaled by it (MoeDispatch::row_weight)
 };
 
 __device__ __forceinline__ void store_out(float* p, float v) { *p = v; }
@@ -258,9 +259,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_kernel(GemvArgs a, Ge
 #pragma unroll
         for (int t = 0; t < kTokenChunk; ++t) {
           if (t >= nt) break;
+          const float rw = a.row_weight != nullptr ? a.row_weight[r0 + t0 + t] : 1.0f;
 #pragma unroll
           for (int i = 0; i < RW; ++i) {
-            const float v = detail::warp_sum(acc[i][t]);
+            const float v = detail::warp_sum(acc[i][t]) * rw;
             if (lane == 0 && f0 + i < a.n) store_out(static_cast<Tout*>(a.y) + (r0 + t0 + t) * a.ldy + f0 + i, v);
           }
         }
@@ -343,7 +345,7 @@ void moe_grouped_gemv_ggml(const MoeGgmlActs& acts, const MoeGgmlBank& bank, con
   const int64_t blocks = n_slices * map.bound;
   if (blocks > INT32_MAX) throw Error("moe_grouped_gemv_ggml: grid too large");
   const GemvArgs a{bank.data, bank.data + bank.bytes(), bank.row_bytes(), acts, ys.data, ys.ld, static_cast<int>(N), static_cast<int>(K),
-                   d.expert_offsets};
+                   d.expert_offsets, d.row_weight};
   const bool f32_out = ys.dtype == DType::kF32;
   const auto grid = static_cast<unsigned>(blocks);
   if (rows_per_warp == 1) launch<1>(bank.type, f32_out, a, n_slices, grid, map, stream);

@@ -68,7 +68,7 @@ void launch(MoeTile tile, bool f32_out, const Args& a, const MoeTileMap& map, cu
     using F = decltype(trait);
     if constexpr (F::kType == T) {
       const GemmArgs<GgmlBank<F>> g{static_cast<const bf16*>(a.x), a.ldx, {a.w, a.row_bytes}, a.y, a.ldy, a.n, a.k, 0,
-                                    a.offsets, nullptr, nullptr};
+                                    a.offsets, nullptr, nullptr, a.row_weight};
       constexpr const char* kWhat = "moe_grouped_gemm_ggml";
       auto run = [&](auto out) {
         using Tout = decltype(out);

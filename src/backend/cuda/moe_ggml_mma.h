@@ -21,6 +21,7 @@ struct Args {
   int64_t ldy;
   int n, k;
   const int32_t* offsets;
+  const float* row_weight;  // MoeDispatch::row_weight
 };
 
 // The grouped GEMM of tile class kM64 or kM128 over the bank of type T.

@@ -40,7 +40,7 @@ void moe_grouped_gemm_bf16(const DeviceTensor& xs, const DeviceTensor& w, const 
   const MoeTileMap map = moe_tile_map(d, tile);
   if (R == 0) return;
   const GemmArgs<Bf16Bank> a{xs.as<const bf16>(), xs.ld, {w.as<const bf16>(), w.ld}, ys.data, ys.ld, static_cast<int>(N),
-                             static_cast<int>(K), 0, d.expert_offsets, nullptr, nullptr};
+                             static_cast<int>(K), 0, d.expert_offsets, nullptr, nullptr, d.row_weight};
   if (ys.dtype == DType::kF32) {
     launch_tile<float>(tile, a, map, stream);
   } else if (ys.dtype == DType::kBF16) {

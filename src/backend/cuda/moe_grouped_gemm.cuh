@@ -85,6 +85,7 @@ struct GemmArgs {
   const int32_t* offsets;
   const int32_t* tile_count;
   const int4* tiles;
+  const float* row_weight;  // [R] or null: each sorted row's output scaled by it (MoeDispatch::row_weight)
 };
 
 __device__ __forceinline__ void store2(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
@@ -209,12 +210,14 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) moe_gemm_kernel(Ge
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
     const int row = wrow + m * 16 + g;
+    const float w0 = a.row_weight != nullptr && row < rows ? a.row_weight[r0 + row] : 1.0f;
+    const float w1 = a.row_weight != nullptr && row + 8 < rows ? a.row_weight[r0 + row + 8] : 1.0f;
 #pragma unroll
     for (int n = 0; n < C::NT; ++n) {
       const int col = n0 + wcol + n * 8 + 2 * t;
       if (col >= a.n) continue;  // N % 8 == 0: an n8 tile is wholly in or out
-      if (row < rows) store2(yt + static_cast<int64_t>(row) * a.ldy + col, acc[m][n][0], acc[m][n][1]);
-      if (row + 8 < rows) store2(yt + static_cast<int64_t>(row + 8) * a.ldy + col, acc[m][n][2], acc[m][n][3]);
+      if (row < rows) store2(yt + static_cast<int64_t>(row) * a.ldy + col, acc[m][n][0] * w0, acc[m][n][1] * w0);
+      if (row + 8 < rows) store2(yt + static_cast<int64_t>(row + 8) * a.ldy + col, acc[m][n][2] * w1, acc[m][n][3] * w1);
     }
   }
 }

@@ -263,7 +263,7 @@ void check_operands(const char* who, const DeviceTensor& xs, const MoeW4Bank& w,
 
 w4::GemmArgs gemm_args(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys) {
   return {xs.data, xs.ld, w.codes, w.scales, w.out_scale, ys.data, ys.ld, static_cast<int>(w.n), static_cast<int>(w.k),
-          static_cast<int>(w.n / w.parts), static_cast<int>(w.parts), d.expert_offsets};
+          static_cast<int>(w.n / w.parts), static_cast<int>(w.parts), d.expert_offsets, d.row_weight};
 }
 
 // The warpgroup-MMA kernel, plain (gated == nullptr) or with the activation in its epilogue.

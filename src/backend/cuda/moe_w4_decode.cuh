@@ -280,7 +280,8 @@ __global__ void __launch_bounds__(DecodeCfg<F, STAGES>::kThreads, 1)
             float sum = 0.0f;
 #pragma unroll
             for (int k2 = 0; k2 < kSlices; ++k2) sum += red[(k2 * 8 + tok) * kLd + fl];
-            const float scale = static_cast<float>(1 << kOffsetLog2) * a.out_scale[expert * a.parts + f / a.part_rows];
+            float scale = static_cast<float>(1 << kOffsetLog2) * a.out_scale[expert * a.parts + f / a.part_rows];
+            if (a.row_weight != nullptr) scale *= a.row_weight[r0 + token];
             Tout* y = static_cast<Tout*>(a.y) + static_cast<int64_t>(r0 + token) * a.ldy + f;
             store_val(y, sum * scale);
           }

@@ -96,17 +96,20 @@ __device__ __forceinline__ void dequant(uint32_t (&a)[4], uint32_t word, const S
 __device__ __forceinline__ void store_pair(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
 __device__ __forceinline__ void store_pair(bf16* p, float a, float b) { *reinterpret_cast<uint32_t*>(p) = pack_bf16(a, b); }
 
-// Half an m16n8 accumulator fragment (8 features × 8 tokens) times `scale`: v0, v1 = feature g,
-// tokens 2t, 2t + 1 (g = lane / 4, t = lane % 4). Lanes g and g ^ 1 swap one value with one shuffle,
-// so that even g stores token 2t of features (g, g + 1) and odd g token 2t + 1 of features (g − 1, g).
-// y: feature 0 of token 0; tokens from `rows` on are not stored. Every lane of the warp takes part.
+// Half an m16n8 accumulator fragment (8 features × 8 tokens) times `scale` (and token i's
+// row_weight[i] when row_weight is set): v0, v1 = feature g, tokens 2t, 2t + 1 (g = lane / 4,
+// t = lane % 4). Lanes g and g ^ 1 swap one value with one shuffle, so that even g stores token 2t of
+// features (g, g + 1) and odd g token 2t + 1 of features (g − 1, g). y: feature 0 of token 0; tokens
+// from `rows` on are not stored. Every lane of the warp takes part.
 template <typename Tout>
-__device__ __forceinline__ void store_rows8(Tout* y, int64_t ldy, int rows, float v0, float v1, float scale, int lane) {
+__device__ __forceinline__ void store_rows8(Tout* y, int64_t ldy, int rows, float v0, float v1, float scale,
+                                            const float* row_weight, int lane) {
   const int g = lane >> 2, t = lane & 3;
   const bool odd = g & 1;
   const float other = __shfl_xor_sync(0xFFFFFFFFu, odd ? v0 : v1, 4);
   const int tok = 2 * t + (odd ? 1 : 0);
   if (tok >= rows) return;
+  if (row_weight != nullptr) scale *= row_weight[tok];
   Tout* yr = y + static_cast<int64_t>(tok) * ldy + (g & ~1);
   if (odd) {
     store_pair(yr, other * scale, v1 * scale);
@@ -117,9 +120,15 @@ __device__ __forceinline__ void store_rows8(Tout* y, int64_t ldy, int rows, floa
 
 // A whole fragment (16 features × 8 tokens): c0, c1 = feature g, c2, c3 = feature g + 8.
 template <typename Tout>
-__device__ __forceinline__ void store_fragment(Tout* y, int64_t ldy, int rows, const float* c, float scale, int lane) {
-  store_rows8(y, ldy, rows, c[0], c[1], scale, lane);
-  store_rows8(y + 8, ldy, rows, c[2], c[3], scale, lane);
+__device__ __forceinline__ void store_fragment(Tout* y, int64_t ldy, int rows, const float* c, float scale,
+                                               const float* row_weight, int lane) {
+  store_rows8(y, ldy, rows, c[0], c[1], scale, row_weight, lane);
+  store_rows8(y + 8, ldy, rows, c[2], c[3], scale, row_weight, lane);
+}
+
+// The row weights from sorted row r on (null when the dispatch has none).
+__device__ __forceinline__ const float* row_weights_from(const float* row_weight, int64_t r) {
+  return row_weight != nullptr ? row_weight + r : nullptr;
 }
 
 template <W4Format F, class C, typename Tout>
@@ -248,7 +257,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       float c[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) c[i] = AS == 2 ? acc[0][m][j][i] + acc[AS - 1][m][j][i] : acc[0][m][j][i];
-      store_fragment(yt + static_cast<int64_t>(8 * j) * a.ldy + f, a.ldy, rows - 8 * j, c, sc, lane);
+      store_fragment(yt + static_cast<int64_t>(8 * j) * a.ldy + f, a.ldy, rows - 8 * j, c, sc,
+                     row_weights_from(a.row_weight, r0 + 8 * j), lane);
     }
   }
 }

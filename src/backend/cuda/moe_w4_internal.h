@@ -26,6 +26,7 @@ struct GemmArgs {
   int64_t ldy;
   int n, k, part_rows, parts;
   const int32_t* offsets;
+  const float* row_weight;  // [R] or null: each sorted row's output scaled by it (MoeDispatch::row_weight)
 };
 
 // Launches the kernel of `tile` (kM16 / kM64 / kM128) for format F over the tile map.

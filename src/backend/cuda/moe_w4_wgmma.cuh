@@ -237,7 +237,8 @@ struct Consumer {
 #pragma unroll
     for (int j = 0; j < NH / 4; ++j) {
       if (j >= nv) break;
-      store_fragment(yt + static_cast<int64_t>(8 * j) * a.ldy, a.ldy, ct.rows - 8 * j, acc + 4 * j, scale, lane);
+      store_fragment(yt + static_cast<int64_t>(8 * j) * a.ldy, a.ldy, ct.rows - 8 * j, acc + 4 * j, scale,
+                     row_weights_from(a.row_weight, ct.row0 + 8 * j), lane);
     }
   }
 
@@ -258,7 +259,8 @@ struct Consumer {
       if (j >= nv) break;
       const float v0 = act::activate<act_kind(E)>(act, acc[4 * j] * sg, acc[4 * j + 2] * su);
       const float v1 = act::activate<act_kind(E)>(act, acc[4 * j + 1] * sg, acc[4 * j + 3] * su);
-      store_rows8(yt + static_cast<int64_t>(8 * j) * a.ldy, a.ldy, ct.rows - 8 * j, v0, v1, 1.0f, lane);
+      store_rows8(yt + static_cast<int64_t>(8 * j) * a.ldy, a.ldy, ct.rows - 8 * j, v0, v1, 1.0f,
+                  row_weights_from(a.row_weight, ct.row0 + 8 * j), lane);
     }
   }
 };

@@ -144,7 +144,7 @@ void moe_grouped_gemm_w4a8(const Int8Rows& xs, const MoeW4A8Bank& w, const MoeDi
   if (R == 0) return;
   const w4a8::GemmArgs a{static_cast<const int8_t*>(xs.codes.data), xs.codes.ld, xs.scale, w.codes, w.scales,
                          w.out_scale, ys.data, ys.ld, static_cast<int>(N), static_cast<int>(K), static_cast<int>(w.group()),
-                         static_cast<int>(N / w.parts), static_cast<int>(w.parts), d.expert_offsets};
+                         static_cast<int>(N / w.parts), static_cast<int>(w.parts), d.expert_offsets, d.row_weight};
   w4a8::launch_gemm(tile, ys.dtype == DType::kF32, w.groups() > 1, a, map, stream);
 }
 

@@ -211,7 +211,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       const int row = 8 * j + tok;
       if (row >= rows) continue;
       const float xsc = a.xscale[r0 + row];
-      auto y = [&](float v) { return __fmul_rn(__fmul_rn(v, xsc), osc); };
+      const float rw = a.row_weight != nullptr ? a.row_weight[r0 + row] : 1.0f;
+      auto y = [&](float v) { return __fmul_rn(__fmul_rn(__fmul_rn(v, xsc), osc), rw); };
       Tout* yr = yt + static_cast<int64_t>(row) * a.ldy + f + fcol;
       if (odd) {
         store_pair(yr, y(r0v), y(c[1]));

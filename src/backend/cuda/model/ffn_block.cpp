@@ -1,7 +1,8 @@
 // Feed-forward blocks on the GPU (spec §7, §8), the CUDA forms of cpu::mlp and cpu::moe: the dense
 // gated MLP, and the MoE layer — fp32 router logits, the one-kernel router, optional latent
-// down-projection, expert dispatch and two grouped GEMMs around the gated activation, the weighted
-// combine, latent norm and up-projection, shared experts on the full-width input.
+// down-projection, expert dispatch and two grouped GEMMs around the gated activation (GEMM 2 applies
+// the routing weights in its epilogue), the combine (a sum in pick order), latent norm and
+// up-projection, shared experts on the full-width input.
 // Experts are bf16 or kept packed (device_weights.h: NVFP4 / MXFP4, W4A8, GGUF): either way GEMM1
 // returns dequantised values — the packed kernels apply every weight scale (NVFP4's per-expert global
 // scale for gate and up separately) in their epilogue — so the activation's gate/up alphas are 1 and
@@ -165,19 +166,23 @@ void moe_block(StepContext& ctx, int64_t layer, const DeviceMoe& w, const Device
   const DeviceTensor gate_up = ctx.scratch(DType::kBF16, R, 2 * I, "moe gate|up");
   const DeviceTensor a = ctx.scratch(DType::kBF16, R, I, "moe activation");
   const DeviceTensor ys = ctx.scratch(DType::kF32, R, D, "moe expert outputs");
+  float* row_weight = ctx.arena.alloc_n<float>(static_cast<size_t>(R), "moe row weights");
   auto pass = [&](const DeviceTensor& pick_ids, const DeviceExperts& w13, const DeviceExperts& w2, bool accumulate) {
     const size_t pass_mark = ctx.arena.mark();
     moe_dispatch(pick_ids, d, ctx.stream);
+    moe_row_weights(weights, d, row_weight, ctx.stream);
+    const MoeDispatch weighted = moe_weighted(d, row_weight);  // GEMM 2 applies the routing weights
     moe_gather(z, d, xs, ctx.stream);
     const GatedActivation act = gated_activation_params(ctx.config.activation);
     if (ctx.fused_moe_activation && fused_gemm1(ctx, xs, w13, d, act, a, E)) {
       ++ctx.fused_gemm1_calls;
-      expert_gemm(ctx, ExpertInput::of_rows(a), w2, d, ys, E);
+      expert_gemm(ctx, ExpertInput::of_rows(a), w2, weighted, ys, E);
     } else {
       expert_gemm(ctx, ExpertInput::of_rows(xs), w13, d, gate_up, E);
-      expert_gemm(ctx, ExpertInput::activated(act, gate_up.col_slice(0, I), gate_up.col_slice(I, I), a), w2, d, ys, E);
+      expert_gemm(ctx, ExpertInput::activated(act, gate_up.col_slice(0, I), gate_up.col_slice(I, I), a), w2, weighted,
+                  ys, E);
     }
-    moe_combine(ys, d, weights, routed, accumulate, ctx.stream);
+    moe_combine(ys, d, DeviceTensor(), routed, accumulate, ctx.stream);  // the rows carry their weights
     ctx.arena.reset(pass_mark);
   };
   if (ctx.experts == nullptr) {

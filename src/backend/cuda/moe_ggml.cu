@@ -183,12 +183,29 @@ void moe_ggml_quantize_activation(const GatedActivation& act, const DeviceTensor
   act::visit_activated(act, gate, up, [&](const auto& src) { launch_quantize(src, acts, stream); });
 }
 
+// Rows per expert from which the prefill GEMM's kM64 beats the decode GEMV, and its kM128 beats kM64,
+// per type: H200, Kimi-K3 GEMM 1, measured at 18 / 37 / 73 rows per expert (1024 / 2048 / 4096 tokens,
+// 2026-12-02, docs/performance.md). The GEMV's time and kM64's past 37 rows grow in proportion to the
+// rows, kM128's is flat there: each switch is where the two lines cross (kM128 past 73 for Q3_K, Q4_K
+// and Q5_K, whose kM64 was still ahead at 73).
+struct GgmlTileSwitch {
+  GgmlType type;
+  double m64_from, m128_from;
+};
+constexpr GgmlTileSwitch kGgmlTileSwitches[] = {
+    {GgmlType::Q2_K, 15, 63}, {GgmlType::Q3_K, 18, 80}, {GgmlType::Q4_0, 19, 64}, {GgmlType::Q4_K, 22, 78},
+    {GgmlType::Q5_K, 24, 86}, {GgmlType::Q6_K, 14, 62}, {GgmlType::Q8_0, 12, 65},
+};
+
 MoeTile moe_ggml_tile_for(GgmlType type, int64_t rows, int64_t experts, int64_t n) {
   if (n % 8 != 0) return MoeTile::kM16;
   const double per_expert = static_cast<double>(rows) / static_cast<double>(std::max<int64_t>(1, experts));
-  if (per_expert >= 56) return MoeTile::kM128;
-  const bool gemm_wins_at_37 = type == GgmlType::Q2_K || type == GgmlType::Q3_K || type == GgmlType::Q6_K;
-  return gemm_wins_at_37 && per_expert >= 28 ? MoeTile::kM64 : MoeTile::kM16;
+  for (const GgmlTileSwitch& s : kGgmlTileSwitches) {
+    if (s.type != type) continue;
+    if (per_expert >= s.m128_from) return MoeTile::kM128;
+    return per_expert >= s.m64_from ? MoeTile::kM64 : MoeTile::kM16;
+  }
+  return MoeTile::kM16;
 }
 
 void moe_grouped_gemm_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,

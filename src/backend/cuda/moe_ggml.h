@@ -116,10 +116,9 @@ void moe_grouped_gemm_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, cons
 // Which kernel the model runs for `rows` sorted rows over `experts` experts of a bank of `type` with N
 // output columns, from the shapes alone: kM16 = the decode GEMV (moe_grouped_gemv_ggml), kM64 / kM128
 // = the prefill GEMM at that tile height (moe_grouped_gemm_ggml; needs N % 8 == 0, else the GEMV).
-// Crossovers measured on the H200 at Kimi-K3's shapes (2026-12-02, docs/performance.md): at 73 rows
-// per expert the GEMM (kM128) beats the GEMV for every type (1.3–3.1×); at 37 (kM64) only for Q2_K,
-// Q3_K and Q6_K (1.6–1.9×; Q4_0 even, Q4_K / Q5_K slower); at 18 never. The switches lie between
-// the measured points: kM128 from 56 rows per expert, kM64 from 28 for those three types.
+// Crossovers measured on the H200 at Kimi-K3's shapes (2026-12-02, docs/performance.md): kM64 beats
+// the GEMV from 12–24 rows per expert depending on the type (at 18 already for Q2_K, Q3_K, Q6_K,
+// Q8_0; at 37 for every type, 1.6–2.9×), kM128 beats kM64 from 62–86 (a per-type table in moe_ggml.cu).
 MoeTile moe_ggml_tile_for(GgmlType type, int64_t rows, int64_t experts, int64_t n);
 
 }  // namespace k3::cuda

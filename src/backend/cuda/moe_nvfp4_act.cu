@@ -1,6 +1,6 @@
-// moe_quantize_nvfp4_rows (moe_nvfp4_act.h): one thread per 16-value block. The roundings reuse
-// core/numeric.h's constexpr rounding (round_magnitude, ties to even) so the GPU and the CPU contract
-// share one definition.
+// moe_quantize_nvfp4_rows and moe_quantize_nvfp4_activation (moe_nvfp4_act.h): two threads per
+// 16-value block. The roundings reuse core/numeric.h's constexpr rounding (round_magnitude, ties to
+// even) so the GPU and the CPU contract share one definition.
 #include <string>
 
 #include "backend/cuda/activation.cuh"
@@ -30,37 +30,42 @@ __device__ __forceinline__ float round_saturated(float v, int mant_bits, int bia
 __device__ __forceinline__ float e4m3_sat(float v) { return round_saturated(v, 3, 7, 0x7E); }
 __device__ __forceinline__ float e2m1_sat(float v) { return round_saturated(v, 1, 1, 0x7); }
 
-// One thread per 16-value block of the whole [R, K] (the blocks are independent, so every load is in
-// flight at once: a decode step quantises a few rows and is bound by latency). Src: the rows
-// (kernel_util.cuh's RowsSource) or GEMM 1's output under the gated activation (activation.cuh's
-// Activated). Launched as a programmatic dependent: nothing is read before the wait.
+// Two threads per 16-value block of the whole [R, K], 8 values each (the blocks are independent, so
+// every load is in flight at once: a decode step quantises a few rows and is bound by latency; with
+// the Activated source the activation's arithmetic is spread over twice as many threads). The pair's
+// lanes (2j, 2j + 1) share the block's amax by one shuffle; lanes without a block (past the rows, or
+// past the dispatch's last expert) take part with zeros. Src: the rows (kernel_util.cuh's RowsSource)
+// or GEMM 1's output under the gated activation (activation.cuh's Activated). Launched as a
+// programmatic dependent: nothing is read before the wait.
 template <class Src>
 __global__ void __launch_bounds__(kThreads) nvfp4_rows_kernel(Src src, const float* __restrict__ input_scale,
                                                               const int32_t* __restrict__ offsets, int experts,
                                                               bf16* __restrict__ out, int64_t ldo, int rows, int k) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  const int blocks_per_row = k / kBlock;
+  const int vecs_per_row = k / kVec;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= static_cast<int64_t>(rows) * blocks_per_row) return;
-  const int r = static_cast<int>(i / blocks_per_row), b = static_cast<int>(i % blocks_per_row) * kBlock;
-  if (r >= offsets[experts]) return;
-  int lo = 0, hi = experts;  // the expert e with offsets[e] <= r < offsets[e + 1]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (offsets[mid] <= r) lo = mid; else hi = mid;
+  const int r = static_cast<int>(i / vecs_per_row), c = static_cast<int>(i % vecs_per_row) * kVec;
+  const bool valid = i < static_cast<int64_t>(rows) * vecs_per_row && r < offsets[experts];
+  float v[kVec] = {};
+  float gs = 0.0f;
+  if (valid) {
+    int lo = 0, hi = experts;  // the expert e with offsets[e] <= r < offsets[e + 1]
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (offsets[mid] <= r) lo = mid; else hi = mid;
+    }
+    gs = 1.0f / input_scale[lo];
+    src.load8(r, c, v);
   }
-  const float gs = 1.0f / input_scale[lo];
-  float v[kBlock];
-  src.load8(r, b, *reinterpret_cast<float(*)[kVec]>(v));
-  src.load8(r, b + kVec, *reinterpret_cast<float(*)[kVec]>(v + kVec));
   float amax = 0.0f;
 #pragma unroll
-  for (int j = 0; j < kBlock; ++j) amax = fmaxf(amax, fabsf(v[j]));
+  for (int j = 0; j < kVec; ++j) amax = fmaxf(amax, fabsf(v[j]));
+  amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+  if (!valid) return;
   const float sf = e4m3_sat(__fmul_rn(__fdiv_rn(amax, 6.0f), gs));
 #pragma unroll
-  for (int j = 0; j < kBlock; ++j) v[j] = sf > 0.0f ? __fmul_rn(e2m1_sat(__fdiv_rn(__fmul_rn(v[j], gs), sf)), sf) : 0.0f;
-  detail::store8(out + static_cast<int64_t>(r) * ldo + b, *reinterpret_cast<float(*)[kVec]>(v));
-  detail::store8(out + static_cast<int64_t>(r) * ldo + b + kVec, *reinterpret_cast<float(*)[kVec]>(v + kVec));
+  for (int j = 0; j < kVec; ++j) v[j] = sf > 0.0f ? __fmul_rn(e2m1_sat(__fdiv_rn(__fmul_rn(v[j], gs), sf)), sf) : 0.0f;
+  detail::store8(out + static_cast<int64_t>(r) * ldo + c, v);
 }
 
 // The checks both entries share (xs: the rows or gate); false when there is nothing to do.
@@ -75,7 +80,7 @@ bool check(const DeviceTensor& xs, const float* input_scale, const MoeDispatch& 
     throw Error(w + ": K a multiple of 16 and 16-byte aligned rows, got " + xs.describe());
   }
   if (input_scale == nullptr || d.expert_offsets == nullptr) throw Error(w + ": no input scales or dispatch");
-  if ((R * (K / kBlock) + kThreads - 1) / kThreads > INT32_MAX || K > INT32_MAX / 2) {
+  if ((R * (K / kVec) + kThreads - 1) / kThreads > INT32_MAX || K > INT32_MAX / 2) {
     throw Error(w + ": too many rows or columns");
   }
   return R > 0;
@@ -84,7 +89,7 @@ bool check(const DeviceTensor& xs, const float* input_scale, const MoeDispatch& 
 template <class Src>
 void launch(const Src& src, int64_t R, int64_t K, const float* input_scale, const MoeDispatch& d,
             const DeviceTensor& out, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((R * (K / kBlock) + kThreads - 1) / kThreads));
+  const dim3 grid(static_cast<unsigned>((R * (K / kVec) + kThreads - 1) / kThreads));
   launch_dependent(nvfp4_rows_kernel<Src>, grid, dim3(kThreads), 0, stream, src, input_scale, d.expert_offsets,
                    static_cast<int>(d.experts), out.as<bf16>(), out.ld, static_cast<int>(R), static_cast<int>(K));
 }

@@ -5,6 +5,9 @@
 //   moe_route → moe_dispatch (counts, offsets, sorted rows, tile map) → moe_gather → grouped GEMM 1
 //   (stacked [w1 | w3] per expert) → gated_activation (ops.h) → grouped GEMM 2 (w2) → moe_combine
 //
+// The model (model/ffn_block.cpp) applies the routing weights in GEMM 2's epilogue (moe_row_weights,
+// moe_weighted) and combines without them; moe_combine can also apply them itself.
+//
 // Nothing here synchronises with the host or needs the per-expert counts on the host: grids are
 // sized by upper bounds (T·k rows, at most min(E, T·k) + T·k / tile partially filled tiles) and idle
 // CTAs exit, so a whole MoE layer can be captured in a CUDA graph and replayed.

@@ -1,6 +1,7 @@
 // MoE dispatch (moe.h): a stable counting sort of the T·k picks by expert in one CTA, the tile maps
 // of the grouped GEMM, and the two data movers around it, gather (rows into sorted order) and
-// combine (weighted sum back per token). Nothing depends on the counts on the host.
+// combine (sum back per token, weighted unless the rows carry their weights), and the routing weights
+// laid out per sorted row for GEMM 2's epilogue. Nothing depends on the counts on the host.
 //
 // Dispatch, one CTA of 32 warps; warp w owns the contiguous pick range [w·c, (w+1)·c), c = ⌈R/32⌉:
 //   1. per-warp histograms hist[w][e] (warp-private, so no atomics: __match_any_sync groups the

@@ -11,8 +11,9 @@
 // Main loop: a STAGES-deep ring in padded shared rows (BK + 8 elements: conflict-free ldmatrix), one
 // barrier per stage; activations by cp.async; weights by cp.async too (WeightSource::kAsync) or
 // decoded by the threads themselves after the first k16 step's MMAs are issued (so the decode's loads
-// overlap them), the stage after it prefetched into L1 at the same time. ldmatrix fragments double-buffered across the k16 steps (the next step's load under
-// this step's mma.sync m16n8k16, bf16 in, fp32 accumulators). Rows past the expert's last row,
+// overlap them), the stage after it prefetched into L1 at the same time. ldmatrix fragments
+// double-buffered across the k16 steps (the next step's load under this step's mma.sync m16n8k16,
+// bf16 in, fp32 accumulators). Rows past the expert's last row,
 // columns past N and keys past K are zero-filled; a warp's m16 fragments wholly past the expert's
 // rows are neither loaded nor multiplied, so a partly filled tall tile costs about what its rows
 // need. The epilogue stores only real rows and columns.
@@ -61,8 +62,7 @@ struct Bf16Bank {
   int64_t ldw;
 
   // Bank row `row` (and the rows kRowStep, 2·kRowStep, … after it where `rows` has their bit), 8
-  // columns from `col`, into dst (and the same rows of the stage after it); zeros where !in_k or a
-  // row is missing.
+  // columns from `col`, into dst by cp.async; zeros where !in_k or a row is missing.
   template <class C>
   __device__ __forceinline__ void load(bf16* dst, int64_t row, int col, bool in_k, uint32_t rows) const {
     const bf16* src = w + row * ldw + col;

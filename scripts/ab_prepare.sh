@@ -3,7 +3,7 @@
 # REV exported with git archive into .variants/<name>, replacing what .variants held (git-ignored;
 # carry `.variants` to the device, which gets no .git).
 #
-#   scripts/ab_prepare.sh main ggml-gemv-rw3 ggml-gemv-span
+#   scripts/ab_prepare.sh main my-branch HEAD~1
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -eq 0 ]; then

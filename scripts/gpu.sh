@@ -15,7 +15,7 @@
 #                                            (e.g. '--moe-w4 --tokens 1,8,4096'); repeatable
 #
 # A machine without PCRE2's development files (the lent H200 image) builds with a static PCRE2
-# carried in .deps/pcre2 (scripts/gpu_deps.sh makes it; docs/gpu.md): it is put on
+# carried in .deps/pcre2 (scripts/gpu_deps.sh makes it; docs/cuda-backend.md): it is put on
 # PKG_CONFIG_PATH when present. Exit status: 0 when the build (if any) and every test passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -66,7 +66,7 @@ fi
 [ "$build_only" = 1 ] && exit 0
 
 # The tests read ../shared/fixtures (the peer fixture); a checkout that carries a copy in .shared
-# (git-ignored; docs/gpu.md) links it there.
+# (git-ignored; docs/cuda-backend.md) links it there.
 if [ ! -e ../shared ] && [ -d .shared ]; then ln -s "$PWD/.shared" ../shared 2>/dev/null || true; fi
 
 nvidia-smi >"$logs/nvidia-smi.txt" 2>&1 || true

@@ -64,9 +64,9 @@
 namespace k3::cuda {
 namespace {
 
-constexpr double kReadCeilingTBs = 3.83;   // H200, read-only, measured (issue 5)
-constexpr double kBf16CeilingTF = 797.0;   // H200, cuBLASLt bf16 8192³, measured (issue 5)
-constexpr double kFp8CeilingTF = 1332.0;   // H200, cuBLASLt block-scaled FP8 8192³, measured (issue 5)
+constexpr double kReadCeilingTBs = 3.83;   // H200, read-only (docs/performance.md, ceilings)
+constexpr double kBf16CeilingTF = 797.0;   // H200, cuBLASLt bf16 8192³, measured
+constexpr double kFp8CeilingTF = 1332.0;   // H200, cuBLASLt block-scaled FP8 8192³, measured
 constexpr size_t kRotateBytes = size_t{256} << 20;  // > 4× the L2
 
 int g_reps = 30;

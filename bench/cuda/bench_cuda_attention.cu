@@ -1,7 +1,7 @@
-// Attention-kernel benchmark of the CUDA backend (KDA and MLA, issue 5): one binary, one table per
+// Attention-kernel benchmark of the CUDA backend (KDA and MLA): one binary, one table per
 // kernel family, CUDA events around each call, warm-up first, the median of --reps calls. Inputs
 // are random (never zeros), generated on the device. Figures are compared with:
-//   - HBM: the device-to-device copy rate measured at start (read + write bytes), and the issue's
+//   - HBM: the device-to-device copy rate measured at start (read + write bytes), and the
 //     3.83 TB/s read ceiling for the H200;
 //   - KDA prefill: FlashKDA's published 279 µs for T = 2048, H = 12, D = 128 on an H100;
 //   - MLA decode: FlashMLA's ~90 % of HBM bandwidth (H800) in its memory-bound configurations.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The peer for k3's MoE benchmarks (issue 6): the same routed layer with bf16 experts through
+"""The peer for k3's MoE benchmarks: the same routed layer with bf16 experts through
 PyTorch's torch._grouped_mm, what a user would otherwise reach for on Hopper.
 
 Kimi-K3 shape by default (896 experts, top-16, latent 3584 -> 2 x 3072 gate|up, 3072 -> 3584 down),

@@ -1,4 +1,4 @@
-// The bookkeeping of expert streaming (issue 6): routed experts live in host memory and a fixed
+// The bookkeeping of expert streaming: routed experts live in host memory and a fixed
 // number of device slots caches them. For one MoE layer of one step, the experts the router picked
 // are planned into waves: every picked expert runs (no pruning); a wave is a set of experts resident
 // at once — the hits first, then misses loaded into slots no expert of the current wave needs, least

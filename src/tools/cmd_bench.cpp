@@ -6,7 +6,7 @@
 // ms per step and the fraction of the memory-bandwidth floor reached: the bytes one decode step must
 // move (decode_traffic) over the H200's measured read ceiling. Also the prefill rate of one
 // min(context, max_step_tokens)-token chunk at the largest batch.
-// --expert-cache SIZE runs with expert streaming (docs/gpu.md "Expert streaming": routed experts in
+// --expert-cache SIZE runs with expert streaming (docs/cuda-backend.md "Expert streaming": routed experts in
 // pinned host memory behind an LRU device cache of SIZE, CUDA graphs off) and adds per batch size the
 // cache's hit rate and the host→device GB/s of the timed steps; --layers N keeps the first N layers
 // of the config (so that the experts' pinned host copy fits the machine).

@@ -31,7 +31,7 @@ struct ModelCase {
 
 // Whether the GPU and CPU run one activation contract. They do not where the GPU's FP8 GEMMs
 // quantise activations to e4m3 (fp8-block, ModelOpt FP8, the FP8_PB_WO attention of modelopt-mixed)
-// while its experts, dequantised to bf16 until issue 6, do not — no CPU mode is that mix. NVFP4 /
+// while its bf16 experts do not — no CPU mode is that mix. NVFP4 /
 // MXFP4 weight-only (W4A16) is one contract: the GPU's packed expert kernels and the CPU's 4-bit
 // kernels both take the activations at 16 bits (bf16 on the GPU, 16-bit fixed point per block on the
 // CPU). ModelSlim W4A8 and GGUF experts now run packed under the CPU's own activation contract (int8
@@ -42,7 +42,7 @@ bool same_contract(FamilyId family) {
 }
 
 // Relative max logit error bounds from the H200 runs of 2026-11-29 (seed 11, pinned routing) with
-// about 2× margin (docs/gpu.md "End to end"). For scale: bf16 rounding of the linear inputs alone
+// about 2× margin (docs/cuda-backend.md "End to end"). For scale: bf16 rounding of the linear inputs alone
 // moves the CPU engine's logits by 1.0e-2 (Kimi-Linear small) and 8.6e-2 (Kimi-K3 small) — Kimi-K3
 // amplifies rounding ~8× more on these random weights. Across contracts the bound only says "same
 // model, same scale".
@@ -125,7 +125,7 @@ TEST_P(CudaModelVsCpu, PrefillAndDecodeMatchTheCpuEngine) {
   EXPECT_EQ(graph_err, 0.0);
   EXPECT_LT(decode_err, tol) << family_name(c.family);
   const CudaExecutorStats stats = cuda_executor_stats(gpu.executor());
-  // NVFP4 / MXFP4, W4A8 and GGUF experts stay packed on the GPU (issue 6's kernels), never silently bf16.
+  // NVFP4 / MXFP4, W4A8 and GGUF experts stay packed on the GPU (their own kernels), never silently bf16.
   const bool packed_experts = c.family == FamilyId::ModelOptNvfp4 || c.family == FamilyId::ModelOptMixed ||
                               c.family == FamilyId::CompressedTensorsMxfp4 || c.family == FamilyId::ModelSlimW4A8 ||
                               c.family == FamilyId::Gguf || c.family == FamilyId::GgufExpertPack;

@@ -1,4 +1,4 @@
-// Expert streaming (docs/gpu.md "Expert streaming"): moe_dispatch / moe_combine with skipped picks
+// Expert streaming (docs/cuda-backend.md "Expert streaming"): moe_dispatch / moe_combine with skipped picks
 // (ids < 0) against host references, and the CUDA model with an expert cache of 3 slots against the
 // all-resident run on the same checkpoint (bf16 and packed experts), over prefill and decode steps.
 // Every test skips without a GPU.

@@ -1,4 +1,4 @@
-// GEMM 2's input formed in one pass (issue 6's "GEMM2-input requant after the activation"): each
+// GEMM 2's input formed in one pass (the requantisation of GEMM 2's input after the activation): each
 // moe_quantize_*_activation kernel applies the gated activation to GEMM 1's gate and up halves and
 // quantises the result under its bank's activation contract. Its contract is the two kernels it
 // replaces — gated_activation into bf16, then the quantisation of those rows — so the test asserts

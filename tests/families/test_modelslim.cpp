@@ -143,7 +143,7 @@ TEST(ModelSlimFamily, ScalesAreNonTrivialAndScaleBiasIsTheKernelTerm) {
   }
 }
 
-// Issue 3 "Done when": the capability bug peers shipped. A ModelSlim K3 checkpoint plans MLA
+// The capability bug peers shipped: a ModelSlim K3 checkpoint plans MLA
 // kv_b_proj as ONE dense tensor; only ExpertPack plans split K/V.
 TEST(ModelSlimFamily, RegressionKvBProjStaysOneDenseTensor) {
   const auto& t = tiny(TinyArch::KimiK3);

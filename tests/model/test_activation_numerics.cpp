@@ -1,7 +1,7 @@
 // ActivationNumerics::Bf16Inputs (`--activations bf16`): every linear's input rounded to bf16 before
 // the weight format's own kernel, as the CUDA backend's GEMMs take it. The logits move by the model's
 // sensitivity to that rounding — the yardstick for how far the GPU may sit from the float CPU engine
-// (docs/gpu.md "End to end").
+// (docs/cuda-backend.md "End to end").
 #include <gtest/gtest.h>
 
 #include <cmath>

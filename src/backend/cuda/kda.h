@@ -74,7 +74,7 @@ void kda_short_conv(const KdaBatch& batch, const DeviceTensor& x, const float* w
 // bf16). o: the delta-rule output before the gated norm, [rows, P], f32 or bf16. q and k are
 // L2-normalised here (q also scaled by D^-½). Workspace: kda_prefill_workspace_bytes(batch, H).
 // Inter-chunk pass variants (all tested; the defaults were the fastest on the H200, see
-// docs/gpu-attention.md): the products in fp32 FMA or on tensor cores in tf32 (WMMA), the tiles by
+// docs/cuda-backend.md): the products in fp32 FMA or on tensor cores in tf32 (WMMA), the tiles by
 // 16-byte cp.async or by Hopper bulk copies, and the state columns per CTA of the sequential pass
 // (kAuto: 16 when sequences·heads·8 CTAs fit one wave of the SMs, else 32; tf32: 32 only).
 enum class KdaInterMath { kSimt, kTf32 };

@@ -12,7 +12,7 @@
 // how operands reach the tensor cores: per-lane 32/16-bit shared loads (kLane), ldmatrix(.trans)
 // (kLdmatrix), or ldmatrix plus Hopper bulk copies (TMA, cp.async.bulk) of the cache tiles (kBulk;
 // decode only, the prefill treats it as kLdmatrix). The defaults are the fastest variants measured
-// on the H200 (docs/gpu-attention.md); every variant is tested.
+// on the H200 (docs/cuda-backend.md); every variant is tested.
 // Host-only header.
 #pragma once
 

@@ -75,7 +75,7 @@ MoeDispatch moe_dispatch_view(void* buffer, int64_t tokens, int64_t top_k, int64
 // From the router's ids (i32 [T, k], each in [0, E); duplicates within a token allowed): per-expert
 // counts and offsets, the sorted order (within an expert, rows in (t, j) order, so the result is
 // deterministic) and the tile maps. One CTA; E <= 1024.
-// A negative id skips its pick (expert streaming, docs/gpu.md): it is not counted, its pick_row is
+// A negative id skips its pick (expert streaming, docs/cuda-backend.md): it is not counted, its pick_row is
 // −1, and the counted rows end at expert_offsets[E] ≤ R; sorted rows past them name token 0, so a
 // gather over all R rows stays in bounds, and no tile covers them.
 void moe_dispatch(const DeviceTensor& ids, const MoeDispatch& d, cudaStream_t stream);

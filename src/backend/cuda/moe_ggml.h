@@ -1,6 +1,6 @@
-// GGUF routed experts on the GPU (issue 6): expert banks of GGML blocks (Q4_0, Q8_0, Q2_K, Q3_K, Q4_K,
+// GGUF routed experts on the GPU: expert banks of GGML blocks (Q4_0, Q8_0, Q2_K, Q3_K, Q4_K,
 // Q5_K, Q6_K) kept in GPU memory exactly as stored in the checkpoint, and grouped kernels over a MoE
-// dispatch (moe.h; docs/gpu.md, "GGUF experts").
+// dispatch (moe.h; docs/cuda-backend.md, "GGUF experts").
 //
 // Layout: bank row e·N + n is weight row n of expert e, K / block_size blocks of the GGUF bytes, rows
 // back to back (row_bytes apart), experts back to back; upload is a plain copy of the checkpoint's
@@ -21,7 +21,7 @@
 // memory: ggml's exact float values rounded to bf16 (the values llama.cpp's dequantise-then-GEMM
 // prefill multiplies), bf16 activations, fp32 accumulation; the packed bytes are read once per m-tile
 // and nothing is dequantised to memory. Its activation contract is bf16, not the decode's 8-bit blocks,
-// so prefill and decode of one checkpoint differ by the activation rounding (docs/gpu.md).
+// so prefill and decode of one checkpoint differ by the activation rounding (docs/cuda-backend.md).
 //
 // Everything is graph-capturable: grids sized from the dispatch's bounds, idle CTAs exit.
 // Host-only header.

@@ -1,4 +1,4 @@
-// The NVFP4 W4A4 activation contract on the GPU (k3-quant-formats §2.3; issue 6's option): the
+// The NVFP4 W4A4 activation contract on the GPU (k3-quant-formats §2.3; an option): the
 // sorted rows of a MoE dispatch quantised per 16 values with their expert's static input_scale, as
 // the checkpoint's producers compute them for FP4 tensor cores. Hopper has none, so the values are
 // formed exactly and the W4A16 kernels (moe_w4.h) multiply them:

@@ -1,4 +1,4 @@
-// 4-bit routed-expert GEMMs, W4A16 (issue 6): NVFP4 (E2M1 codes, E4M3 scale per 16 columns, FP32
+// 4-bit routed-expert GEMMs, W4A16: NVFP4 (E2M1 codes, E4M3 scale per 16 columns, FP32
 // global scale) and MXFP4 (E2M1 codes, E8M0 scale per 32) expert banks stay packed in GPU memory and
 // are dequantised in registers inside grouped GEMMs over a MoE dispatch (moe.h); activations bf16,
 // fp32 accumulation on tensor cores (mma.sync m16n8k16 bf16; wgmma m64nNk16 for the kWgmma prefill kernel).

@@ -1,4 +1,4 @@
-// ModelSlim W4A8_DYNAMIC routed experts on the GPU (issue 6, spec §4.3): int4 weight codes stay packed
+// ModelSlim W4A8_DYNAMIC routed experts on the GPU (spec §4.3): int4 weight codes stay packed
 // in GPU memory and meet int8 activations on the integer tensor cores (mma.sync m16n8k32 s8 → s32), the
 // int4 codes widened to s8 in registers.
 //

@@ -33,7 +33,7 @@ void rms_norm(const DeviceTensor& x, const float* w, float eps, const DeviceTens
 // norm_w: f32 [n] on the device; y: f32 or bf16 [rows, n].
 // algo: kOnePass reads each candidate once (online softmax; rows up to 8192, wider rows fall back to
 // kTwoPass), kTwoPass reads them twice (the second time mostly from L2). Both are tested; the
-// default is the faster on the H200 (docs/gpu.md).
+// default is the faster on the H200 (docs/cuda-backend.md).
 inline constexpr int kMaxAttnResCandidates = 16;
 enum class AttnResAlgo { kOnePass, kTwoPass };
 void attn_res_mix_norm(std::span<const DeviceTensor> candidates, const float* c, const float* norm_w, float eps,

@@ -411,9 +411,10 @@ class Planner {
 // tiny/small expert K: 128, 256, 512).
 constexpr int64_t kTinyGroupSize = 64;
 
-// What make-tiny stores each parameter as (spec §4.4 / §7 where consistent, see decisions.md):
-// routed experts W4A8 per-group, shared experts W4A8 per-channel, latent projections and the KDA
-// fused q/k/v[/g] W8A8_DYNAMIC, everything else (kv_b_proj included) FLOAT.
+// What make-tiny stores each parameter as (spec §4.4 / §7 where consistent; see
+// docs/decisions/modelslim-make-tiny-assignment.md): routed experts W4A8 per-group, shared experts
+// W4A8 per-channel, latent projections and the KDA fused q/k/v[/g] W8A8_DYNAMIC, everything else
+// (kv_b_proj included) FLOAT.
 enum class TinyChoice { Float, W4A8PerGroup, W4A8PerChannel, W8A8Dynamic };
 
 TinyChoice tiny_choice(const ParamSpec& spec) {

@@ -24,7 +24,7 @@ struct CudaOptions {
   // on the H200 2026-11-29) instead of dequantised to bf16 (false: 4× the expert bytes, the bf16
   // kernels). NVFP4 / MXFP4 experts are always packed.
   bool packed_int_experts = true;
-  // Expert streaming (docs/gpu.md "Expert streaming"): 0 = off (every routed expert resident), else
+  // Expert streaming (docs/cuda-backend.md "Expert streaming"): 0 = off (every routed expert resident), else
   // the device bytes of an LRU expert cache; the routed experts stay in pinned host memory and are
   // copied in as the router picks them. Forces decode CUDA graphs off (each MoE layer reads its picks
   // on the host).
@@ -36,7 +36,7 @@ struct CudaOptions {
   // GEMM 1 of the routed experts and the gated activation as one kernel where a 4-bit bank runs the
   // warpgroup-MMA prefill kernel (moe_grouped_gemm_w4_gated: gate and up stay fp32 into SiTU / SiLU).
   // Off by default: on the H200 it is 1–3 % slower than the GEMM and the activation kernel apart
-  // (ninth and tenth sessions; docs/decisions.md, 2026-12-02).
+  // (docs/decisions/fused-moe-activation-off-by-default.md).
   bool fused_moe_activation = false;
 };
 

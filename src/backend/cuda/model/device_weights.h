@@ -1,10 +1,10 @@
 // The model's weights on the GPU, uploaded once from the LoadPlan into the arena in the layouts the
-// CUDA kernels read. Per scheme (docs/gpu.md "Device weights"):
+// CUDA kernels read. Per scheme (docs/cuda-backend.md "Device weights"):
 //   BF16 / F16 / F32 dense     → bf16 (cuBLASLt BF16 GEMM)
 //   FP8 128×128 block          → e4m3 codes + cuBLASLt BLK128x128 scales (FP8_PB_WO GEMM)
 //   FP8 per tensor + input_scale → e4m3 codes + multiplier, static activation scale (ModelOpt FP8)
 //   every other scheme         → dequantised through its exact reference to bf16 (the 4-bit and
-//                                GGUF kernels of issue 6 replace this)
+//                                GGUF expert kernels keep those packed instead)
 // Routed experts are stacked per bank as bf16 [E·N, K] for the grouped GEMM; w1 and w3 are
 // interleaved per expert as [w1_e ; w3_e] so one grouped GEMM yields [gate | up].
 // Vectors (norms, conv, A_log, dt_bias, AttnRes score vectors) are f32.
@@ -63,7 +63,7 @@ struct DeviceMlp {
 };
 
 // A routed-expert bank, stacked per expert: bf16 rows, or kept packed in its checkpoint format for the
-// quantized-expert kernels of issue 6 — NVFP4 / MXFP4 (W4A16, moe_w4.h; out_scale carries each expert's
+// quantized-expert kernels — NVFP4 / MXFP4 (W4A16, moe_w4.h; out_scale carries each expert's
 // global scale), ModelSlim W4A8 (moe_w4a8.h: int8 activations, the CPU's contract), GGUF blocks
 // (moe_ggml.h: 8-bit block activations, the CPU's contract). Other schemes are dequantised to bf16.
 struct DeviceExperts {

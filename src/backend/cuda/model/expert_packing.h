@@ -1,5 +1,5 @@
 // Which form a routed-expert bank takes on the GPU (device_weights.cpp's uploader asks this first):
-// kept packed for one of issue 6's quantized-expert kernels, or dequantised to bf16. Host-only and
+// kept packed for one of the quantized-expert kernels, or dequantised to bf16. Host-only and
 // independent of a device, so the choice is tested without a GPU (tests/cuda/test_expert_packing.cpp).
 #pragma once
 

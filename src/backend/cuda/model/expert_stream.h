@@ -1,4 +1,4 @@
-// Expert streaming on the GPU (issue 6; docs/gpu.md "Expert streaming"): the routed-expert banks of
+// Expert streaming on the GPU (docs/cuda-backend.md "Expert streaming"): the routed-expert banks of
 // every MoE layer stay in pinned host memory in their device layout, and one device "slot bank" per
 // bank (w13, w2) holds `slots` experts, managed by runtime/expert_cache.h's LRU planner across all
 // layers (key = layer · E + expert).

@@ -38,7 +38,7 @@ int max_engine_threads() {
   return kMaxThreadsPerHardwareThread * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-Engine::Engine(const std::string& model_dir, const EngineOptions& options) : max_context_(options.max_context) {
+Engine::Engine(const std::string& model_dir, const EngineOptions& options) : max_context_(options.max_context), prefill_chunk_(options.prefill_chunk) {
   if (options.threads < 0) throw Error(Where{"", "", "threads"}, "must be ≥ 0 (0 = all cores)");
   if (options.threads > max_engine_threads()) {
     throw Error(Where{"", "", "threads"}, std::to_string(options.threads) + " is more than " +
@@ -46,6 +46,7 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options) : max
                                               std::to_string(kMaxThreadsPerHardwareThread) + " × the hardware threads)");
   }
   if (options.max_context < 0) throw Error(Where{"", "", "max_context"}, "must be ≥ 0 (0 = no limit)");
+  if (options.prefill_chunk < 1) throw Error(Where{"", "", "prefill_chunk"}, "must be ≥ 1");
   if (options.threads > 0) omp_set_num_threads(options.threads);
   const CheckpointDir ckpt = open_checkpoint_dir(model_dir);
   if (!ckpt.config) throw Error(Where{ckpt.path("config.json"), "", ""}, "a model directory needs config.json");

@@ -24,6 +24,7 @@ void check_context(int64_t limit, int64_t prompt_tokens, int64_t max_tokens, con
 StepResult prefill(Engine& engine, int64_t sequence, const std::vector<int64_t>& prompt, bool all_logits,
                    const PrefillProgress& progress, int64_t chunk) {
   if (prompt.empty()) throw Error(Where{"", "", "ids"}, "the prompt is empty");
+  if (chunk == 0) chunk = engine.prefill_chunk();
   if (chunk < 1) throw Error(Where{"", "", "chunk"}, "must be ≥ 1");
   check_context(engine.max_context(), static_cast<int64_t>(prompt.size()), 0, "max_context");
   const int64_t total = static_cast<int64_t>(prompt.size());

@@ -11,18 +11,15 @@
 
 namespace k3 {
 
-// Prompt tokens per prefill step: a long prompt runs as several steps (the sequence's state carries
-// over), which bounds the activations' memory and lets a caller report progress.
-inline constexpr int64_t kPrefillChunk = 1024;
 
 // Called after each prefill step with the prompt tokens done so far and the prompt's length.
 using PrefillProgress = std::function<void(int64_t done, int64_t total)>;
 
-// Runs `prompt` on `sequence` in steps of at most `chunk` tokens. Returns the logits of every
-// prompt token when all_logits, else of the last one. Throws k3::Error (field 'max_context') before
-// any work when the prompt does not fit the engine's context limit.
+// Runs `prompt` on `sequence` in steps of at most `chunk` tokens (0: the engine's prefill_chunk()).
+// Returns the logits of every prompt token when all_logits, else of the last one. Throws k3::Error
+// (field 'max_context') before any work when the prompt does not fit the engine's context limit.
 StepResult prefill(Engine& engine, int64_t sequence, const std::vector<int64_t>& prompt, bool all_logits,
-                   const PrefillProgress& progress = {}, int64_t chunk = kPrefillChunk);
+                   const PrefillProgress& progress = {}, int64_t chunk = 0);
 
 // Throws k3::Error (field `field`) naming the lengths when prompt_tokens + max_tokens exceed
 // `limit` (0: no limit).

@@ -125,12 +125,12 @@ void check_prompt_fits(const Engine& engine, size_t prompt_tokens, int64_t max_t
 
 PrefillProgress terminal_prefill_progress() {
   if (!isatty(STDERR_FILENO)) return {};
-  return [](int64_t done, int64_t total) {
-    if (total <= kPrefillChunk) return;
+  return [shown = false](int64_t done, int64_t total) mutable {
     if (done < total) {
       std::fprintf(stderr, "\rprefill %lld/%lld tokens", static_cast<long long>(done), static_cast<long long>(total));
-    } else {
-      std::fprintf(stderr, "\r\033[K");
+      shown = true;
+    } else if (shown) {
+      std::fprintf(stderr, "\r\033[K");  // a one-step prefill printed nothing to clear
     }
     std::fflush(stderr);
   };
@@ -212,6 +212,7 @@ EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
     cuda.memory = args.gpu_memory;
     cuda.max_sequences = args.max_sequences;
     cuda.max_context = options.max_context;
+    options.prefill_chunk = cuda.max_step_tokens;
     cuda.expert_cache_bytes = expert_cache;
     cuda.fused_moe_activation = args.fused_moe_activation;
     options.executor = [cuda](const K3Config& config, const LoadPlan& plan, PlanFiles& files) {

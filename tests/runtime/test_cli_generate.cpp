@@ -11,6 +11,7 @@
 
 #include "io/npy.h"
 #include "model/engine_test_util.h"
+#include "runtime/generate.h"
 #include "tools/cli_runner.h"
 
 namespace k3 {
@@ -156,7 +157,7 @@ TEST(CliContext, OverLongRequestsAreRefusedBeforeAnyWork) {
   EXPECT_EQ(deflt.err, "k3 generate: error: field '--max-context': the prompt's 4097 tokens exceed the context limit of 4096 tokens\n");
   // A prompt longer than one prefill step (kPrefillChunk) prints no progress when stderr is not a terminal.
   std::string long_ids = "1";
-  for (int i = 1; i < 1100; ++i) long_ids += "," + std::to_string(i % 200);
+  for (int64_t i = 1; i < kPrefillChunk + 20; ++i) long_ids += "," + std::to_string(i % 200);
   const test::CliResult quiet = test::run_k3("generate --model " + dir + " --ids " + long_ids + " --max-tokens 1 --threads 2");
   EXPECT_EQ(quiet.code, 0) << quiet.err;
   EXPECT_EQ(quiet.err, "");

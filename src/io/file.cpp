@@ -25,7 +25,7 @@ std::shared_ptr<File> File::open(const std::string& path) {
     ::close(fd);
     throw Error(Where{path, "", ""}, "not a regular file");
   }
-  note_input_file(static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino));
+  note_input_file(path, static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino));
   return std::shared_ptr<File>(new File(path, fd, static_cast<uint64_t>(st.st_size)));
 }
 

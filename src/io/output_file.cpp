@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <set>
 #include <utility>
@@ -17,15 +18,24 @@
 namespace k3 {
 namespace {
 
+// Every file opened for reading, by (device, inode), with the paths it was opened under. An entry
+// counts only while one of its paths still names that inode: a deleted input's inode may be reused.
 std::mutex g_inputs_mutex;
-std::set<std::pair<uint64_t, uint64_t>>& inputs() {
-  static std::set<std::pair<uint64_t, uint64_t>> set;
-  return set;
+std::map<std::pair<uint64_t, uint64_t>, std::set<std::string>>& inputs() {
+  static std::map<std::pair<uint64_t, uint64_t>, std::set<std::string>> map;
+  return map;
 }
 
 bool is_input(const struct stat& st) {
+  const std::pair<uint64_t, uint64_t> key{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
   std::lock_guard<std::mutex> lock(g_inputs_mutex);
-  return inputs().contains({static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)});
+  const auto it = inputs().find(key);
+  if (it == inputs().end()) return false;
+  for (const std::string& path : it->second) {
+    struct stat now {};
+    if (::stat(path.c_str(), &now) == 0 && now.st_dev == st.st_dev && now.st_ino == st.st_ino) return true;
+  }
+  return false;
 }
 
 [[noreturn]] void fail(const std::string& path, const std::string& flag, const std::string& message) {
@@ -56,9 +66,9 @@ std::string write_target(const std::string& path, const std::string& flag) {
 
 }  // namespace
 
-void note_input_file(uint64_t device, uint64_t inode) {
+void note_input_file(const std::string& path, uint64_t device, uint64_t inode) {
   std::lock_guard<std::mutex> lock(g_inputs_mutex);
-  inputs().insert({device, inode});
+  inputs()[{device, inode}].insert(path);
 }
 
 void refuse_input_overwrite(const std::string& path, const std::string& flag) {

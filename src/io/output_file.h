@@ -10,8 +10,9 @@
 
 namespace k3 {
 
-// Records (device, inode) of a file opened for reading. Called by File::open.
-void note_input_file(uint64_t device, uint64_t inode);
+// Records a file opened for reading (its path and device, inode). Called by File::open. It stays an
+// input while `path` still names that inode.
+void note_input_file(const std::string& path, uint64_t device, uint64_t inode);
 
 // Throws k3::Error (file `path`, field `flag` when given) when `path` resolves to a file that this
 // process has read, or to a directory; otherwise returns. A path that does not exist yet passes.

@@ -11,7 +11,6 @@
 
 namespace k3 {
 
-
 // Called after each prefill step with the prompt tokens done so far and the prompt's length.
 using PrefillProgress = std::function<void(int64_t done, int64_t total)>;
 

@@ -32,7 +32,7 @@ CLI::Validator integer_in(int64_t lo, int64_t hi, const std::string& note) {
                                      : "'" + text + "' is not an integer in " + bounds;
         return what + (note.empty() ? "" : " (" + note + ")");
       },
-      "INT in " + bounds);
+      bounds);
 }
 
 CLI::Validator unsigned_integer() {
@@ -44,7 +44,7 @@ CLI::Validator unsigned_integer() {
         if (!text.empty() && ec == std::errc() && ptr == end) return {};
         return "'" + text + "' is not an integer in [0, " + std::to_string(std::numeric_limits<uint64_t>::max()) + "]";
       },
-      "UINT");
+      "");
 }
 
 CLI::Validator real_in(double lo, bool lo_open, double hi) {
@@ -58,7 +58,7 @@ CLI::Validator real_in(double lo, bool lo_open, double hi) {
         if (number && (lo_open ? v > lo : v >= lo) && v <= hi) return {};
         return "'" + text + "' is not a number in " + bounds;
       },
-      "NUMBER in " + bounds);
+      bounds);
 }
 
 CLI::Validator parsed_by(std::function<void(const std::string&)> parse) {

@@ -52,7 +52,7 @@ void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input) {
                                   ->capture_default_str();
   cmd->add_option("--max-context", args.max_context,
                   "tokens per sequence, prompt plus --max-tokens (a longer request is refused before any work); "
-                  "default: the config's max_position_embeddings on the CPU, 4096 on CUDA (a multiple of 64 there)")
+                  "default: the config's max_position_embeddings (else 4096) on the CPU, 4096 on CUDA (a multiple of 64 there)")
       ->check(integer_in(1, kMaxContextFlag));
   cmd->add_option("--expert-cache", args.expert_cache,
                   "CUDA expert streaming: routed experts stay in pinned host memory behind an LRU device cache "

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "io/output_file.h"
 
 namespace k3 {
 namespace {
@@ -24,6 +25,7 @@ std::shared_ptr<File> File::open(const std::string& path) {
     ::close(fd);
     throw Error(Where{path, "", ""}, "not a regular file");
   }
+  note_input_file(path, static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino));
   return std::shared_ptr<File>(new File(path, fd, static_cast<uint64_t>(st.st_size)));
 }
 

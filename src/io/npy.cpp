@@ -1,13 +1,12 @@
 #include "io/npy.h"
 
 #include <bit>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <string_view>
 
 #include "core/error.h"
 #include "io/file.h"
+#include "io/output_file.h"
 
 namespace k3 {
 
@@ -269,12 +268,7 @@ void write_npy(const std::string& path, const std::string& dtype, const std::vec
   } catch (const Error& e) {
     throw Error(Where{path, "", e.where().field}, e.detail());
   }
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) throw Error(Where{path, "", ""}, std::string("cannot create: ") + std::strerror(errno));
-  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  const int write_errno = errno;
-  if (std::fclose(f) != 0 || !written)
-    throw Error(Where{path, "", ""}, std::string("write failed: ") + std::strerror(written ? errno : write_errno));
+  write_file_atomic(path, bytes);
 }
 
 void write_npy_f32(const std::string& path, const std::vector<uint64_t>& shape, const float* data) {

@@ -387,6 +387,10 @@ K3Config parse_k3_config(const JsonNode& root) {
   config.mixer = parse_mixer_kinds(text, linear, config.num_layers);
   config.ffn = parse_ffn_kinds(text, config.moe, config.num_layers);
   config.tokens = parse_token_ids(text, config.vocab_size);
+  config.max_position_embeddings = optional_int(text, "max_position_embeddings", 1, kMaxConfigContext);
+  if (!config.max_position_embeddings) {
+    config.max_position_embeddings = optional_int(text, "model_max_length", 1, kMaxConfigContext);
+  }
   return config;
 }
 

@@ -31,6 +31,7 @@ enum class RouterScoring { kSigmoid, kSoftmax };
 inline constexpr int64_t kMaxConfigLayers = int64_t{1} << 14;
 inline constexpr int64_t kMaxConfigDim = int64_t{1} << 24;
 inline constexpr int64_t kMaxConfigExperts = int64_t{1} << 16;
+inline constexpr int64_t kMaxConfigContext = int64_t{1} << 40;
 
 // [UNCONFIRMED] eps of the MLA q_a_layernorm / kv_a_layernorm: the HF reference builds them with
 // the KimiRMSNorm default 1e-6, sglang uses rms_norm_eps (1e-5). Spec §5 recommends 1e-6 (§12.1).
@@ -131,6 +132,9 @@ struct K3Config {
   std::vector<MixerKind> mixer;  // per layer, 0-based
   std::vector<FfnKind> ffn;      // per layer, 0-based
   TokenIds tokens;
+  // The trained context length: max_position_embeddings, else model_max_length; nullopt when the
+  // config gives neither. Informational for the NoPE model (spec §1); the CPU's default context limit.
+  std::optional<int64_t> max_position_embeddings;
 
   bool is_kda(int64_t layer) const { return mixer.at(static_cast<size_t>(layer)) == MixerKind::kKda; }
   bool is_moe(int64_t layer) const { return ffn.at(static_cast<size_t>(layer)) == FfnKind::kMoe; }

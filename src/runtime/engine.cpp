@@ -2,7 +2,9 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <set>
+#include <thread>
 
 #include "model/forward.h"
 
@@ -32,8 +34,19 @@ class CpuExecutor final : public Executor {
 
 }  // namespace
 
-Engine::Engine(const std::string& model_dir, const EngineOptions& options) {
+int max_engine_threads() {
+  return kMaxThreadsPerHardwareThread * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+Engine::Engine(const std::string& model_dir, const EngineOptions& options) : max_context_(options.max_context), prefill_chunk_(options.prefill_chunk) {
   if (options.threads < 0) throw Error(Where{"", "", "threads"}, "must be ≥ 0 (0 = all cores)");
+  if (options.threads > max_engine_threads()) {
+    throw Error(Where{"", "", "threads"}, std::to_string(options.threads) + " is more than " +
+                                              std::to_string(max_engine_threads()) + " (" +
+                                              std::to_string(kMaxThreadsPerHardwareThread) + " × the hardware threads)");
+  }
+  if (options.max_context < 0) throw Error(Where{"", "", "max_context"}, "must be ≥ 0 (0 = no limit)");
+  if (options.prefill_chunk < 1) throw Error(Where{"", "", "prefill_chunk"}, "must be ≥ 1");
   if (options.threads > 0) omp_set_num_threads(options.threads);
   const CheckpointDir ckpt = open_checkpoint_dir(model_dir);
   if (!ckpt.config) throw Error(Where{ckpt.path("config.json"), "", ""}, "a model directory needs config.json");
@@ -77,6 +90,11 @@ std::vector<StepResult> Engine::step(const std::vector<SequenceInput>& inputs) {
       }
     }
     const int64_t row0 = static_cast<int64_t>(ids.size()), n = static_cast<int64_t>(in.tokens.size());
+    if (max_context_ > 0 && n > max_context_ - lengths_.at(in.sequence)) {
+      throw Error(Where{"", "", "max_context"}, "sequence " + std::to_string(in.sequence) + " would hold " +
+                                                    std::to_string(lengths_.at(in.sequence) + n) +
+                                                    " tokens, over the context limit of " + std::to_string(max_context_));
+    }
     slices.push_back({in.sequence, row0, n});
     ids.insert(ids.end(), in.tokens.begin(), in.tokens.end());
     for (int64_t t = in.all_logits ? 0 : n - 1; t < n; ++t) logit_rows.push_back(row0 + t);

@@ -38,8 +38,18 @@ class Executor {
 // Binds a planned checkpoint for a device. `files` outlives the executor.
 using ExecutorFactory = std::function<std::unique_ptr<Executor>(const K3Config&, const LoadPlan&, PlanFiles&)>;
 
+// The most OpenMP threads an Engine accepts: kMaxThreadsPerHardwareThread × the hardware threads.
+inline constexpr int kMaxThreadsPerHardwareThread = 4;
+int max_engine_threads();
+
+// Prompt tokens per prefill step on the CPU: a long prompt runs as several steps (the sequence's
+// state carries over), which bounds the activations' memory and lets a caller report progress.
+inline constexpr int64_t kPrefillChunk = 256;
+
 struct EngineOptions {
-  int threads = 0;  // OpenMP threads; 0 = all cores
+  int threads = 0;  // OpenMP threads; 0 = all cores; at most max_engine_threads()
+  int64_t max_context = 0;  // tokens per sequence; 0 = no limit
+  int64_t prefill_chunk = kPrefillChunk;  // prompt tokens per prefill step (runtime/generate.h prefill())
   cpu::LinearOptions linear;
   ExecutorFactory executor;  // empty: the CPU executor
 };
@@ -69,9 +79,11 @@ class Engine {
   int64_t new_sequence();
   void free_sequence(int64_t sequence);
   int64_t sequence_length(int64_t sequence) const;  // tokens consumed so far
+  int64_t max_context() const { return max_context_; }  // 0 = no limit
+  int64_t prefill_chunk() const { return prefill_chunk_; }
 
-  // Validates every input (known, distinct sequences; non-empty, in-vocabulary tokens) before
-  // running anything; results come in input order.
+  // Validates every input (known, distinct sequences; non-empty, in-vocabulary tokens; no sequence
+  // past max_context) before running anything; results come in input order.
   std::vector<StepResult> step(const std::vector<SequenceInput>& inputs);
 
  private:
@@ -81,6 +93,8 @@ class Engine {
   std::unique_ptr<Executor> executor_;
   std::map<int64_t, int64_t> lengths_;  // sequence → tokens consumed
   int64_t next_id_ = 0;
+  int64_t max_context_ = 0;
+  int64_t prefill_chunk_ = kPrefillChunk;
 };
 
 }  // namespace k3

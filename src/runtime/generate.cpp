@@ -14,6 +14,40 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
+void check_context(int64_t limit, int64_t prompt_tokens, int64_t max_tokens, const std::string& field) {
+  if (limit <= 0 || (prompt_tokens <= limit && max_tokens <= limit - prompt_tokens)) return;
+  std::string what = "the prompt's " + std::to_string(prompt_tokens) + " tokens";
+  if (max_tokens > 0) what += " plus " + std::to_string(max_tokens) + " tokens to generate";
+  throw Error(Where{"", "", field}, what + " exceed the context limit of " + std::to_string(limit) + " tokens");
+}
+
+StepResult prefill(Engine& engine, int64_t sequence, const std::vector<int64_t>& prompt, bool all_logits,
+                   const PrefillProgress& progress, int64_t chunk) {
+  if (prompt.empty()) throw Error(Where{"", "", "ids"}, "the prompt is empty");
+  if (chunk == 0) chunk = engine.prefill_chunk();
+  if (chunk < 1) throw Error(Where{"", "", "chunk"}, "must be ≥ 1");
+  check_context(engine.max_context(), static_cast<int64_t>(prompt.size()), 0, "max_context");
+  const int64_t total = static_cast<int64_t>(prompt.size());
+  StepResult result;
+  result.sequence = sequence;
+  for (int64_t done = 0; done < total;) {
+    const int64_t n = std::min(chunk, total - done);
+    const bool last = done + n == total;
+    SequenceInput in{sequence, std::vector<int64_t>(prompt.begin() + done, prompt.begin() + done + n), all_logits};
+    StepResult r = std::move(engine.step({std::move(in)}).front());
+    if (all_logits) {
+      result.rows += r.rows;
+      result.logits.insert(result.logits.end(), r.logits.begin(), r.logits.end());
+    } else if (last) {
+      result.rows = r.rows;
+      result.logits = std::move(r.logits);
+    }
+    done += n;
+    if (progress) progress(done, total);
+  }
+  return result;
+}
+
 GenerateResult generate(Engine& engine, const std::vector<int64_t>& prompt, const GenerateOptions& options) {
   if (prompt.empty()) throw Error(Where{"", "", "ids"}, "the prompt is empty");
   if (options.max_tokens < 0) throw Error(Where{"", "", "max_tokens"}, "must be ≥ 0");
@@ -21,9 +55,10 @@ GenerateResult generate(Engine& engine, const std::vector<int64_t>& prompt, cons
   const std::vector<int64_t>& eos = engine.config().tokens.eos;
   GenerateResult r;
   if (options.max_tokens == 0) return r;
+  check_context(engine.max_context(), static_cast<int64_t>(prompt.size()), options.max_tokens, "max_context");
   const int64_t seq = engine.new_sequence();
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<StepResult> out = engine.step({{seq, prompt, false}});
+  std::vector<StepResult> out{prefill(engine, seq, prompt, false, options.on_prefill)};
   r.prefill_seconds = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
   while (true) {

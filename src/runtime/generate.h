@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "runtime/engine.h"
@@ -10,11 +11,25 @@
 
 namespace k3 {
 
+// Called after each prefill step with the prompt tokens done so far and the prompt's length.
+using PrefillProgress = std::function<void(int64_t done, int64_t total)>;
+
+// Runs `prompt` on `sequence` in steps of at most `chunk` tokens (0: the engine's prefill_chunk()).
+// Returns the logits of every prompt token when all_logits, else of the last one. Throws k3::Error
+// (field 'max_context') before any work when the prompt does not fit the engine's context limit.
+StepResult prefill(Engine& engine, int64_t sequence, const std::vector<int64_t>& prompt, bool all_logits,
+                   const PrefillProgress& progress = {}, int64_t chunk = 0);
+
+// Throws k3::Error (field `field`) naming the lengths when prompt_tokens + max_tokens exceed
+// `limit` (0: no limit).
+void check_context(int64_t limit, int64_t prompt_tokens, int64_t max_tokens, const std::string& field);
+
 struct GenerateOptions {
   int64_t max_tokens = 16;
   SamplingParams sampling;
   bool stop_at_eos = true;  // stop after emitting one of config.tokens.eos
   std::function<void(int64_t)> on_token;  // called with each generated id as soon as it is sampled
+  PrefillProgress on_prefill;              // called after each prefill step
 };
 
 struct GenerateResult {

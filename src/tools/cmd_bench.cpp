@@ -16,17 +16,18 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <span>
 
 #include "core/error.h"
 #include "io/json.h"
+#include "io/output_file.h"
 #include "model/config.h"
 #include "model/known_configs.h"
 #include "model/parameters.h"
 #include "tools/cli.h"
+#include "tools/flag_checks.h"
 #include "tools/model_args.h"
 #ifdef K3_HAVE_CUDA
 #include "backend/cuda/model/cuda_model.h"
@@ -38,6 +39,8 @@ namespace {
 constexpr double kReadCeiling = 3.83e12;  // bytes/s: the H200's measured read ceiling (docs/performance.md)
 constexpr int64_t kMaxBatch = 4096;       // the executor's slot limit
 constexpr int64_t kWarmupSteps = 2;       // eager step, then graph capture
+constexpr int64_t kMaxBenchContext = int64_t{1} << 24;
+constexpr int64_t kMaxBenchSteps = int64_t{1} << 20;
 
 struct BenchArgs {
   std::string synthetic;
@@ -78,7 +81,8 @@ K3Config resolve_config(const std::string& what) {
   if (const std::optional<std::string> text = known_config_json(what)) {
     return parse_k3_config(parse_json(*text, what + " (built in)"));
   }
-  if (!std::filesystem::exists(what)) {
+  std::error_code ec;
+  if (!std::filesystem::exists(what, ec)) {
     std::string names;
     for (const std::string& n : known_config_names()) names += (names.empty() ? "" : ", ") + n;
     bad_flag("--synthetic", "'" + what + "' is neither a known config (" + names + ") nor a file");
@@ -329,17 +333,16 @@ int run_bench(const BenchArgs& a) {
     config.mixer.resize(static_cast<size_t>(a.layers));
     config.ffn.resize(static_cast<size_t>(a.layers));
   }
-  std::ofstream json_out;
-  if (!a.json.empty()) {
-    json_out.open(a.json);
-    if (!json_out) bad_flag("--json", "cannot write '" + a.json + "'");
-  }
+  if (!a.json.empty()) check_output_path(a.json, "--json");
   Measured m = measure(a, config, batches, device);
   // Cached rows read per MLA layer and sequence, averaged over the timed steps.
   const double mean_context = static_cast<double>(a.context + kWarmupSteps) + static_cast<double>(a.steps + 1) / 2;
   for (DecodeResult& r : m.decode) r.traffic = decode_traffic(config, r.batch, mean_context);
   print_report(a, m);
-  if (json_out.is_open()) json_out << report_json(a, m).dump(2) << "\n";
+  if (!a.json.empty()) {
+    const std::string text = report_json(a, m).dump(2) + "\n";
+    write_file_atomic(a.json, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()), "--json");
+  }
   return 0;
 }
 
@@ -351,18 +354,29 @@ Registered add_bench(CLI::App& app) {
   cmd->add_option("--synthetic", args->synthetic,
                   "a known model (kimi-linear-48b-a3b) or a config.json: its shapes, weights generated on the GPU")
       ->required();
-  cmd->add_option("--batch", args->batch, "batch sizes, comma-separated")->capture_default_str();
-  cmd->add_option("--context", args->context, "prompt tokens per sequence before the decode steps")->capture_default_str();
-  cmd->add_option("--steps", args->steps, "timed decode steps per batch size")->capture_default_str();
-  cmd->add_option("--device", args->device, "cuda or cuda:N")->capture_default_str();
+  cmd->add_option("--batch", args->batch, "batch sizes, comma-separated")
+      ->check(parsed_by([](const std::string& t) { parse_batch_sizes(t); }))
+      ->capture_default_str();
+  cmd->add_option("--context", args->context, "prompt tokens per sequence before the decode steps")
+      ->check(integer_in(1, kMaxBenchContext))
+      ->capture_default_str();
+  cmd->add_option("--steps", args->steps, "timed decode steps per batch size")
+      ->check(integer_in(1, kMaxBenchSteps))
+      ->capture_default_str();
+  cmd->add_option("--device", args->device, "cuda or cuda:N")
+      ->check(parsed_by([](const std::string& t) { parse_device(t); }))
+      ->capture_default_str();
   cmd->add_option("--gpu-memory", args->gpu_memory, "CUDA memory arena: bytes, 80G, 512M or a share of free memory")
+      ->check(parsed_by(check_gpu_memory))
       ->capture_default_str();
   cmd->add_flag("--no-graphs", args->no_graphs, "run every decode step eagerly (no CUDA graphs)");
-  cmd->add_option("--seed", args->seed, "seed of the synthetic weights and tokens")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "seed of the synthetic weights and tokens")->check(unsigned_integer())->capture_default_str();
   cmd->add_option("--json", args->json, "also write the numbers to this JSON file");
   cmd->add_option("--expert-cache", args->expert_cache,
-                  "expert streaming: routed experts in pinned host memory behind a device cache of this size (8G)");
-  cmd->add_option("--layers", args->layers, "keep only the first N layers of the config");
+                  "expert streaming: routed experts in pinned host memory behind a device cache of this size (8G)")
+      ->check(parsed_by([](const std::string& t) { parse_expert_cache(t); }));
+  cmd->add_option("--layers", args->layers, "keep only the first N layers of the config (0: all)")
+      ->check(integer_in(0, kMaxConfigLayers));
   cmd->add_flag("--fused-moe-activation", args->fused_moe_activation,
                 "4-bit experts' GEMM 1 and SiTU/SiLU as one kernel in prefill (CudaOptions::fused_moe_activation)");
   return {cmd, [args] { return run_bench(*args); }};

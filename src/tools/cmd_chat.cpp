@@ -8,13 +8,12 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "chat/k3_format.h"
 #include "chat/kimi_linear_format.h"
 #include "core/error.h"
+#include "io/file.h"
 #include "tools/cli.h"
 #include "tools/model_args.h"
 
@@ -32,11 +31,9 @@ void print_delta(const chat::ChatDelta& d) {
 }
 
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(Where{path, "", ""}, "cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  const std::shared_ptr<File> file = File::open(path);
+  const std::vector<uint8_t> bytes = file->read_range(0, file->size(), "messages");
+  return std::string(bytes.begin(), bytes.end());
 }
 
 struct ChatModel {
@@ -59,6 +56,7 @@ chat::ParsedMessage chat_turn(const ChatModel& m, const chat::Request& request, 
   const auto segments = m.k3_format ? chat::render_k3(request) : chat::render_kimi_linear(request);
   const std::vector<uint32_t> ids = chat::encode(m.tokenizer, segments);
   const std::vector<int64_t> prompt(ids.begin(), ids.end());
+  check_prompt_fits(m.engine, prompt.size(), g.max_tokens);
   chat::ParsedMessage reply;
   if (m.k3_format) {
     chat::K3OutputParser parser(request.thinking);
@@ -101,12 +99,13 @@ Registered add_chat(CLI::App& app) {
   add_generation_args(cmd, opt->generation);
   cmd->add_option("--messages", opt->messages, "request JSON file (messages array or {\"messages\": ...})");
   return {cmd, [opt] {
-            const GenerateOptions g = generation_options(opt->generation);
+            GenerateOptions g = generation_options(opt->generation);
+            g.on_prefill = terminal_prefill_progress();
             std::optional<chat::Request> request;
             if (!opt->messages.empty()) request = chat::parse_request(read_file(opt->messages));
-            EngineOptions options;
-            options.threads = opt->model.threads;
-            Engine engine(opt->model.model, options);
+            const CheckpointDir ckpt = open_checkpoint_dir(opt->model.model);
+            if (!ckpt.config) throw Error(Where{ckpt.path("config.json"), "", ""}, "a model directory needs config.json");
+            Engine engine(opt->model.model, engine_options(opt->model, *ckpt.config));
             const Tokenizer tokenizer = load_tokenizer(opt->model.model, engine.config().vocab_size);
             const ChatModel m{engine, tokenizer, engine.config().model_type == ModelType::kKimiK3};
             if (request) {

@@ -28,7 +28,8 @@ Registered add_generate(CLI::App& app) {
   cmd->add_flag("--json", opt->json, "print one JSON object with ids and timings");
   return {cmd, [opt] {
             GenerateOptions g = generation_options(opt->generation);
-            LoadedModel m = load_model(opt->model);
+            LoadedModel m = load_model(opt->model, g.max_tokens);
+            g.on_prefill = terminal_prefill_progress();
             std::string text;
             std::optional<StreamDecoder> decoder;
             if (m.tokenizer) {

@@ -1,5 +1,6 @@
 // `k3 inspect PATH [--json] [--tensor NAME --dequant --out FILE.npy]`: metadata and tensors of a
-// safetensors file, a checkpoint directory (sharded or not) or a GGUF file (single or split).
+// safetensors file, a checkpoint directory (sharded or not) or a GGUF file (single or split). The
+// .npy is written atomically and may not be one of the files read.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +12,8 @@
 #include "core/error.h"
 #include "io/gguf.h"
 #include "io/npy.h"
+#include "io/output_file.h"
+#include "io/path_error.h"
 #include "io/safetensors.h"
 #include "quant/dense/dense_decode.h"
 #include "quant/families/family.h"
@@ -100,6 +103,7 @@ int inspect_gguf(const InspectOptions& opt, const std::string& path) {
   if (opt.dequant) {
     const GgufTensorInfo* t = model.find_tensor(opt.tensor);
     if (t == nullptr) throw Error(Where{path, opt.tensor, ""}, "no such tensor");
+    check_output_path(opt.out, "--out");
     std::vector<float> values(t->n_elements);
     dequantize_tensor(t->type, model.tensor_data(*t), values.data(), static_cast<int64_t>(t->n_elements));
     write_npy_f32(opt.out, t->shape(), values.data());
@@ -143,6 +147,7 @@ int inspect_safetensors(const InspectOptions& opt) {
   if (opt.dequant) {
     const auto* e = ckpt.find(opt.tensor);
     if (e == nullptr) throw Error(Where{opt.path, opt.tensor, ""}, "no such tensor");
+    check_output_path(opt.out, "--out");
     const TensorInfo& t = ckpt.info(*e);
     std::vector<float> values(t.numel());
     decode_dense(t.dtype, ckpt.data(*e), values.data(), values.size(), Where{ckpt.shard_of(*e).path(), t.name, "dtype"});
@@ -186,6 +191,7 @@ int dequant_param(const InspectOptions& opt) {
   PlanFiles files(plan);
   const ParamSpec& spec = plan.params[static_cast<size_t>(i)];
   const std::vector<float> values = materialize(plan.bindings[static_cast<size_t>(i)], spec, files);
+  check_output_path(opt.out, "--out");  // the plan's files were opened by materialize
   write_npy_f32(opt.out, spec.shape, values.data());
   std::printf("wrote %s: %s %s (%s) as float32\n", opt.out.c_str(), spec.name.c_str(), shape_text(spec.shape).c_str(),
               plan.bindings[static_cast<size_t>(i)].scheme.name().c_str());
@@ -193,10 +199,14 @@ int dequant_param(const InspectOptions& opt) {
 }
 
 int run_inspect(const InspectOptions& opt) {
-  if (!fs::exists(opt.path)) throw Error(Where{opt.path, "", ""}, "no such file or directory");
-  if (!opt.param.empty()) return dequant_param(opt);
-  std::string gguf = is_gguf_path(opt.path) ? opt.path : (fs::is_directory(opt.path) ? gguf_in_directory(opt.path) : "");
-  return gguf.empty() ? inspect_safetensors(opt) : inspect_gguf(opt, gguf);
+  try {
+    if (!fs::exists(opt.path)) throw Error(Where{opt.path, "", ""}, "no such file or directory");
+    if (!opt.param.empty()) return dequant_param(opt);
+    std::string gguf = is_gguf_path(opt.path) ? opt.path : (fs::is_directory(opt.path) ? gguf_in_directory(opt.path) : "");
+    return gguf.empty() ? inspect_safetensors(opt) : inspect_gguf(opt, gguf);
+  } catch (const fs::filesystem_error& e) {
+    throw path_error(e, opt.path);
+  }
 }
 
 }  // namespace

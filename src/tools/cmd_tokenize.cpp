@@ -2,13 +2,12 @@
 // checkpoint's tokenizer (tiktoken.model + tokenizer_config.json). Special-token names in the text
 // are ordinary text unless --specials is given.
 #include <cstdio>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/file.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/cli.h"
 
@@ -25,11 +24,9 @@ struct TokenizeOptions {
 
 std::string read_input(const TokenizeOptions& o) {
   if (o.file.empty()) return o.text;
-  std::ifstream in(o.file, std::ios::binary);
-  if (!in) throw Error(Where{o.file, "", ""}, "cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  const std::shared_ptr<File> file = File::open(o.file);  // a regular file, else an error naming it
+  const std::vector<uint8_t> bytes = file->read_range(0, file->size(), "text");
+  return std::string(bytes.begin(), bytes.end());
 }
 
 int run(const TokenizeOptions& o) {

@@ -2,9 +2,12 @@
 // stderr. Exit codes: 0 success, 1 error in the input or the run, 2 usage error.
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "io/path_error.h"
 #include "tools/cli.h"
 
 int main(int argc, char** argv) {
@@ -31,7 +34,15 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "k3: usage error: %s (see k3 --help)\n", e.what());
+    // An unknown option is named first: CLI11 checks required options before leftover arguments.
+    const std::vector<std::string> extra = app.remaining(true);
+    std::string message = e.what();
+    if (!extra.empty()) {
+      const bool option = extra.front().starts_with("-");
+      message = std::string(option ? "unknown option " : "unexpected argument ") + extra.front();
+      if (extra.size() > 1) message += " (and " + std::to_string(extra.size() - 1) + " more)";
+    }
+    std::fprintf(stderr, "k3: usage error: %s (see k3 --help)\n", message.c_str());
     return 2;
   }
 
@@ -41,6 +52,9 @@ int main(int argc, char** argv) {
       return c.action();
     } catch (const k3::Error& e) {
       std::fprintf(stderr, "k3 %s: error: %s\n", c.command->get_name().c_str(), e.what());
+      return 1;
+    } catch (const std::filesystem::filesystem_error& e) {
+      std::fprintf(stderr, "k3 %s: error: %s\n", c.command->get_name().c_str(), k3::path_error(e).what());
       return 1;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "k3 %s: error: %s\n", c.command->get_name().c_str(), e.what());

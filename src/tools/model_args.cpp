@@ -1,11 +1,16 @@
 #include "tools/model_args.h"
 
+#include <unistd.h>
+
 #include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 #include <string_view>
 
 #include "core/error.h"
 #include "quant/families/family.h"
+#include "tools/flag_checks.h"
 
 #ifdef K3_HAVE_CUDA
 #include "backend/cuda/model/cuda_model.h"
@@ -28,23 +33,31 @@ void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input) {
       });
     }
   }
-  cmd->add_option("--threads", args.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", args.threads, "CPU threads (default: all cores)")
+      ->check(integer_in(0, max_engine_threads(),
+                         "at most " + std::to_string(kMaxThreadsPerHardwareThread) + " × the hardware threads"));
   cmd->add_option("--activations", args.activations,
                   "activation numerics: weight-only (float activations, default), checkpoint (the "
                   "checkpoint's contract: NVFP4 W4A4 with its input_scale, FP8 e4m3 activations; on CUDA the "
                   "routed NVFP4 experts' W4A4, the FP8 GEMMs always quantise) or bf16 (CPU only: every "
                   "linear's input rounded to bf16, as the CUDA backend computes)")
       ->check(CLI::IsMember({"weight-only", "checkpoint", "bf16"}));
-  cmd->add_option("--device", args.device, "cpu (default), cuda or cuda:N");
-  cmd->add_option("--gpu-memory", args.gpu_memory, "CUDA memory arena: bytes, 80G, 512M or a share of free memory (90%)")
-      ->capture_default_str();
-  cmd->add_option("--max-sequences", args.max_sequences, "CUDA: sequences alive at once (state slots)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--max-context", args.max_context, "CUDA: tokens per sequence (a multiple of 64)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--device", args.device, "cpu (default), cuda or cuda:N")->check(parsed_by([](const std::string& t) { parse_device(t); }));
+  args.gpu_memory_option =
+      cmd->add_option("--gpu-memory", args.gpu_memory, "CUDA memory arena: bytes, 80G, 512M or a share of free memory (90%)")
+          ->check(parsed_by(check_gpu_memory))
+          ->capture_default_str();
+  args.max_sequences_option = cmd->add_option("--max-sequences", args.max_sequences, "CUDA: sequences alive at once (state slots)")
+                                  ->check(integer_in(1, kMaxSequencesFlag))
+                                  ->capture_default_str();
+  cmd->add_option("--max-context", args.max_context,
+                  "tokens per sequence, prompt plus --max-tokens (a longer request is refused before any work); "
+                  "default: the config's max_position_embeddings (else 4096) on the CPU, 4096 on CUDA (a multiple of 64 there)")
+      ->check(integer_in(1, kMaxContextFlag));
   cmd->add_option("--expert-cache", args.expert_cache,
                   "CUDA expert streaming: routed experts stay in pinned host memory behind an LRU device cache "
-                  "of this size (e.g. 8G; decode CUDA graphs off)");
+                  "of this size (e.g. 8G; decode CUDA graphs off)")
+      ->check(parsed_by([](const std::string& t) { parse_expert_cache(t); }));
   cmd->add_flag("--fused-moe-activation", args.fused_moe_activation,
                 "CUDA: 4-bit experts' GEMM 1 and SiTU/SiLU as one kernel in prefill (slower on the H200; off by default)");
 }
@@ -71,6 +84,56 @@ uint64_t parse_expert_cache(const std::string& text) {
   const double bytes = value * unit;
   if (!(bytes >= 1) || bytes > 1e18) throw Error(where, "'" + text + "' must be at least one byte and at most 1e18");
   return static_cast<uint64_t>(bytes);
+}
+
+void check_gpu_memory(const std::string& text) {
+  const std::string bad = "'" + text + "' is not a size (e.g. 80G, 512M, 90%)";
+  double value = 0;
+  const char* begin = text.data();
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (text.empty() || ec != std::errc() || ptr == begin || !(value >= 0) || !std::isfinite(value)) {
+    throw Error(Where{"", "", "--gpu-memory"}, bad);
+  }
+  const std::string_view suffix(ptr, static_cast<size_t>(end - ptr));
+  double unit = 1;
+  if (suffix == "%") {
+    if (value > 100) throw Error(Where{"", "", "--gpu-memory"}, bad);
+    return;
+  }
+  if (suffix == "K" || suffix == "k") {
+    unit = 1024.0;
+  } else if (suffix == "M" || suffix == "m") {
+    unit = 1024.0 * 1024.0;
+  } else if (suffix == "G" || suffix == "g") {
+    unit = 1024.0 * 1024.0 * 1024.0;
+  } else if (!suffix.empty()) {
+    throw Error(Where{"", "", "--gpu-memory"}, bad);
+  }
+  if (value * unit > 1e18) throw Error(Where{"", "", "--gpu-memory"}, bad);
+}
+
+int64_t context_limit(const ModelArgs& args, const K3Config& config, bool cuda) {
+  if (args.max_context) return *args.max_context;
+  if (cuda) return kDefaultCudaContext;
+  return config.max_position_embeddings.value_or(kDefaultCudaContext);
+}
+
+void check_prompt_fits(const Engine& engine, size_t prompt_tokens, int64_t max_tokens) {
+  check_context(engine.max_context(), static_cast<int64_t>(prompt_tokens), max_tokens, "--max-context");
+}
+
+PrefillProgress terminal_prefill_progress() {
+  if (!isatty(STDERR_FILENO)) return {};
+  return [shown = false](int64_t done, int64_t total) mutable {
+    if (done < total) {
+      std::fprintf(stderr, "\rprefill %lld/%lld tokens", static_cast<long long>(done), static_cast<long long>(total));
+      shown = true;
+    } else if (shown) {
+      std::fprintf(stderr, "\r\033[K");  // a one-step prefill printed nothing to clear
+    }
+    std::fflush(stderr);
+  };
 }
 
 int parse_device(const std::string& text) {
@@ -117,17 +180,7 @@ Tokenizer load_tokenizer(const std::string& dir, int64_t vocab) {
   return tok;
 }
 
-LoadedModel load_model(const ModelArgs& args) {
-  const CheckpointDir ckpt = open_checkpoint_dir(args.model);
-  if (!ckpt.config) throw Error(Where{ckpt.path("config.json"), "", ""}, "a model directory needs config.json");
-  LoadedModel m;
-  if (args.prompt) {
-    m.tokenizer = load_tokenizer(args.model, ckpt.config->vocab_size);
-    const std::vector<uint32_t> ids = m.tokenizer->encode(*args.prompt, Specials::kNone);
-    m.ids.assign(ids.begin(), ids.end());
-  } else {
-    m.ids = parse_token_ids(args.ids, ckpt.config->vocab_size);
-  }
+EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
   EngineOptions options;
   options.threads = args.threads;
   options.linear.activation = args.activations == "checkpoint" ? cpu::ActivationNumerics::CheckpointContract
@@ -141,6 +194,13 @@ LoadedModel load_model(const ModelArgs& args) {
   if (args.fused_moe_activation && device < 0) {
     throw Error(Where{"", "", "--fused-moe-activation"}, "a CUDA kernel option: it needs --device cuda");
   }
+  if (args.gpu_memory_option && args.gpu_memory_option->count() > 0 && device < 0) {
+    throw Error(Where{"", "", "--gpu-memory"}, "sizes the CUDA memory arena: it needs --device cuda");
+  }
+  if (args.max_sequences_option && args.max_sequences_option->count() > 0 && device < 0) {
+    throw Error(Where{"", "", "--max-sequences"}, "sizes the CUDA state slots: it needs --device cuda");
+  }
+  options.max_context = context_limit(args, config, device >= 0);
   if (device >= 0) {
 #ifdef K3_HAVE_CUDA
     if (options.linear.activation == cpu::ActivationNumerics::Bf16Inputs) {
@@ -151,7 +211,8 @@ LoadedModel load_model(const ModelArgs& args) {
     cuda.device = device;
     cuda.memory = args.gpu_memory;
     cuda.max_sequences = args.max_sequences;
-    cuda.max_context = args.max_context;
+    cuda.max_context = options.max_context;
+    options.prefill_chunk = cuda.max_step_tokens;
     cuda.expert_cache_bytes = expert_cache;
     cuda.fused_moe_activation = args.fused_moe_activation;
     options.executor = [cuda](const K3Config& config, const LoadPlan& plan, PlanFiles& files) {
@@ -161,18 +222,39 @@ LoadedModel load_model(const ModelArgs& args) {
     throw Error(Where{"", "", "--device"}, "this k3 was built without the CUDA backend (configure with -DK3_CUDA=ON)");
 #endif
   }
+  return options;
+}
+
+LoadedModel load_model(const ModelArgs& args, int64_t max_tokens) {
+  const CheckpointDir ckpt = open_checkpoint_dir(args.model);
+  if (!ckpt.config) throw Error(Where{ckpt.path("config.json"), "", ""}, "a model directory needs config.json");
+  LoadedModel m;
+  if (args.prompt) {
+    m.tokenizer = load_tokenizer(args.model, ckpt.config->vocab_size);
+    const std::vector<uint32_t> ids = m.tokenizer->encode(*args.prompt, Specials::kNone);
+    m.ids.assign(ids.begin(), ids.end());
+  } else {
+    m.ids = parse_token_ids(args.ids, ckpt.config->vocab_size);
+  }
+  const EngineOptions options = engine_options(args, *ckpt.config);
+  check_context(options.max_context, static_cast<int64_t>(m.ids.size()), max_tokens, "--max-context");
   m.engine = std::make_unique<Engine>(args.model, options);
   return m;
 }
 
 void add_generation_args(CLI::App* cmd, GenerationArgs& args) {
-  cmd->add_option("--max-tokens", args.max_tokens, "tokens to generate")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--max-tokens", args.max_tokens, "tokens to generate (prompt + max-tokens must fit --max-context)")
+      ->check(integer_in(0, kMaxTokensFlag))
+      ->capture_default_str();
   auto* greedy = cmd->add_flag("--greedy", args.greedy, "argmax decoding (the default)");
-  auto* temp = cmd->add_option("--temperature", args.temperature, "sample at this temperature (> 0)");
+  auto* temp = cmd->add_option("--temperature", args.temperature, "sample at this temperature (> 0)")
+                   ->check(real_in(0, true, kMaxTemperature));
   temp->excludes(greedy);
-  cmd->add_option("--top-p", args.top_p, "nucleus mass in (0, 1]")->needs(temp);
-  cmd->add_option("--top-k", args.top_k, "keep the K most likely tokens (0 = all)")->needs(temp);
-  cmd->add_option("--seed", args.seed, "sampling seed")->needs(temp);
+  cmd->add_option("--top-p", args.top_p, "nucleus mass in (0, 1]")->needs(temp)->check(real_in(0, true, 1));
+  cmd->add_option("--top-k", args.top_k, "keep the K most likely tokens (0 = all)")
+      ->needs(temp)
+      ->check(integer_in(0, std::numeric_limits<int32_t>::max()));
+  cmd->add_option("--seed", args.seed, "sampling seed")->needs(temp)->check(unsigned_integer());
   cmd->add_flag("--ignore-eos", args.ignore_eos, "keep generating after an end-of-sequence token");
   args.temperature_option = temp;
 }

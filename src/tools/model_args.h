@@ -29,10 +29,26 @@ struct ModelArgs {
   std::string device = "cpu";         // --device cpu | cuda | cuda:N
   std::string gpu_memory = "90%";     // --gpu-memory: the CUDA arena
   int64_t max_sequences = 8;          // --max-sequences: CUDA state slots
-  int64_t max_context = 4096;         // --max-context: tokens per sequence on the GPU
+  // --max-context: tokens per sequence (prompt + generated); unset: kDefaultCudaContext on CUDA, the
+  // config's max_position_embeddings on the CPU (kDefaultCudaContext when the config has none).
+  std::optional<int64_t> max_context;
   std::string expert_cache;           // --expert-cache SIZE: CUDA expert streaming (empty: off)
   bool fused_moe_activation = false;  // --fused-moe-activation: CudaOptions::fused_moe_activation
+  CLI::Option* gpu_memory_option = nullptr;
+  CLI::Option* max_sequences_option = nullptr;
 };
+
+inline constexpr int64_t kDefaultCudaContext = 4096;
+inline constexpr int64_t kMaxContextFlag = int64_t{1} << 30;  // --max-context's upper bound
+inline constexpr int64_t kMaxSequencesFlag = 4096;            // --max-sequences' upper bound (CUDA slots)
+inline constexpr int64_t kMaxTokensFlag = int64_t{1} << 30;   // --max-tokens' upper bound
+inline constexpr double kMaxTemperature = 100;
+
+// --gpu-memory's syntax: "<n>" bytes, "<n>K|M|G" or "<p>%" (p ≤ 100). Throws k3::Error (field '--gpu-memory').
+void check_gpu_memory(const std::string& text);
+
+// The context limit for this run: --max-context, else the default described at ModelArgs::max_context.
+int64_t context_limit(const ModelArgs& args, const K3Config& config, bool cuda);
 
 // --expert-cache SIZE → bytes: "<n>" or "<n>K|M|G" (binary units, fractions allowed: "1.5G"), > 0.
 // Throws k3::Error (field '--expert-cache') on anything else.
@@ -52,14 +68,27 @@ std::vector<int64_t> parse_token_ids(const std::string& text, int64_t vocab);
 // it can emit an id ≥ the model's vocab_size.
 Tokenizer load_tokenizer(const std::string& dir, int64_t vocab);
 
-// Reads only the model's config to validate the prompt, then binds the weights. With --prompt the
-// text is encoded with special-token names treated as text, and the tokenizer is kept.
+// The engine's options from the flags and the model's config, every flag checked (CUDA-only flags
+// refused with --device cpu).
+EngineOptions engine_options(const ModelArgs& args, const K3Config& config);
+
+// Reads only the model's config to validate the prompt (its ids, and its length plus `max_tokens`
+// against the context limit), then binds the weights. With --prompt the text is encoded with
+// special-token names treated as text, and the tokenizer is kept.
 struct LoadedModel {
   std::unique_ptr<Engine> engine;
   std::vector<int64_t> ids;
   std::optional<Tokenizer> tokenizer;
 };
-LoadedModel load_model(const ModelArgs& args);
+LoadedModel load_model(const ModelArgs& args, int64_t max_tokens = 0);
+
+// Throws k3::Error (field '--max-context') naming the lengths when prompt + max_tokens exceed the
+// engine's context limit. Call before any work.
+void check_prompt_fits(const Engine& engine, size_t prompt_tokens, int64_t max_tokens);
+
+// On a terminal (stderr a TTY): "prefill DONE/TOTAL tokens" updated in place on stderr, cleared at
+// the end; elsewhere no output (an empty callback).
+PrefillProgress terminal_prefill_progress();
 
 // --max-tokens, --greedy | --temperature [--top-p --top-k --seed], --ignore-eos.
 struct GenerationArgs {

@@ -6,10 +6,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "io/npy.h"
 #include "model/engine_test_util.h"
+#include "runtime/generate.h"
 #include "tools/cli_runner.h"
 
 namespace k3 {
@@ -83,9 +85,9 @@ TEST(CliErrors, BadIdsAndFlagsGiveOneLine) {
       {"generate" + model + " --ids 1,512", 1, "k3 generate: error: field '--ids': token id 512 is out of range [0, 512)\n"},
       {"generate" + model + " --ids 1,x", 1, "k3 generate: error: field '--ids': 'x' is not an integer token id\n"},
       {"logits" + model + " --ids 1,,2 --out /tmp/x.npy", 1, "k3 logits: error: field '--ids': '' is not an integer token id\n"},
-      {"generate" + model + " --ids 1 --temperature 0", 1, "k3 generate: error: field 'temperature': must be a finite number > 0\n"},
-      {"generate" + model + " --ids 1 --device tpu", 1, "k3 generate: error: field '--device': 'tpu' is not a device (cpu, cuda or cuda:N)\n"},
-      {"logits" + model + " --ids 1 --out /tmp/x.npy --device cuda:x", 1, "k3 logits: error: field '--device': 'cuda:x' is not a device (cpu, cuda or cuda:N)\n"},
+      {"generate" + model + " --ids 1 --temperature 0", 2, "k3: usage error: --temperature: '0' is not a number in (0, 100] (see k3 --help)\n"},
+      {"generate" + model + " --ids 1 --device tpu", 2, "k3: usage error: --device: 'tpu' is not a device (cpu, cuda or cuda:N) (see k3 --help)\n"},
+      {"logits" + model + " --ids 1 --out /tmp/x.npy --device cuda:x", 2, "k3: usage error: --device: 'cuda:x' is not a device (cpu, cuda or cuda:N) (see k3 --help)\n"},
   };
   for (const Case& c : cases) {
     const test::CliResult r = test::run_k3(c.args);
@@ -102,30 +104,64 @@ TEST(CliErrors, BadIdsAndFlagsGiveOneLine) {
   }
 }
 
-// --expert-cache (CUDA expert streaming) and --fused-moe-activation: bad sizes and a CPU run give one
-// line, exit 1, before any device is touched (tests/cuda/test_expert_streaming.cpp runs the streaming
-// itself, tests/cuda/test_cuda_model.cpp the fused activation).
+// --expert-cache (CUDA expert streaming) and --fused-moe-activation: a bad size is a usage error
+// (exit 2), a CPU run an error (exit 1), one line before any device is touched
+// (tests/cuda/test_expert_streaming.cpp runs the streaming itself, tests/cuda/test_cuda_model.cpp the
+// fused activation).
 TEST(CliErrors, CudaOptionFlagsGiveOneLine) {
   const std::string model = " --model " + peer("ckpt");
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"generate" + model + " --ids 1 --expert-cache 2G",
+  const std::vector<std::tuple<std::string, int, std::string>> cases = {
+      {"generate" + model + " --ids 1 --expert-cache 2G", 1,
        "k3 generate: error: field '--expert-cache': streams experts to a GPU: it needs --device cuda\n"},
-      {"generate" + model + " --ids 1 --expert-cache 2X --device cuda",
-       "k3 generate: error: field '--expert-cache': '2X' is not a size (e.g. 8G, 512M, or bytes)\n"},
-      {"logits" + model + " --ids 1 --out /tmp/x.npy --expert-cache 50%",
-       "k3 logits: error: field '--expert-cache': '50%' is not a size (e.g. 8G, 512M, or bytes)\n"},
-      {"generate" + model + " --ids 1 --expert-cache 0 --device cuda",
-       "k3 generate: error: field '--expert-cache': '0' must be at least one byte and at most 1e18\n"},
-      {"generate" + model + " --ids 1 --expert-cache -1G --device cuda",
-       "k3 generate: error: field '--expert-cache': '-1G' must be at least one byte and at most 1e18\n"},
-      {"logits" + model + " --ids 1 --out /tmp/x.npy --fused-moe-activation",
+      {"generate" + model + " --ids 1 --expert-cache 2X --device cuda", 2,
+       "k3: usage error: --expert-cache: '2X' is not a size (e.g. 8G, 512M, or bytes) (see k3 --help)\n"},
+      {"logits" + model + " --ids 1 --out /tmp/x.npy --expert-cache 50%", 2,
+       "k3: usage error: --expert-cache: '50%' is not a size (e.g. 8G, 512M, or bytes) (see k3 --help)\n"},
+      {"generate" + model + " --ids 1 --expert-cache 0 --device cuda", 2,
+       "k3: usage error: --expert-cache: '0' must be at least one byte and at most 1e18 (see k3 --help)\n"},
+      {"generate" + model + " --ids 1 --expert-cache -1G --device cuda", 2,
+       "k3: usage error: --expert-cache: '-1G' must be at least one byte and at most 1e18 (see k3 --help)\n"},
+      {"logits" + model + " --ids 1 --out /tmp/x.npy --fused-moe-activation", 1,
        "k3 logits: error: field '--fused-moe-activation': a CUDA kernel option: it needs --device cuda\n"},
   };
-  for (const auto& [args, err] : cases) {
+  for (const auto& [args, code, err] : cases) {
     const test::CliResult r = test::run_k3(args);
-    EXPECT_EQ(r.code, 1) << args;
+    EXPECT_EQ(r.code, code) << args;
     EXPECT_EQ(r.err, err) << args;
   }
+}
+
+// --max-context: prompt (+ --max-tokens) longer than the limit is refused before any work, naming
+// the flag and the lengths. Without the flag the CPU limit is the config's max_position_embeddings
+// (the make-tiny config has none: 4096).
+TEST(CliContext, OverLongRequestsAreRefusedBeforeAnyWork) {
+  const std::string model = " --model " + peer("ckpt");
+  const test::CliResult gen = test::run_k3("generate" + model + " --ids 1,2,3 --max-tokens 2 --max-context 4");
+  EXPECT_EQ(gen.code, 1);
+  EXPECT_EQ(gen.err, "k3 generate: error: field '--max-context': the prompt's 3 tokens plus 2 tokens to generate exceed the context limit of 4 tokens\n");
+  EXPECT_EQ(gen.out, "");
+  EXPECT_EQ(test::run_k3("generate" + model + " --ids 1,2,3 --max-tokens 1 --max-context 4").code, 0);
+  const std::string out = ::testing::TempDir() + "/k3_context_logits.npy";
+  const test::CliResult logits = test::run_k3("logits" + model + " --ids 1,2,3,4,5 --max-context 4 --out " + out);
+  EXPECT_EQ(logits.code, 1);
+  EXPECT_EQ(logits.err, "k3 logits: error: field '--max-context': the prompt's 5 tokens exceed the context limit of 4 tokens\n");
+  EXPECT_FALSE(std::filesystem::exists(out));
+
+  const std::string dir = ::testing::TempDir() + "/k3_cli_context_tiny";
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(test::run_k3("make-tiny --arch kimi-linear --out " + dir).code, 0);
+  std::string ids = "1";
+  for (int i = 1; i < 4097; ++i) ids += ",1";
+  const test::CliResult deflt = test::run_k3("generate --model " + dir + " --ids " + ids + " --max-tokens 0");
+  EXPECT_EQ(deflt.code, 1);
+  EXPECT_EQ(deflt.err, "k3 generate: error: field '--max-context': the prompt's 4097 tokens exceed the context limit of 4096 tokens\n");
+  // A prompt longer than one prefill step (kPrefillChunk) prints no progress when stderr is not a terminal.
+  std::string long_ids = "1";
+  for (int64_t i = 1; i < kPrefillChunk + 20; ++i) long_ids += "," + std::to_string(i % 200);
+  const test::CliResult quiet = test::run_k3("generate --model " + dir + " --ids " + long_ids + " --max-tokens 1 --threads 2");
+  EXPECT_EQ(quiet.code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err, "");
+  std::filesystem::remove_all(dir);
 }
 
 // --activations bf16 reproduces the GPU's rounding on the CPU: with --device cuda it is refused (a

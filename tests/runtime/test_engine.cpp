@@ -7,7 +7,9 @@
 // moves logits by > 1e-2.
 #include <gtest/gtest.h>
 
+#include "error_of.h"
 #include "model/engine_test_util.h"
+#include "runtime/generate.h"
 
 namespace k3 {
 namespace {
@@ -93,6 +95,52 @@ TEST_P(EngineConsistency, RejectsBadInputsBeforeRunning) {
   EXPECT_EQ(message({{seq, {1}, false}, {seq, {2}, false}}), "sequence " + std::to_string(seq) + " appears twice in one step");
   EXPECT_EQ(message({{seq + 100, {1}, false}}), "unknown sequence " + std::to_string(seq + 100));
   EXPECT_EQ(engine_->sequence_length(seq), 0);  // nothing ran
+}
+
+// prefill() in steps of `chunk` tokens (the state carried over) gives one prefill's logits, and
+// reports its progress after each step.
+TEST_P(EngineConsistency, ChunkedPrefillEqualsOnePrefill) {
+  const std::vector<int64_t> ids = test::test_prompt(10, vocab(), 6);
+  const std::vector<float> whole = test::prefill_logits(*engine_, ids);
+  std::vector<std::pair<int64_t, int64_t>> progress;
+  const int64_t seq = engine_->new_sequence();
+  const StepResult r = prefill(*engine_, seq, ids, true, [&](int64_t done, int64_t total) { progress.emplace_back(done, total); }, 3);
+  EXPECT_EQ(r.rows, 10);
+  EXPECT_LT(test::relative_max_error(r.logits, whole), kTolerance);
+  EXPECT_EQ(progress, (std::vector<std::pair<int64_t, int64_t>>{{3, 10}, {6, 10}, {9, 10}, {10, 10}}));
+  const int64_t seq2 = engine_->new_sequence();
+  const StepResult last = prefill(*engine_, seq2, ids, false, {}, 4);
+  EXPECT_EQ(last.rows, 1);
+  EXPECT_LT(test::relative_max_error(last.logits, rows(whole, 9, 10)), kTolerance);
+}
+
+// EngineOptions::max_context: no step may take a sequence past it; generate() and prefill() refuse
+// an over-long request before any work.
+TEST_P(EngineConsistency, ContextLimitIsEnforcedBeforeRunning) {
+  EngineOptions options;
+  options.max_context = 4;
+  Engine engine(tiny_.dir, options);
+  const int64_t seq = engine.new_sequence();
+  EXPECT_EQ(test::error_of([&] { engine.step({{seq, {1, 2, 3, 4, 5}, false}}); }),
+            "field 'max_context': sequence " + std::to_string(seq) + " would hold 5 tokens, over the context limit of 4");
+  engine.step({{seq, {1, 2, 3}, false}});
+  EXPECT_NE(test::error_of([&] { engine.step({{seq, {1, 2}, false}}); }).find("would hold 5 tokens"), std::string::npos);
+  EXPECT_EQ(engine.sequence_length(seq), 3);
+  GenerateOptions g;
+  g.max_tokens = 2;
+  EXPECT_EQ(test::error_of([&] { generate(engine, {1, 2, 3}, g); }),
+            "field 'max_context': the prompt's 3 tokens plus 2 tokens to generate exceed the context limit of 4 tokens");
+  const int64_t seq2 = engine.new_sequence();
+  EXPECT_EQ(test::error_of([&] { prefill(engine, seq2, {1, 2, 3, 4, 5}, false); }),
+            "field 'max_context': the prompt's 5 tokens exceed the context limit of 4 tokens");
+  EXPECT_EQ(engine.sequence_length(seq2), 0);
+}
+
+TEST(EngineOptionsCheck, ThreadsAboveTheBoundAreRefused) {
+  const test::TinyCheckpoint tiny = test::make_tiny_conditioned(FamilyId::Bf16, TinyArch::KimiLinear, 5);
+  EngineOptions options;
+  options.threads = max_engine_threads() + 1;
+  EXPECT_NE(test::error_of([&] { Engine engine(tiny.dir, options); }).find("field 'threads': "), std::string::npos);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, EngineConsistency, ::testing::Values(TinyArch::KimiK3, TinyArch::KimiLinear),

@@ -1,5 +1,5 @@
-// `k3 bench --synthetic`: every bad flag is a one-line error naming the flag (exit 1), found before
-// any device is touched. A valid run either benchmarks (on a GPU) or, without a device or without
+// `k3 bench --synthetic`: every bad flag is a one-line error naming the flag, found before any device
+// is touched: a malformed or out-of-range value is a usage error (exit 2), the rest exit 1. A valid run either benchmarks (on a GPU) or, without a device or without
 // the CUDA backend, is a one-line error as well.
 #include <gtest/gtest.h>
 
@@ -22,6 +22,13 @@ void expect_flag_error(const CliResult& r, const std::string& flag) {
   EXPECT_EQ(r.code, 1) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find("'" + flag + "'"), std::string::npos) << r.err;
+}
+
+// A malformed or out-of-range value: a usage error naming the flag.
+void expect_usage_error(const CliResult& r, const std::string& flag) {
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("k3: usage error: " + flag + ": ", 0), 0u) << r.err;
 }
 
 std::string write_file(const std::string& name, const std::string& text) {
@@ -55,19 +62,19 @@ TEST(KnownConfigs, KimiLinear48bA3bParses) {
 
 TEST(CliBench, BadBatchListNamesTheFlag) {
   for (const char* list : {"1,x", "0", "1,,8", "8,", "5000", "1.5"}) {
-    expect_flag_error(run_k3(kBench + "--batch '" + list + "'"), "--batch");
+    expect_usage_error(run_k3(kBench + "--batch '" + list + "'"), "--batch");
   }
 }
 
 TEST(CliBench, ContextAndStepsMustBePositive) {
-  expect_flag_error(run_k3(kBench + "--context 0"), "--context");
-  expect_flag_error(run_k3(kBench + "--context=-4"), "--context");
-  expect_flag_error(run_k3(kBench + "--steps 0"), "--steps");
+  expect_usage_error(run_k3(kBench + "--context 0"), "--context");
+  expect_usage_error(run_k3(kBench + "--context=-4"), "--context");
+  expect_usage_error(run_k3(kBench + "--steps 0"), "--steps");
 }
 
 TEST(CliBench, DeviceMustBeCuda) {
   expect_flag_error(run_k3(kBench + "--device cpu"), "--device");
-  expect_flag_error(run_k3(kBench + "--device gpu1"), "--device");
+  expect_usage_error(run_k3(kBench + "--device gpu1"), "--device");
 }
 
 TEST(CliBench, UnknownConfigNameOrBadConfigFileNamesTheFlag) {

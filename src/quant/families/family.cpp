@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "io/file.h"
+#include "io/path_error.h"
 
 namespace k3 {
 namespace fs = std::filesystem;
@@ -99,15 +100,19 @@ std::string CheckpointDir::path(const std::string& name) const { return (fs::pat
 bool CheckpointDir::has_file(const std::string& name) const { return fs::is_regular_file(path(name)); }
 
 CheckpointDir open_checkpoint_dir(const std::string& dir) {
-  if (!fs::is_directory(dir)) throw Error(Where{dir, "", ""}, "not a checkpoint directory");
-  CheckpointDir c;
-  c.dir = dir;
-  if (c.has_file("config.json")) {
-    c.config_json = load_json_file(c.path("config.json"));
-    c.config = parse_k3_config(*c.config_json);
+  try {
+    if (!fs::is_directory(dir)) throw Error(Where{dir, "", ""}, "not a checkpoint directory");
+    CheckpointDir c;
+    c.dir = dir;
+    if (c.has_file("config.json")) {
+      c.config_json = load_json_file(c.path("config.json"));
+      c.config = parse_k3_config(*c.config_json);
+    }
+    c.family = detect_family(c);
+    return c;
+  } catch (const fs::filesystem_error& e) {
+    throw path_error(e, dir);
   }
-  c.family = detect_family(c);
-  return c;
 }
 
 LoadPlan plan_checkpoint(const std::string& dir) { return plan_checkpoint(open_checkpoint_dir(dir)); }

@@ -1,7 +1,10 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
+
+#include "model/parameters.h"
 
 namespace k3 {
 namespace {
@@ -310,6 +313,33 @@ TokenIds parse_token_ids(const JsonNode& text, int64_t vocab_size) {
   return ids;
 }
 
+// Products of two fields that size a matrix, and the total parameter count (see kMaxConfigParameters).
+void check_sizes(const JsonNode& text, const K3Config& c) {
+  const auto bound = [&](std::string_view key, const std::string& what, int64_t value) {
+    if (value > kMaxConfigDim) {
+      text.at(key).fail(what + " = " + std::to_string(value) + " exceeds " + std::to_string(kMaxConfigDim));
+    }
+  };
+  const MlaConfig& m = c.mla;
+  bound("num_attention_heads", "num_attention_heads × (qk_nope_head_dim + qk_rope_head_dim)", m.num_heads * m.qk_head_dim());
+  bound("num_attention_heads", "num_attention_heads × (qk_nope_head_dim + v_head_dim)",
+        m.num_heads * (m.qk_nope_head_dim + m.v_head_dim));
+  if (c.moe) {
+    bound("num_shared_experts", "num_shared_experts × moe_intermediate_size", c.moe->shared_intermediate_size());
+  }
+  long double total = 0;
+  for (const ParamSpec& spec : parameter_inventory(c)) {
+    long double n = 1;
+    for (uint64_t d : spec.shape) n *= static_cast<long double>(d);
+    total += n;
+  }
+  if (total > static_cast<long double>(kMaxConfigParameters)) {
+    char count[32];
+    std::snprintf(count, sizeof count, "%.3Lg", total);
+    text.fail(std::string("describes ") + count + " parameters, more than " + std::to_string(kMaxConfigParameters));
+  }
+}
+
 }  // namespace
 
 double MlaConfig::softmax_scale() const { return 1.0 / std::sqrt(static_cast<double>(qk_head_dim())); }
@@ -367,6 +397,7 @@ K3Config parse_k3_config(const JsonNode& root) {
   config.mixer = parse_mixer_kinds(text, linear, config.num_layers);
   config.ffn = parse_ffn_kinds(text, config.moe, config.num_layers);
   config.tokens = parse_token_ids(text, config.vocab_size);
+  check_sizes(text, config);
   return config;
 }
 

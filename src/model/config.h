@@ -31,6 +31,11 @@ enum class RouterScoring { kSigmoid, kSoftmax };
 inline constexpr int64_t kMaxConfigLayers = int64_t{1} << 14;
 inline constexpr int64_t kMaxConfigDim = int64_t{1} << 24;
 inline constexpr int64_t kMaxConfigExperts = int64_t{1} << 16;
+// Matrix row counts that are products of two fields (num_attention_heads × head dims,
+// num_shared_experts × moe_intermediate_size) are bounded by kMaxConfigDim as well, and the
+// whole parameter inventory by kMaxConfigParameters (a real K3 has about 2^40), so that no
+// element or byte count of any tensor, nor their sum, can wrap in 64 bits.
+inline constexpr int64_t kMaxConfigParameters = int64_t{1} << 48;
 
 // Plausible ranges of the float fields. Real checkpoints sit well inside them (rms_norm_eps 1e-5 or
 // 1e-6, routed_scaling_factor 1 to 2.5, SiTU betas 4 and 25, gate_lower_bound -5); values outside

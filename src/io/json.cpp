@@ -1,6 +1,7 @@
 #include "io/json.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <unordered_map>
 #include <vector>
@@ -283,6 +284,51 @@ std::vector<int64_t> JsonNode::as_int_or_int_list() const {
   if (value_->is_array()) return as<std::vector<int64_t>>();
   if (!value_->is_number_integer()) fail("expected an integer or a list of integers, got " + describe(*value_));
   return {as<int64_t>()};
+}
+
+namespace {
+
+// Short text for a bound or value: integers exactly, other doubles with %g (6 significant digits).
+std::string short_number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
+}  // namespace
+
+int64_t JsonNode::as_int_in(int64_t lo, int64_t hi) const {
+  std::string range = "[";  // built piecewise: GCC 12 warns (-Wrestrict) on "[" + std::string
+  range += std::to_string(lo);
+  range += ", ";
+  range += std::to_string(hi);
+  range += "]";
+  if (value_->is_number_unsigned()) {
+    uint64_t v = value_->get<uint64_t>();
+    if (hi < 0 || v > static_cast<uint64_t>(hi)) fail(std::to_string(v) + " is out of range " + range);
+    int64_t value = static_cast<int64_t>(v);
+    if (value < lo) fail(std::to_string(v) + " is out of range " + range);
+    return value;
+  }
+  if (!value_->is_number_integer()) fail("expected an integer, got " + describe(*value_));
+  int64_t value = value_->get<int64_t>();
+  if (value < lo || value > hi) fail(std::to_string(value) + " is out of range " + range);
+  return value;
+}
+
+std::vector<int64_t> JsonNode::as_int_list_in(int64_t lo, int64_t hi) const {
+  std::vector<int64_t> out;
+  for (const JsonNode& element : elements()) out.push_back(element.as_int_in(lo, hi));
+  return out;
+}
+
+double JsonNode::as_double_in(double lo, double hi) const {
+  const double value = as<double>();
+  if (!(value >= lo && value <= hi)) {
+    const std::string shown = value_->is_number_float() ? short_number(value) : value_->dump();
+    fail(shown + " is out of range [" + short_number(lo) + ", " + short_number(hi) + "]");
+  }
+  return value;
 }
 
 JsonNode parse_json(std::string_view text, const std::string& file) {

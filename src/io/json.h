@@ -64,6 +64,13 @@ class JsonNode {
   T as() const;
   // An integer or a list of integers (token id fields such as eos_token_id).
   std::vector<int64_t> as_int_or_int_list() const;
+  // Range-checked integers: an integer in [lo, hi], else fails with "V is out of range [lo, hi]"
+  // (V as written in the file, so 2^64-1 is not reported as -1). Every size or count read from a
+  // file goes through these before it is narrowed or used in arithmetic.
+  int64_t as_int_in(int64_t lo, int64_t hi) const;
+  std::vector<int64_t> as_int_list_in(int64_t lo, int64_t hi) const;
+  // A finite number in [lo, hi]; fails otherwise with the value and the bounds (%g-short).
+  double as_double_in(double lo, double hi) const;
   // This value as an object node; fails for any other kind.
   JsonNode as_object() const;
 
@@ -97,6 +104,22 @@ class JsonNode {
     if (!child) return fallback;
     if (child->is_null()) child->fail("must not be null");
     return child->as<T>();
+  }
+  // Range-checked field access, with the required / optional semantics above.
+  int64_t required_int(std::string_view key, int64_t lo, int64_t hi) const {
+    JsonNode child = at(key);
+    if (child.is_null()) child.fail("must not be null");
+    return child.as_int_in(lo, hi);
+  }
+  std::optional<int64_t> optional_int(std::string_view key, int64_t lo, int64_t hi) const {
+    std::optional<JsonNode> child = find(key);
+    if (!child || child->is_null()) return std::nullopt;
+    return child->as_int_in(lo, hi);
+  }
+  double required_double(std::string_view key, double lo, double hi) const {
+    JsonNode child = at(key);
+    if (child.is_null()) child.fail("must not be null");
+    return child.as_double_in(lo, hi);
   }
   // A required child object (present, an object).
   JsonNode object(std::string_view key) const { return at(key).as_object(); }

@@ -1,7 +1,10 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
+
+#include "model/parameters.h"
 
 namespace k3 {
 namespace {
@@ -29,46 +32,27 @@ constexpr ReferenceDefaults kReferenceDefaults;
 
 std::string json_quoted(const std::string& text) { return Json(text).dump(-1, ' ', true); }
 
-int64_t range_checked(const JsonNode& field, int64_t lo, int64_t hi) {
-  int64_t value = field.as<int64_t>();
-  if (value < lo || value > hi) {
-    field.fail("must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
-               std::to_string(value));
-  }
-  return value;
-}
-
 int64_t required_int(const JsonNode& node, std::string_view key, int64_t lo, int64_t hi) {
-  JsonNode field = node.at(key);
-  if (field.is_null()) field.fail("must not be null");
-  return range_checked(field, lo, hi);
+  return node.required_int(key, lo, hi);
 }
 
 // Present; null -> nullopt.
 std::optional<int64_t> nullable_int(const JsonNode& node, std::string_view key, int64_t lo, int64_t hi) {
   JsonNode field = node.at(key);
   if (field.is_null()) return std::nullopt;
-  return range_checked(field, lo, hi);
+  return field.as_int_in(lo, hi);
 }
 
 // Absent or null -> nullopt.
 std::optional<int64_t> optional_int(const JsonNode& node, std::string_view key, int64_t lo, int64_t hi) {
-  std::optional<JsonNode> field = node.find(key);
-  if (!field || field->is_null()) return std::nullopt;
-  return range_checked(*field, lo, hi);
+  return node.optional_int(key, lo, hi);
 }
 
 int64_t defaulted_int(const JsonNode& node, std::string_view key, int64_t fallback, int64_t lo, int64_t hi) {
   std::optional<JsonNode> field = node.find(key);
   if (!field) return fallback;
   if (field->is_null()) field->fail("must not be null");
-  return range_checked(*field, lo, hi);
-}
-
-double positive_double(const JsonNode& field) {
-  double value = field.as<double>();
-  if (!(value > 0)) field.fail("must be positive, got " + field.value().dump());
-  return value;
+  return field->as_int_in(lo, hi);
 }
 
 // Some configs repeat a value under a second name (transformers 5 writes linear_num_heads next to
@@ -90,10 +74,10 @@ ActivationConfig parse_activation(const JsonNode& text) {
   } else if (name == "situ") {
     act.kind = Activation::kSitu;
     if (std::optional<JsonNode> beta = text.find("activation_situ_beta"); beta && !beta->is_null()) {
-      act.situ_beta = positive_double(*beta);
+      act.situ_beta = beta->as_double_in(kMinSituBeta, kMaxSituBeta);
     }
     if (std::optional<JsonNode> beta = text.find("activation_situ_linear_beta"); beta && !beta->is_null()) {
-      act.situ_linear_beta = positive_double(*beta);
+      act.situ_linear_beta = beta->as_double_in(kMinSituBeta, kMaxSituBeta);
     }
   } else {
     text.at("hidden_act").fail("unsupported activation " + json_quoted(name) + " (expected \"silu\" or \"situ\")");
@@ -110,10 +94,9 @@ KdaConfig parse_kda(const JsonNode& text, const JsonNode& linear) {
   kda.head_dim = required_int(linear, "head_dim", 1, kMaxConfigDim);
   kda.short_conv_kernel_size = required_int(linear, "short_conv_kernel_size", 1, kMaxConfigDim);
   if (std::optional<JsonNode> bound = linear.find("gate_lower_bound"); bound && !bound->is_null()) {
-    double value = bound->as<double>();
     // g = LB·sigmoid(·) must be a log-decay (< 0), else the state grows without bound.
-    if (!(value < 0)) bound->fail("must be negative, got " + bound->value().dump());
-    kda.gate_lower_bound = value;
+    if (!(bound->as<double>() < 0)) bound->fail("must be negative, got " + bound->value().dump());
+    kda.gate_lower_bound = bound->as_double_in(kMinGateLowerBound, kMaxGateLowerBound);
   }
   kda.use_full_rank_gate = linear.optional<bool>("use_full_rank_gate", kReferenceDefaults.use_full_rank_gate);
   if (kda.projection_dim() > kMaxConfigDim) {
@@ -169,7 +152,7 @@ std::optional<MoeConfig> parse_moe(const JsonNode& text, int64_t num_layers, int
   moe.moe_layer_freq = defaulted_int(text, "moe_layer_freq", kReferenceDefaults.moe_layer_freq, 1, num_layers);
   moe.scoring = parse_scoring(text);
   moe.renormalize = text.required<bool>("moe_renormalize");
-  moe.routed_scaling_factor = positive_double(text.at("routed_scaling_factor"));
+  moe.routed_scaling_factor = text.required_double("routed_scaling_factor", kMinRoutedScalingFactor, kMaxRoutedScalingFactor);
   moe.use_grouped_topk = text.optional<bool>("use_grouped_topk", kReferenceDefaults.use_grouped_topk);
   moe.num_expert_group = required_int(text, "num_expert_group", 1, moe.num_experts);
   moe.topk_group = required_int(text, "topk_group", 1, moe.num_expert_group);
@@ -330,6 +313,33 @@ TokenIds parse_token_ids(const JsonNode& text, int64_t vocab_size) {
   return ids;
 }
 
+// Products of two fields that size a matrix, and the total parameter count (see kMaxConfigParameters).
+void check_sizes(const JsonNode& text, const K3Config& c) {
+  const auto bound = [&](std::string_view key, const std::string& what, int64_t value) {
+    if (value > kMaxConfigDim) {
+      text.at(key).fail(what + " = " + std::to_string(value) + " exceeds " + std::to_string(kMaxConfigDim));
+    }
+  };
+  const MlaConfig& m = c.mla;
+  bound("num_attention_heads", "num_attention_heads × (qk_nope_head_dim + qk_rope_head_dim)", m.num_heads * m.qk_head_dim());
+  bound("num_attention_heads", "num_attention_heads × (qk_nope_head_dim + v_head_dim)",
+        m.num_heads * (m.qk_nope_head_dim + m.v_head_dim));
+  if (c.moe) {
+    bound("num_shared_experts", "num_shared_experts × moe_intermediate_size", c.moe->shared_intermediate_size());
+  }
+  long double total = 0;
+  for (const ParamSpec& spec : parameter_inventory(c)) {
+    long double n = 1;
+    for (uint64_t d : spec.shape) n *= static_cast<long double>(d);
+    total += n;
+  }
+  if (total > static_cast<long double>(kMaxConfigParameters)) {
+    char count[32];
+    std::snprintf(count, sizeof count, "%.3Lg", total);
+    text.fail(std::string("describes ") + count + " parameters, more than " + std::to_string(kMaxConfigParameters));
+  }
+}
+
 }  // namespace
 
 double MlaConfig::softmax_scale() const { return 1.0 / std::sqrt(static_cast<double>(qk_head_dim())); }
@@ -373,7 +383,7 @@ K3Config parse_k3_config(const JsonNode& root) {
   config.vocab_size = required_int(text, "vocab_size", 1, kMaxConfigDim);
   config.num_layers = required_int(text, "num_hidden_layers", 1, kMaxConfigLayers);
   config.intermediate_size = required_int(text, "intermediate_size", 1, kMaxConfigDim);
-  config.rms_norm_eps = positive_double(text.at("rms_norm_eps"));
+  config.rms_norm_eps = text.required_double("rms_norm_eps", kMinRmsNormEps, kMaxRmsNormEps);
   config.tie_word_embeddings = text.required<bool>("tie_word_embeddings");
   config.num_nextn_predict_layers = defaulted_int(text, "num_nextn_predict_layers",
                                                   kReferenceDefaults.num_nextn_predict_layers, 0, kMaxConfigLayers);
@@ -391,6 +401,7 @@ K3Config parse_k3_config(const JsonNode& root) {
   if (!config.max_position_embeddings) {
     config.max_position_embeddings = optional_int(text, "model_max_length", 1, kMaxConfigContext);
   }
+  check_sizes(text, config);
   return config;
 }
 
@@ -410,8 +421,7 @@ GenerationConfig parse_generation_config(const JsonNode& root) {
   }
   gen.do_sample = root.optional<bool>("do_sample");
   if (std::optional<JsonNode> t = root.find("temperature"); t && !t->is_null()) {
-    gen.temperature = t->as<double>();
-    if (!(*gen.temperature >= 0)) t->fail("must not be negative, got " + t->value().dump());
+    gen.temperature = t->as_double_in(0, kMaxGenerationTemperature);
   }
   if (std::optional<JsonNode> p = root.find("top_p"); p && !p->is_null()) {
     gen.top_p = p->as<double>();

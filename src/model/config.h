@@ -32,6 +32,25 @@ inline constexpr int64_t kMaxConfigLayers = int64_t{1} << 14;
 inline constexpr int64_t kMaxConfigDim = int64_t{1} << 24;
 inline constexpr int64_t kMaxConfigExperts = int64_t{1} << 16;
 inline constexpr int64_t kMaxConfigContext = int64_t{1} << 40;
+// Matrix row counts that are products of two fields (num_attention_heads × head dims,
+// num_shared_experts × moe_intermediate_size) are bounded by kMaxConfigDim as well, and the
+// whole parameter inventory by kMaxConfigParameters (a real K3 has about 2^40), so that no
+// element or byte count of any tensor, nor their sum, can wrap in 64 bits.
+inline constexpr int64_t kMaxConfigParameters = int64_t{1} << 48;
+
+// Plausible ranges of the float fields. Real checkpoints sit well inside them (rms_norm_eps 1e-5 or
+// 1e-6, routed_scaling_factor 1 to 2.5, SiTU betas 4 and 25, gate_lower_bound -5); values outside
+// give all-zero or non-finite activations in float32 (e.g. rms_norm_eps 1e308 or
+// routed_scaling_factor 1e308), so they are refused when the config is read.
+inline constexpr double kMinRmsNormEps = 1e-12;
+inline constexpr double kMaxRmsNormEps = 1e-1;
+inline constexpr double kMinRoutedScalingFactor = 1e-3;
+inline constexpr double kMaxRoutedScalingFactor = 1e3;
+inline constexpr double kMinSituBeta = 1e-3;             // activation_situ_beta, activation_situ_linear_beta
+inline constexpr double kMaxSituBeta = 1e6;
+inline constexpr double kMinGateLowerBound = -1e3;       // linear_attn_config.gate_lower_bound
+inline constexpr double kMaxGateLowerBound = -1e-6;      // must be a decay (< 0)
+inline constexpr double kMaxGenerationTemperature = 1e3;  // generation_config.json temperature
 
 // [UNCONFIRMED] eps of the MLA q_a_layernorm / kv_a_layernorm: the HF reference builds them with
 // the KimiRMSNorm default 1e-6, sglang uses rms_norm_eps (1e-5). Spec §5 recommends 1e-6 (§12.1).

@@ -12,12 +12,16 @@ std::vector<std::string> string_list(const JsonNode& node, std::string_view key)
   return node.optional<std::vector<std::string>>(key).value_or(std::vector<std::string>{});
 }
 
-std::optional<int64_t> optional_positive(const JsonNode& node, std::string_view key) {
-  std::optional<JsonNode> field = node.find(key);
-  if (!field || field->is_null()) return std::nullopt;
-  int64_t value = field->as<int64_t>();
-  if (value < 1) field->fail("must be positive, got " + std::to_string(value));
-  return value;
+// A group size: absent or null -> nullopt.
+std::optional<int64_t> optional_group_size(const JsonNode& node, std::string_view key) {
+  return node.optional_int(key, 1, kMaxQuantBlockDim);
+}
+
+// Two block dimensions, each in [1, kMaxQuantBlockDim].
+std::vector<int64_t> block_dims(const JsonNode& field) {
+  std::vector<int64_t> dims = field.as_int_list_in(1, kMaxQuantBlockDim);
+  if (dims.size() != 2) field.fail("expected two block dimensions, got " + std::to_string(dims.size()));
+  return dims;
 }
 
 void parse_producer(const JsonNode& node, ModelOptConfig& config) {
@@ -34,7 +38,7 @@ std::optional<std::vector<ModelOptLayer>> parse_quantized_layers(const JsonNode&
   std::vector<ModelOptLayer> out;
   for (const auto& [module, entry] : layers->members()) {
     entry.as_object();
-    out.push_back(ModelOptLayer{module, entry.required<std::string>("quant_algo"), optional_positive(entry, "group_size")});
+    out.push_back(ModelOptLayer{module, entry.required<std::string>("quant_algo"), optional_group_size(entry, "group_size")});
   }
   return out;
 }
@@ -48,9 +52,9 @@ ModelOptConfig parse_modelopt_inline(const JsonNode& node) {
   config.quant_algo = node.required<std::string>("quant_algo");
   if (std::optional<JsonNode> kv = node.find("kv_cache_scheme"); kv && !kv->is_null()) {
     kv->as_object();
-    config.kv_cache_scheme = ModelOptKvCacheScheme{kv->required<std::string>("type"), kv->required<int64_t>("num_bits")};
+    config.kv_cache_scheme = ModelOptKvCacheScheme{kv->required<std::string>("type"), kv->required_int("num_bits", 1, kMaxQuantBits)};
   }
-  config.group_size = optional_positive(node, "group_size");
+  config.group_size = optional_group_size(node, "group_size");
   config.exclude_modules = string_list(node, "ignore");
   config.quantized_layers = parse_quantized_layers(node);
   return config;
@@ -69,22 +73,25 @@ CtDynamic parse_dynamic(const JsonNode& args) {
 std::optional<std::vector<int64_t>> parse_block_structure(const JsonNode& args) {
   std::optional<JsonNode> field = args.find("block_structure");
   if (!field || field->is_null()) return std::nullopt;
-  std::vector<int64_t> dims;
   if (field->is_string()) {  // older writers: "128x128"
     std::string text = field->as<std::string>();
     size_t x = text.find('x');
     int64_t rows = 0, cols = 0;
     const char* end = text.data() + text.size();
-    bool ok = x != std::string::npos &&
-              std::from_chars(text.data(), text.data() + x, rows).ptr == text.data() + x &&
-              std::from_chars(text.data() + x + 1, end, cols).ptr == end;
+    const auto whole = [](const char* first, const char* last, int64_t& out) {
+      const std::from_chars_result r = std::from_chars(first, last, out);
+      return r.ec == std::errc{} && r.ptr == last;
+    };
+    bool ok = x != std::string::npos && whole(text.data(), text.data() + x, rows) && whole(text.data() + x + 1, end, cols);
     if (!ok) field->fail("expected \"ROWSxCOLS\" or [rows, cols], got " + field->value().dump(-1, ' ', true));
-    dims = {rows, cols};
-  } else {
-    dims = field->as<std::vector<int64_t>>();
+    for (int64_t dim : {rows, cols}) {
+      if (dim < 1 || dim > kMaxQuantBlockDim) {
+        field->fail(std::to_string(dim) + " is out of range [1, " + std::to_string(kMaxQuantBlockDim) + "]");
+      }
+    }
+    return std::vector<int64_t>{rows, cols};
   }
-  if (dims.size() != 2 || dims[0] < 1 || dims[1] < 1) field->fail("expected two positive block dimensions");
-  return dims;
+  return block_dims(*field);
 }
 
 std::optional<std::string> parse_actorder(const JsonNode& args) {
@@ -101,13 +108,10 @@ std::optional<CtQuantArgs> parse_ct_args(const JsonNode& parent, std::string_vie
   if (!node || node->is_null()) return std::nullopt;
   node->as_object();
   CtQuantArgs args;
-  args.num_bits = node->required<int64_t>("num_bits");
-  if (args.num_bits < 1 || args.num_bits > 64) {
-    node->at("num_bits").fail("must be between 1 and 64, got " + std::to_string(args.num_bits));
-  }
+  args.num_bits = node->required_int("num_bits", 1, kMaxQuantBits);
   args.type = node->required<std::string>("type");
   args.strategy = node->optional<std::string>("strategy");
-  args.group_size = optional_positive(*node, "group_size");
+  args.group_size = optional_group_size(*node, "group_size");
   args.block_structure = parse_block_structure(*node);
   args.symmetric = node->optional<bool>("symmetric", true);
   args.dynamic = parse_dynamic(*node);
@@ -144,8 +148,7 @@ Fp8Config parse_fp8(const JsonNode& node) {
   config.activation_scheme = node.required<std::string>("activation_scheme");
   config.fmt = node.optional<std::string>("fmt");
   if (std::optional<JsonNode> block = node.find("weight_block_size"); block && !block->is_null()) {
-    std::vector<int64_t> dims = block->as<std::vector<int64_t>>();
-    if (dims.size() != 2 || dims[0] < 1 || dims[1] < 1) block->fail("expected two positive block dimensions");
+    std::vector<int64_t> dims = block_dims(*block);
     config.weight_block_size = std::make_pair(dims[0], dims[1]);
   }
   config.ignored_layers = string_list(node, "ignored_layers");
@@ -179,7 +182,7 @@ ModelOptConfig parse_modelopt_hf_quant_config(const JsonNode& root) {
   JsonNode quant = root.object("quantization");
   config.quant_algo = quant.required<std::string>("quant_algo");
   config.kv_cache_quant_algo = quant.optional<std::string>("kv_cache_quant_algo");
-  config.group_size = optional_positive(quant, "group_size");
+  config.group_size = optional_group_size(quant, "group_size");
   config.exclude_modules = string_list(quant, "exclude_modules");
   config.quantized_layers = parse_quantized_layers(quant);
   return config;
@@ -221,9 +224,7 @@ ModelSlimConfig parse_modelslim_description(const JsonNode& root) {
     } else if (key == "version") {
       config.version = value.as<std::string>();
     } else if (key == "group_size") {
-      int64_t size = value.as<int64_t>();
-      if (size < 0) value.fail("must not be negative, got " + std::to_string(size));
-      config.group_size = size;
+      config.group_size = value.as_int_in(0, kMaxQuantBlockDim);  // 0: per-channel
     } else if (key == "ignore") {
       config.ignore = value.as<std::vector<std::string>>();
     } else if (key == "packed_modules_mapping") {

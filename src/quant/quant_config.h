@@ -18,6 +18,11 @@
 
 namespace k3 {
 
+// Bounds on the integers of a quantization config. Real group and block sizes are 16 to 128; the
+// bound keeps every count derived from them (scales per row, blocks per matrix) in 32 bits.
+inline constexpr int64_t kMaxQuantBlockDim = int64_t{1} << 16;  // group_size, block dimensions
+inline constexpr int64_t kMaxQuantBits = 64;                      // num_bits
+
 // Where a config was read: the file and the key path inside it ("" for a whole file such as
 // hf_quant_config.json, "text_config.quantization_config" for the K3 release).
 struct QuantConfigOrigin {

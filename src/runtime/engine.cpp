@@ -3,6 +3,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <set>
 #include <thread>
 
@@ -36,6 +38,20 @@ class CpuExecutor final : public Executor {
 
 int max_engine_threads() {
   return kMaxThreadsPerHardwareThread * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+void require_finite_logits(std::span<const float> logits, int64_t vocab, int64_t first_position,
+                           const std::string& model_dir) {
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (std::isfinite(logits[i])) continue;
+    const int64_t row = static_cast<int64_t>(i) / vocab, id = static_cast<int64_t>(i) % vocab;
+    const char* kind = std::isnan(logits[i]) ? "NaN" : logits[i] > 0 ? "+inf" : "-inf";
+    throw Error(Where{model_dir, "", ""},
+                "model produced non-finite logits at position " + std::to_string(first_position + row) + " (first " +
+                    kind + " at vocab id " + std::to_string(id) +
+                    "): check the weights and config values such as rms_norm_eps, routed_scaling_factor and "
+                    "activation_situ_beta");
+  }
 }
 
 Engine::Engine(const std::string& model_dir, const EngineOptions& options) : max_context_(options.max_context), prefill_chunk_(options.prefill_chunk) {
@@ -103,12 +119,14 @@ std::vector<StepResult> Engine::step(const std::vector<SequenceInput>& inputs) {
   if (inputs.empty()) return results;
   const Tensor logits = executor_->run(ids, slices, logit_rows);
   for (const BatchSlice& s : slices) lengths_[s.sequence] += s.n;
+  const std::string model_dir = std::filesystem::path(config_.file).parent_path().string();
   int64_t row = 0;
   for (const SequenceInput& in : inputs) {
     StepResult r;
     r.sequence = in.sequence;
     r.rows = in.all_logits ? static_cast<int64_t>(in.tokens.size()) : 1;
     r.logits.assign(logits.row(row), logits.row(row) + r.rows * logits.cols);
+    require_finite_logits(r.logits, logits.cols, lengths_[in.sequence] - r.rows, model_dir);
     row += r.rows;
     results.push_back(std::move(r));
   }

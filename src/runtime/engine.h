@@ -66,6 +66,12 @@ struct StepResult {
   std::vector<float> logits;     // [rows][vocab]
 };
 
+// Fails (k3::Error naming `model_dir`) when `logits` ([rows][vocab], row r at sequence position
+// first_position + r) holds a NaN or an infinity: a model that produced them has broken weights or
+// config values, and sampling or printing them would hide that.
+void require_finite_logits(std::span<const float> logits, int64_t vocab, int64_t first_position,
+                           const std::string& model_dir);
+
 class Engine {
  public:
   // Plans the checkpoint directory (any family), refuses a plan with problems, binds the weights.
@@ -83,7 +89,8 @@ class Engine {
   int64_t prefill_chunk() const { return prefill_chunk_; }
 
   // Validates every input (known, distinct sequences; non-empty, in-vocabulary tokens; no sequence
-  // past max_context) before running anything; results come in input order.
+  // past max_context) before running anything; results come in input order. Non-finite logits fail
+  // the step (require_finite_logits) after the sequences' states have advanced.
   std::vector<StepResult> step(const std::vector<SequenceInput>& inputs);
 
  private:

@@ -91,6 +91,7 @@ TEST(CompressedTensorsFamily, TargetsAndIgnoreMatchLikeCompressedTensors) {
   fp8_group["targets"] = Json::array({"re:.*o_proj$", "model.layers.1.self_attn.q_proj"});
   q["config_groups"]["group_1"] = fp8_group;
   q["config_groups"]["group_0"]["targets"] = Json::array({"Linear", "re:.*experts.*"});
+  q["format"] = "mixed-precision";  // what compressed-tensors writes when the groups' formats differ
   const JsonNode node = parse_json(Json{{"quantization_config", q}}.dump(), "config.json");
   const auto config = std::get<CompressedTensorsConfig>(*parse_inline_quant_config(node));
   const CtModuleRules rules(config);
@@ -214,6 +215,13 @@ TEST(CompressedTensorsFamily, UnservableConfigsFailAtTheirKey) {
   EXPECT_EQ(e5.rfind(f5 + "ignore[1]': invalid regular expression 're:(shared': ", 0), 0u) << e5;
   auto [f6, e6] = with("k3_ct_status", [](Json& q) { q["quantization_status"] = "frozen"; });
   EXPECT_EQ(e6, f6 + "quantization_status': unsupported quantization_status 'frozen' (expected 'compressed')");
+  // A group format that contradicts the top-level one is refused; "mixed-precision" allows any.
+  auto [f7, e7] = with("k3_ct_contradiction", [](Json& q) { q["format"] = "float-quantized"; });
+  EXPECT_EQ(e7, f7 + "config_groups.group_0.format': config group format 'mxfp4-pack-quantized' contradicts the "
+                     "top-level format 'float-quantized' (only a 'mixed-precision' top-level format allows per-group "
+                     "formats)");
+  auto [f8, e8] = with("k3_ct_mixed", [](Json& q) { q["format"] = "mixed-precision"; });
+  EXPECT_EQ(e8, "no error");
 }
 
 }  // namespace

@@ -62,6 +62,37 @@ TEST(Json, PathsQuoteKeysThatAreNotPlainNames) {
             R"(c.json: field 'layers["model.layers.0.q_proj"].algo[1]["x y"]': expected a string, got 5)");
 }
 
+TEST(Json, RangeCheckedIntegers) {
+  JsonNode root = parse(R"({"ok": 128, "big": 4294967296, "u": 18446744073709551615, "neg": -5, "f": 4.0,
+                            "list": [1, 4294967424], "null": null})");
+  EXPECT_EQ(root.required_int("ok", 1, 65536), 128);
+  EXPECT_EQ(root.at("ok").as_int_in(128, 128), 128);
+  EXPECT_EQ(error_of([&] { root.required_int("big", 1, 65536); }), "c.json: field 'big': 4294967296 is out of range [1, 65536]");
+  // An unsigned value is reported as written, not wrapped to a negative number.
+  EXPECT_EQ(error_of([&] { root.required_int("u", 0, INT64_MAX); }),
+            "c.json: field 'u': 18446744073709551615 is out of range [0, 9223372036854775807]");
+  EXPECT_EQ(error_of([&] { root.required_int("neg", 0, 10); }), "c.json: field 'neg': -5 is out of range [0, 10]");
+  EXPECT_EQ(error_of([&] { root.required_int("f", 0, 10); }), "c.json: field 'f': expected an integer, got 4.0");
+  EXPECT_EQ(error_of([&] { root.required_int("null", 0, 10); }), "c.json: field 'null': must not be null");
+  EXPECT_EQ(error_of([&] { root.required_int("absent", 0, 10); }), "c.json: field 'absent': missing required field");
+  EXPECT_EQ(root.optional_int("absent", 0, 10), std::nullopt);
+  EXPECT_EQ(root.optional_int("null", 0, 10), std::nullopt);
+  EXPECT_EQ(error_of([&] { root.at("list").as_int_list_in(1, 65536); }),
+            "c.json: field 'list[1]': 4294967424 is out of range [1, 65536]");
+}
+
+TEST(Json, RangeCheckedDoublesKeepNumbersShort) {
+  JsonNode root = parse(R"({"eps": 1e-5, "huge": 1e308, "tiny": 5e-324, "int": 3, "s": "1"})");
+  EXPECT_EQ(root.required_double("eps", 1e-12, 0.1), 1e-5);
+  EXPECT_EQ(root.required_double("int", 0, 10), 3.0);
+  EXPECT_EQ(error_of([&] { root.required_double("huge", 1e-3, 1e3); }),
+            "c.json: field 'huge': 1e+308 is out of range [0.001, 1000]");
+  EXPECT_EQ(error_of([&] { root.required_double("tiny", 1e-12, 0.1); }),
+            "c.json: field 'tiny': 4.94066e-324 is out of range [1e-12, 0.1]");
+  EXPECT_EQ(error_of([&] { root.required_double("int", 5, 10); }), "c.json: field 'int': 3 is out of range [5, 10]");
+  EXPECT_EQ(error_of([&] { root.required_double("s", 0, 10); }), "c.json: field 's': expected a number, got the string \"1\"");
+}
+
 TEST(Json, IntegersAreExactAndStrict) {
   JsonNode root = parse(R"({"max": 9223372036854775807, "min": -9223372036854775808, "u": 18446744073709551615,
                             "f": 4.0, "e": 1e3, "s": "7", "neg": -1, "b": true})");

@@ -199,6 +199,8 @@ TEST(K3Config, GenerationConfigFields) {
             "generation_config.json: field 'eos_token_id': expected an integer or a list of integers, got the string \"2\"");
   EXPECT_EQ(gen_error(R"({"eos_token_id": [2, -1]})"), "generation_config.json: field 'eos_token_id': token id -1 is negative");
   EXPECT_EQ(gen_error(R"({"top_p": 1.5})"), "generation_config.json: field 'top_p': must be in (0, 1], got 1.5");
+  EXPECT_EQ(gen_error(R"({"temperature": 1e300})"),
+            "generation_config.json: field 'temperature': 1e+300 is out of range [0, 1000]");
   EXPECT_EQ(gen_error(R"({"top_k": 2.0})"), "generation_config.json: field 'top_k': expected an integer, got 2.0");
   EXPECT_EQ(gen_error(R"({"do_sample": "yes"})"),
             "generation_config.json: field 'do_sample': expected true or false, got the string \"yes\"");
@@ -222,10 +224,9 @@ TEST(K3Config, MissingAndIllTypedFieldsNameTheKeyPath) {
   EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["moe_layer_freq"] = nullptr; }),
             "config.json: field 'text_config.moe_layer_freq': must not be null");
   EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["num_hidden_layers"] = 18446744073709551615ull; }),
-            "config.json: field 'text_config.num_hidden_layers': integer 18446744073709551615 does not fit a signed "
-            "64-bit value");
+            "config.json: field 'text_config.num_hidden_layers': 18446744073709551615 is out of range [1, 16384]");
   EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["num_hidden_layers"] = 0; }),
-            "config.json: field 'text_config.num_hidden_layers': must be between 1 and 16384, got 0");
+            "config.json: field 'text_config.num_hidden_layers': 0 is out of range [1, 16384]");
   EXPECT_EQ(k3_error([](Json& j) { j.erase("text_config"); }), "config.json: field 'text_config': missing required field");
   EXPECT_EQ(k3_error([](Json& j) { j["text_config"] = Json::array(); }),
             "config.json: field 'text_config': expected an object, got an array");
@@ -350,7 +351,7 @@ TEST(K3Config, UnsupportedOrInconsistentValues) {
             "config.json: field 'text_config.hidden_act': unsupported activation \"gelu\" (expected \"silu\" or "
             "\"situ\")");
   EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["activation_situ_beta"] = 0; }),
-            "config.json: field 'text_config.activation_situ_beta': must be positive, got 0");
+            "config.json: field 'text_config.activation_situ_beta': 0 is out of range [0.001, 1e+06]");
   EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["topk_method"] = "greedy"; }),
             "config.json: field 'text_config.topk_method': unsupported \"greedy\" (the Kimi router always selects "
             "with e_score_correction_bias: \"noaux_tc\")");
@@ -366,18 +367,76 @@ TEST(K3Config, UnsupportedOrInconsistentValues) {
   EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["linear_attn_config"]["gate_lower_bound"] = 5.0; }),
             "config.json: field 'text_config.linear_attn_config.gate_lower_bound': must be negative, got 5.0");
   EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["num_experts_per_token"] = 897; }),
-            "config.json: field 'text_config.num_experts_per_token': must be between 1 and 896, got 897");
+            "config.json: field 'text_config.num_experts_per_token': 897 is out of range [1, 896]");
   EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["num_expert_group"] = 5; }),
             "config.json: field 'text_config.num_expert_group': must divide num_experts (896), got 5");
   EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["num_expert_group"] = 128; }),
             "config.json: field 'text_config.num_experts_per_token': is 16 but topk_group 1 groups hold only 7 "
             "experts");
   EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["routed_expert_hidden_size"] = 8000; }),
-            "config.json: field 'text_config.routed_expert_hidden_size': must be between 1 and 7168, got 8000");
+            "config.json: field 'text_config.routed_expert_hidden_size': 8000 is out of range [1, 7168]");
   EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["eos_token_id"] = 163840; }),
             "config.json: field 'text_config.eos_token_id': token id 163840 is outside the vocabulary [0, 163840)");
   EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["bos_token_id"] = -1; }),
-            "config.json: field 'text_config.bos_token_id': must be between 0 and 163839, got -1");
+            "config.json: field 'text_config.bos_token_id': -1 is out of range [0, 163839]");
+}
+
+// Sizes and counts are range-checked before any use: a value beyond 32 bits is refused, not
+// truncated.
+TEST(K3Config, HugeIntegersAreOutOfRange) {
+  EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["hidden_size"] = 4294967296ll; }),
+            "config.json: field 'text_config.hidden_size': 4294967296 is out of range [1, 16777216]");
+  EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["linear_attn_config"]["head_dim"] = 4294967424ll; }),
+            "config.json: field 'text_config.linear_attn_config.head_dim': 4294967424 is out of range [1, 16777216]");
+  EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["num_experts"] = 4294967296ll; }),
+            "config.json: field 'text_config.num_experts': 4294967296 is out of range [1, 65536]");
+  EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["linear_attn_config"]["kda_layers"][0] = 4294967297ll; }),
+            "config.json: field 'text_config.linear_attn_config.kda_layers[0]': layer number 4294967297 is outside "
+            "[1, 93] (1-based)");
+}
+
+// Products of fields that size a matrix, and the whole inventory, stay far from 64-bit overflow.
+TEST(K3Config, SizeProductsAreBounded) {
+  EXPECT_EQ(k3_error([](Json& j) {
+              j["text_config"]["num_attention_heads"] = 1 << 16;
+              j["text_config"]["v_head_dim"] = 1 << 10;
+            }),
+            "config.json: field 'text_config.num_attention_heads': num_attention_heads × (qk_nope_head_dim + "
+            "v_head_dim) = 75497472 exceeds 16777216");
+  EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["num_shared_experts"] = 1 << 14; }),
+            "config.json: field 'text_config.num_shared_experts': num_shared_experts × moe_intermediate_size = "
+            "50331648 exceeds 16777216");
+  const std::string total = k3_error([](Json& j) {
+    j["text_config"]["num_experts"] = 1 << 16;
+    j["text_config"]["moe_intermediate_size"] = 1 << 23;
+  });
+  EXPECT_EQ(total.rfind("config.json: field 'text_config': describes ", 0), 0u) << total;
+  EXPECT_NE(total.find(" parameters, more than 281474976710656"), std::string::npos) << total;
+}
+
+// Float fields outside their plausible range (which give all-NaN or all-zero logits) are refused,
+// with short numbers in the message.
+TEST(K3Config, FloatFieldsHavePlausibleRanges) {
+  EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["routed_scaling_factor"] = 1e308; }),
+            "config.json: field 'text_config.routed_scaling_factor': 1e+308 is out of range [0.001, 1000]");
+  EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["activation_situ_beta"] = 1e308; }),
+            "config.json: field 'text_config.activation_situ_beta': 1e+308 is out of range [0.001, 1e+06]");
+  EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["activation_situ_linear_beta"] = -2.5; }),
+            "config.json: field 'text_config.activation_situ_linear_beta': -2.5 is out of range [0.001, 1e+06]");
+  EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["rms_norm_eps"] = 1e308; }),
+            "config.json: field 'text_config.rms_norm_eps': 1e+308 is out of range [1e-12, 0.1]");
+  EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["rms_norm_eps"] = 0; }),
+            "config.json: field 'text_config.rms_norm_eps': 0 is out of range [1e-12, 0.1]");
+  EXPECT_EQ(k3_error([](Json& j) { j["text_config"]["linear_attn_config"]["gate_lower_bound"] = -1e300; }),
+            "config.json: field 'text_config.linear_attn_config.gate_lower_bound': -1e+300 is out of range [-1000, "
+            "-1e-06]");
+  // The bounds hold the real values.
+  K3Config edges = parse_edited(kK3Config, [](Json& j) {
+    j["text_config"]["rms_norm_eps"] = kMaxRmsNormEps;
+    j["text_config"]["routed_scaling_factor"] = kMinRoutedScalingFactor;
+  });
+  EXPECT_EQ(edges.rms_norm_eps, kMaxRmsNormEps);
+  EXPECT_EQ(edges.moe->routed_scaling_factor, kMinRoutedScalingFactor);
 }
 
 TEST(K3Config, FileErrorsNameThePath) {

@@ -152,7 +152,7 @@ TEST(QuantConfig, ModelOptNestedMalformed) {
             "hf_quant_config.json: field 'quantization.exclude_modules': expected an array, got the string "
             "\"lm_head\"");
   EXPECT_EQ(error_of([] { nested(R"({"quantization": {"quant_algo": "NVFP4", "group_size": 0}})"); }),
-            "hf_quant_config.json: field 'quantization.group_size': must be positive, got 0");
+            "hf_quant_config.json: field 'quantization.group_size': 0 is out of range [1, 65536]");
   EXPECT_EQ(error_of([] { nested(R"({"producer": "modelopt", "quantization": {"quant_algo": "FP8"}})"); }),
             "hf_quant_config.json: field 'producer': expected an object, got the string \"modelopt\"");
 }
@@ -243,8 +243,24 @@ TEST(QuantConfig, CompressedTensorsMalformed) {
             "config.json: field 'quantization_config.config_groups.g.weights.type': missing required field");
   EXPECT_EQ(inline_error(head + R"("config_groups": {"g": {"targets": [], "weights": {"num_bits": 4, "type": "float",
                                    "block_structure": [128]}}}})"),
-            "config.json: field 'quantization_config.config_groups.g.weights.block_structure': expected two positive "
-            "block dimensions");
+            "config.json: field 'quantization_config.config_groups.g.weights.block_structure': expected two block "
+            "dimensions, got 1");
+  EXPECT_EQ(inline_error(head + R"("config_groups": {"g": {"targets": [], "weights": {"num_bits": 4, "type": "float",
+                                   "block_structure": "4294967296x128"}}}})"),
+            "config.json: field 'quantization_config.config_groups.g.weights.block_structure': 4294967296 is out of "
+            "range [1, 65536]");
+  EXPECT_EQ(inline_error(head + R"("config_groups": {"g": {"targets": [], "weights": {"num_bits": 4, "type": "float",
+                                   "block_structure": "99999999999999999999x128"}}}})"),
+            "config.json: field 'quantization_config.config_groups.g.weights.block_structure': expected \"ROWSxCOLS\" or "
+            "[rows, cols], got \"99999999999999999999x128\"");
+  EXPECT_EQ(inline_error(head + R"("config_groups": {"g": {"targets": [], "weights": {"num_bits": 4, "type": "float",
+                                   "group_size": 4294967328}}}})"),
+            "config.json: field 'quantization_config.config_groups.g.weights.group_size': 4294967328 is out of range "
+            "[1, 65536]");
+  EXPECT_EQ(inline_error(head + R"("config_groups": {"g": {"targets": [], "weights": {"num_bits": 4294967304,
+                                   "type": "float"}}}})"),
+            "config.json: field 'quantization_config.config_groups.g.weights.num_bits': 4294967304 is out of range "
+            "[1, 64]");
   EXPECT_EQ(inline_error(head + R"("config_groups": {"g": {"targets": [], "weights": {"num_bits": 4, "type": "float",
                                    "block_structure": "128by128"}}}})"),
             "config.json: field 'quantization_config.config_groups.g.weights.block_structure': expected \"ROWSxCOLS\" or "
@@ -274,7 +290,14 @@ TEST(QuantConfig, DeepSeekFp8Block) {
   EXPECT_EQ(std::get<Fp8Config>(per_tensor).ignored_layers, (std::vector<std::string>{"lm_head", "gate"}));
 
   EXPECT_EQ(inline_error(R"({"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 0]})"),
-            "config.json: field 'quantization_config.weight_block_size': expected two positive block dimensions");
+            "config.json: field 'quantization_config.weight_block_size[1]': 0 is out of range [1, 65536]");
+  // Values past 32 bits are refused, not truncated (2^32 + 128 would otherwise act as 128).
+  EXPECT_EQ(inline_error(R"({"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [4294967296, 128]})"),
+            "config.json: field 'quantization_config.weight_block_size[0]': 4294967296 is out of range [1, 65536]");
+  EXPECT_EQ(inline_error(R"({"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [4294967424, 128]})"),
+            "config.json: field 'quantization_config.weight_block_size[0]': 4294967424 is out of range [1, 65536]");
+  EXPECT_EQ(inline_error(R"({"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128, 1]})"),
+            "config.json: field 'quantization_config.weight_block_size': expected two block dimensions, got 3");
   EXPECT_EQ(inline_error(R"({"quant_method": "fp8", "weight_block_size": [128, 128]})"),
             "config.json: field 'quantization_config.activation_scheme': missing required field");
 }
@@ -338,7 +361,11 @@ TEST(QuantConfig, ModelSlimMalformed) {
   EXPECT_EQ(slim_error(R"({"a.weight": 8})"),
             "quant_model_description.json: field '[\"a.weight\"]': expected a string, got 8");
   EXPECT_EQ(slim_error(R"({"group_size": -1})"),
-            "quant_model_description.json: field 'group_size': must not be negative, got -1");
+            "quant_model_description.json: field 'group_size': -1 is out of range [0, 65536]");
+  EXPECT_EQ(slim_error(R"({"group_size": 4294967360})"),
+            "quant_model_description.json: field 'group_size': 4294967360 is out of range [0, 65536]");
+  EXPECT_EQ(slim_error(R"({"group_size": 4294967296})"),
+            "quant_model_description.json: field 'group_size': 4294967296 is out of range [0, 65536]");
   EXPECT_EQ(slim_error(R"({"packed_modules_mapping": {"qkv_proj": "q_proj"}})"),
             "quant_model_description.json: field 'packed_modules_mapping.qkv_proj': expected a list of shard names or "
             "an object of such lists");

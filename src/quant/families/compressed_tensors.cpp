@@ -11,6 +11,8 @@
 namespace k3 {
 namespace {
 
+constexpr const char* kCtMixedPrecision = "mixed-precision";
+
 std::string quoted(const std::optional<std::string>& s) { return s ? "'" + *s + "'" : "none"; }
 
 }  // namespace
@@ -39,6 +41,12 @@ CtModuleRules::CtModuleRules(const CompressedTensorsConfig& c) {
   require(!c.config_groups.empty(), "config_groups", "no config group");
   for (const auto& g : c.config_groups) {
     const std::string key = "config_groups." + g.name;
+    // The top-level format describes every group unless it is "mixed-precision"; a group that
+    // names another one contradicts it, and which one the writer meant is unknowable.
+    if (g.format && c.format && *c.format != kCtMixedPrecision && *g.format != *c.format) {
+      throw Error(where(key + ".format"), "config group format '" + *g.format + "' contradicts the top-level format '" +
+                                              *c.format + "' (only a 'mixed-precision' top-level format allows per-group formats)");
+    }
     const std::optional<std::string> format = g.format ? g.format : c.format;
     require(format.has_value(), key + ".format", "config group has no format (and the config has no top-level one)");
     require(g.weights.has_value(), key + ".weights", "config group quantizes no weights");

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <regex>
 
@@ -308,7 +309,7 @@ class PackPlanner {
     std::vector<GgufTensorRecord> records;
     std::map<std::string, bool> seen;
     for (const JsonNode& t : tensors.elements()) {
-      GgufTensorRecord rec{t.required<std::string>("name"), static_cast<uint32_t>(t.required<int64_t>("shard_index")),
+      GgufTensorRecord rec{t.required<std::string>("name"), static_cast<uint32_t>(t.required_int("shard_index", 0, std::numeric_limits<uint32_t>::max())),
                            t.required<std::string>("dtype")};
       records.push_back(rec);
       seen[rec.name] = true;

@@ -15,6 +15,7 @@
 #include "chat/k3_format.h"
 #include "chat/kimi_linear_format.h"
 #include "core/error.h"
+#include "io/file.h"
 #include "tools/cli.h"
 #include "tools/model_args.h"
 
@@ -31,13 +32,7 @@ void print_delta(const chat::ChatDelta& d) {
   print(d.content);
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(Where{path, "", ""}, "cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string read_file(const std::string& path) { return read_whole_file(path); }
 
 struct ChatModel {
   Engine& engine;

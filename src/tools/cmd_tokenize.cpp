@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/file.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/cli.h"
 
@@ -25,11 +26,7 @@ struct TokenizeOptions {
 
 std::string read_input(const TokenizeOptions& o) {
   if (o.file.empty()) return o.text;
-  std::ifstream in(o.file, std::ios::binary);
-  if (!in) throw Error(Where{o.file, "", ""}, "cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_whole_file(o.file);
 }
 
 int run(const TokenizeOptions& o) {

@@ -208,8 +208,36 @@ class GgufParser {
       fail(field, "array of " + u64s(n) + " " + std::string(gguf_type_name(array.elem_type)) +
                       " elements cannot fit in the " + u64s(left()) + " bytes left in the file");
     }
-    array.items.reserve(n);
-    for (uint64_t i = 0; i < n; ++i) array.items.push_back(read_value(array.elem_type, field, depth));
+    if (const uint64_t size = gguf_packed_size(array.elem_type); size != 0) {
+      array.packed.resize(n * size);  // n * size <= left(), checked above
+      read_bytes(array.packed.data(), array.packed.size(), field);
+      array.count = n;
+      if (array.elem_type == GgufType::BOOL) {
+        for (uint64_t i = 0; i < n; ++i) {
+          if (array.packed[i] > 1) {
+            fail(field, "bool element " + u64s(i) + " must be 0 or 1, got " + std::to_string(array.packed[i]));
+          }
+        }
+      }
+    } else if (array.elem_type == GgufType::STRING) {
+      array.string_ends.reserve(n);
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint64_t len = read<uint64_t>(field);
+        if (len > left()) {
+          fail(field, "string length " + u64s(len) + " exceeds the " + u64s(left()) + " bytes left in the file");
+        }
+        const size_t at = array.chars.size();
+        array.chars.resize(at + len);
+        read_bytes(array.chars.data() + at, len, field);
+        array.string_ends.push_back(array.chars.size());
+      }
+      array.chars.shrink_to_fit();
+      array.count = n;
+    } else {
+      array.arrays.reserve(n);
+      for (uint64_t i = 0; i < n; ++i) array.arrays.push_back(read_array(field, depth + 1));
+      array.count = n;
+    }
     return array;
   }
 
@@ -312,17 +340,94 @@ std::string_view gguf_type_name(GgufType type) {
   return valid_type_id(id) ? kTypeNames[id] : std::string_view("?");
 }
 
-GgufValue GgufValue::array(GgufType elem_type, std::vector<GgufValue> items) {
-  for (const GgufValue& item : items) {
-    if (item.type() != elem_type) {
-      throw Error("GGUF array of " + std::string(gguf_type_name(elem_type)) + " holds a " +
-                  std::string(gguf_type_name(item.type())) + " element");
-    }
+uint64_t gguf_packed_size(GgufType type) {
+  switch (type) {
+    case GgufType::U8: case GgufType::I8: case GgufType::BOOL: return 1;
+    case GgufType::U16: case GgufType::I16: return 2;
+    case GgufType::U32: case GgufType::I32: case GgufType::F32: return 4;
+    case GgufType::U64: case GgufType::I64: case GgufType::F64: return 8;
+    case GgufType::STRING: case GgufType::ARRAY: return 0;
   }
-  return {GgufArray{elem_type, std::move(items)}};
+  return 0;
 }
 
-bool operator==(const GgufArray& a, const GgufArray& b) { return a.elem_type == b.elem_type && a.items == b.items; }
+void GgufArray::throw_bad_access(GgufType want, uint64_t i) const {
+  if (i >= count) throw Error("GGUF array index " + u64s(i) + " is out of range (" + u64s(count) + " elements)");
+  throw Error("GGUF array of " + std::string(gguf_type_name(elem_type)) + " read as " + std::string(gguf_type_name(want)));
+}
+
+std::string_view GgufArray::string_at(uint64_t i) const {
+  if (elem_type != GgufType::STRING || i >= count) throw_bad_access(GgufType::STRING, i);
+  const uint64_t begin = i == 0 ? 0 : string_ends[i - 1];
+  return std::string_view(chars).substr(begin, string_ends[i] - begin);
+}
+
+GgufValue GgufArray::item(uint64_t i) const {
+  switch (elem_type) {
+    case GgufType::U8: return {at<uint8_t>(i)};
+    case GgufType::I8: return {at<int8_t>(i)};
+    case GgufType::U16: return {at<uint16_t>(i)};
+    case GgufType::I16: return {at<int16_t>(i)};
+    case GgufType::U32: return {at<uint32_t>(i)};
+    case GgufType::I32: return {at<int32_t>(i)};
+    case GgufType::F32: return {at<float>(i)};
+    case GgufType::BOOL: return {at<bool>(i)};
+    case GgufType::U64: return {at<uint64_t>(i)};
+    case GgufType::I64: return {at<int64_t>(i)};
+    case GgufType::F64: return {at<double>(i)};
+    case GgufType::STRING: return {std::string(string_at(i))};
+    case GgufType::ARRAY: return {array_at(i)};
+  }
+  throw_bad_access(elem_type, i);
+}
+
+void GgufArray::push(const GgufValue& value) {
+  if (value.type() != elem_type) {
+    throw Error("GGUF array of " + std::string(gguf_type_name(elem_type)) + " holds a " +
+                std::string(gguf_type_name(value.type())) + " element");
+  }
+  std::visit(
+      [&](const auto& v) {
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, std::string>) {
+          chars += v;
+          string_ends.push_back(chars.size());
+        } else if constexpr (std::is_same_v<V, GgufArray>) {
+          arrays.push_back(v);
+        } else {
+          const auto* p = reinterpret_cast<const uint8_t*>(&v);
+          packed.insert(packed.end(), p, p + sizeof(V));
+        }
+      },
+      value.value);
+  ++count;
+}
+
+uint64_t GgufArray::bytes() const {
+  uint64_t n = packed.capacity() + chars.capacity() + string_ends.capacity() * sizeof(uint64_t) +
+               arrays.capacity() * sizeof(GgufArray);
+  for (const GgufArray& a : arrays) n += a.bytes();
+  return n;
+}
+
+uint64_t GgufValue::bytes() const {
+  uint64_t n = sizeof(GgufValue);
+  if (const auto* s = std::get_if<std::string>(&value)) n += s->capacity();
+  if (const auto* a = std::get_if<GgufArray>(&value)) n += a->bytes();
+  return n;
+}
+
+GgufValue GgufValue::array(GgufType elem_type, const std::vector<GgufValue>& items) {
+  GgufArray out;
+  out.elem_type = elem_type;
+  for (const GgufValue& item : items) out.push(item);
+  return {std::move(out)};
+}
+
+bool operator==(const GgufArray& a, const GgufArray& b) {
+  return a.elem_type == b.elem_type && a.count == b.count && a.packed == b.packed && a.chars == b.chars &&
+         a.string_ends == b.string_ends && a.arrays == b.arrays;
+}
 
 bool operator==(const GgufValue& a, const GgufValue& b) {
   if (a.type() != b.type()) return false;
@@ -339,13 +444,15 @@ bool operator==(const GgufValue& a, const GgufValue& b) {
       a.value);
 }
 
-nlohmann::json gguf_value_to_json(const GgufValue& value) {
+namespace {
+
+nlohmann::json scalar_json(const GgufValue& value) {
   return std::visit(
       [](const auto& v) -> nlohmann::json {
         using V = std::decay_t<decltype(v)>;
         if constexpr (std::is_same_v<V, GgufArray>) {
           nlohmann::json list = nlohmann::json::array();
-          for (const GgufValue& item : v.items) list.push_back(gguf_value_to_json(item));
+          for (uint64_t i = 0; i < v.size(); ++i) list.push_back(scalar_json(v.item(i)));
           return list;
         } else if constexpr (std::is_same_v<V, uint8_t> || std::is_same_v<V, uint16_t> || std::is_same_v<V, uint32_t>) {
           return static_cast<uint64_t>(v);
@@ -358,6 +465,61 @@ nlohmann::json gguf_value_to_json(const GgufValue& value) {
         }
       },
       value.value);
+}
+
+// Streams JSON text in pieces; `ok` turns false once the sink asks to stop.
+class JsonStream {
+ public:
+  explicit JsonStream(const std::function<bool(std::string_view)>& sink) : sink_(sink) {}
+  ~JsonStream() = default;
+
+  void value(const GgufValue& v) {
+    if (const auto* a = std::get_if<GgufArray>(&v.value)) {
+      array(*a);
+    } else {
+      put(scalar_json(v).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    }
+  }
+  void finish() {
+    if (ok_ && !buf_.empty()) ok_ = sink_(buf_);
+    buf_.clear();
+  }
+
+ private:
+  void array(const GgufArray& a) {
+    put("[");
+    for (uint64_t i = 0; i < a.size() && ok_; ++i) {
+      if (i > 0) put(",");
+      switch (a.elem_type) {
+        case GgufType::STRING:
+          put(nlohmann::json(std::string(a.string_at(i))).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+          break;
+        case GgufType::ARRAY: array(a.array_at(i)); break;
+        default: put(scalar_json(a.item(i)).dump()); break;
+      }
+    }
+    put("]");
+  }
+  void put(std::string_view text) {
+    if (!ok_) return;
+    buf_ += text;
+    if (buf_.size() >= kChunk) finish();
+  }
+
+  static constexpr size_t kChunk = 1 << 16;
+  const std::function<bool(std::string_view)>& sink_;
+  std::string buf_;
+  bool ok_ = true;
+};
+
+}  // namespace
+
+nlohmann::json gguf_value_to_json(const GgufValue& value) { return scalar_json(value); }
+
+void write_gguf_value_json(const GgufValue& value, const std::function<bool(std::string_view)>& sink) {
+  JsonStream out(sink);
+  out.value(value);
+  out.finish();
 }
 
 std::vector<uint64_t> GgufTensorInfo::shape() const {
@@ -393,6 +555,37 @@ const GgufValue* GgufFile::find(std::string_view key) const {
   return nullptr;
 }
 
+std::optional<std::string> GgufFile::find_string(std::string_view key) const {
+  const GgufValue* v = find(key);
+  if (v == nullptr) return std::nullopt;
+  if (v->type() != GgufType::STRING) {
+    throw Error(Where{path_, "", std::string(key)},
+                "must be a string (found " + std::string(gguf_type_name(v->type())) + ")");
+  }
+  return v->get<std::string>();
+}
+
+std::optional<int64_t> GgufFile::find_integer(std::string_view key) const {
+  const GgufValue* v = find(key);
+  if (v == nullptr) return std::nullopt;
+  const Where where{path_, "", std::string(key)};
+  return std::visit(
+      [&](const auto& x) -> int64_t {
+        using V = std::decay_t<decltype(x)>;
+        if constexpr (std::is_integral_v<V> && !std::is_same_v<V, bool>) {
+          if constexpr (std::is_same_v<V, uint64_t>) {
+            if (x > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+              throw Error(where, "value " + std::to_string(x) + " is out of range");
+            }
+          }
+          return static_cast<int64_t>(x);
+        } else {
+          throw Error(where, "must be an integer (found " + std::string(gguf_type_name(v->type())) + ")");
+        }
+      },
+      v->value);
+}
+
 const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
   for (const GgufTensorInfo& t : tensors_) {
     if (t.name == name) return &t;
@@ -417,24 +610,9 @@ namespace {
 
 // An integer-typed metadata value, or an error naming the key.
 int64_t integer_value(const GgufFile& f, const char* key) {
-  const GgufValue* v = f.find(key);
-  const Where where{f.path(), "", key};
-  if (v == nullptr) throw Error(where, "missing");
-  return std::visit(
-      [&](const auto& x) -> int64_t {
-        using V = std::decay_t<decltype(x)>;
-        if constexpr (std::is_integral_v<V> && !std::is_same_v<V, bool>) {
-          if constexpr (std::is_same_v<V, uint64_t>) {
-            if (x > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-              throw Error(where, "value " + std::to_string(x) + " is out of range");
-            }
-          }
-          return static_cast<int64_t>(x);
-        } else {
-          throw Error(where, "must be an integer, got " + std::string(gguf_type_name(v->type())));
-        }
-      },
-      v->value);
+  const std::optional<int64_t> v = f.find_integer(key);
+  if (!v) throw Error(Where{f.path(), "", key}, "missing");
+  return *v;
 }
 
 }  // namespace
@@ -538,16 +716,7 @@ class Bytes {
           if constexpr (std::is_same_v<V, std::string>) {
             put_string(v);
           } else if constexpr (std::is_same_v<V, GgufArray>) {
-            put<uint32_t>(static_cast<uint32_t>(v.elem_type));
-            put<uint64_t>(v.items.size());
-            for (const GgufValue& item : v.items) {
-              if (item.type() != v.elem_type) {
-                throw Error(Where{"", "", key}, "array of " + std::string(gguf_type_name(v.elem_type)) +
-                                                    " holds a " + std::string(gguf_type_name(item.type())) +
-                                                    " element");
-              }
-              put_value(item, key);
-            }
+            put_array(v, key);
           } else if constexpr (std::is_same_v<V, bool>) {
             put<uint8_t>(v ? 1 : 0);
           } else {
@@ -555,6 +724,29 @@ class Bytes {
           }
         },
         value.value);
+  }
+
+  void put_array(const GgufArray& a, const std::string& key) {
+    const uint64_t size = gguf_packed_size(a.elem_type);
+    const uint64_t held = size != 0 ? a.packed.size() / size
+                          : a.elem_type == GgufType::STRING ? a.string_ends.size() : a.arrays.size();
+    if (held != a.count || (size != 0 && a.packed.size() % size != 0)) {
+      throw Error(Where{"", "", key}, "array of " + std::string(gguf_type_name(a.elem_type)) + " holds " + u64s(held) +
+                                          " elements but says " + u64s(a.count));
+    }
+    put<uint32_t>(static_cast<uint32_t>(a.elem_type));
+    put<uint64_t>(a.count);
+    if (size != 0) {
+      out.insert(out.end(), a.packed.begin(), a.packed.end());
+    } else if (a.elem_type == GgufType::STRING) {
+      for (uint64_t i = 0; i < a.count; ++i) {
+        const std::string_view s = a.string_at(i);
+        put<uint64_t>(s.size());
+        out.insert(out.end(), s.begin(), s.end());
+      }
+    } else {
+      for (const GgufArray& sub : a.arrays) put_array(sub, key);
+    }
   }
 
   std::vector<uint8_t> out;

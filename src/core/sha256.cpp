@@ -1,8 +1,12 @@
 #include "core/sha256.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <bit>
 #include <cstring>
-#include <fstream>
+#include <cerrno>
 #include <vector>
 
 #include "core/error.h"
@@ -127,14 +131,28 @@ std::string sha256_hex(std::string_view text) {
 }
 
 std::string sha256_file_hex(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(Where{path, "", ""}, "cannot read");
-  Sha256 h;
-  std::vector<char> buf(1 << 16);
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    h.update(std::string_view(buf.data(), static_cast<size_t>(in.gcount())));
+  // O_NONBLOCK + the regular-file check first: a FIFO must not block the open.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw Error(Where{path, "", ""}, std::string("cannot read: ") + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(Where{path, "", ""}, "not a regular file");
   }
+  Sha256 h;
+  std::vector<uint8_t> buf(1 << 16);
+  for (;;) {
+    const ssize_t got = ::read(fd, buf.data(), buf.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      const int err = errno;
+      ::close(fd);
+      throw Error(Where{path, "", ""}, std::string("read failed: ") + std::strerror(err));
+    }
+    if (got == 0) break;
+    h.update(std::span<const uint8_t>(buf.data(), static_cast<size_t>(got)));
+  }
+  ::close(fd);
   return to_hex(h.finish());
 }
 

@@ -28,7 +28,9 @@ class File {
   void read_at(uint64_t offset, void* dst, uint64_t n, const char* what) const;
   std::vector<uint8_t> read_range(uint64_t offset, uint64_t n, const char* what) const;
 
-  // Zero-copy view of [offset, offset+n): maps the whole file on first use.
+  // Zero-copy view of [offset, offset+n): maps the whole file on first use. Touching a view
+  // after the file shrank on disk ends the process: a SIGBUS handler (installed with the first
+  // mapping) prints "k3: error: PATH: truncated or changed while in use" and exits 1.
   std::span<const uint8_t> view(uint64_t offset, uint64_t n) const;
 
   // Number of payload mappings created by any File in this process (for tests of header-only paths).
@@ -44,6 +46,20 @@ class File {
   mutable const uint8_t* map_ = nullptr;
   mutable std::once_flag map_flag_;
 };
+
+// Opens `path` read-only (O_CLOEXEC) and returns the descriptor, refusing anything but a regular
+// file before it could block (a FIFO, a device). Throws k3::Error naming the path.
+int open_regular_file(const std::string& path);
+// The whole content of a regular file (through open_regular_file).
+std::string read_whole_file(const std::string& path);
+
+struct Where;
+
+// The path of `name`, a file name read from a manifest or index, inside the folder `dir`.
+// Refuses (k3::Error at `where`) an empty or absolute name, any `..` component, and a name that,
+// after resolving symbolic links, is not inside `dir` — except that a Hugging Face cache snapshot
+// (REPO/snapshots/REV) may link its files into that cache's REPO/blobs.
+std::string path_inside(const std::string& dir, const std::string& name, const Where& where);
 
 // True when [offset, offset+n) lies inside [0, limit) — written so that no addition can wrap.
 inline bool range_fits(uint64_t offset, uint64_t n, uint64_t limit) {

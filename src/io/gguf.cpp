@@ -208,8 +208,36 @@ class GgufParser {
       fail(field, "array of " + u64s(n) + " " + std::string(gguf_type_name(array.elem_type)) +
                       " elements cannot fit in the " + u64s(left()) + " bytes left in the file");
     }
-    array.items.reserve(n);
-    for (uint64_t i = 0; i < n; ++i) array.items.push_back(read_value(array.elem_type, field, depth));
+    if (const uint64_t size = gguf_packed_size(array.elem_type); size != 0) {
+      array.packed.resize(n * size);  // n * size <= left(), checked above
+      read_bytes(array.packed.data(), array.packed.size(), field);
+      array.count = n;
+      if (array.elem_type == GgufType::BOOL) {
+        for (uint64_t i = 0; i < n; ++i) {
+          if (array.packed[i] > 1) {
+            fail(field, "bool element " + u64s(i) + " must be 0 or 1, got " + std::to_string(array.packed[i]));
+          }
+        }
+      }
+    } else if (array.elem_type == GgufType::STRING) {
+      array.string_ends.reserve(n);
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint64_t len = read<uint64_t>(field);
+        if (len > left()) {
+          fail(field, "string length " + u64s(len) + " exceeds the " + u64s(left()) + " bytes left in the file");
+        }
+        const size_t at = array.chars.size();
+        array.chars.resize(at + len);
+        read_bytes(array.chars.data() + at, len, field);
+        array.string_ends.push_back(array.chars.size());
+      }
+      array.chars.shrink_to_fit();
+      array.count = n;
+    } else {
+      array.arrays.reserve(n);
+      for (uint64_t i = 0; i < n; ++i) array.arrays.push_back(read_array(field, depth + 1));
+      array.count = n;
+    }
     return array;
   }
 
@@ -312,54 +340,6 @@ std::string_view gguf_type_name(GgufType type) {
   return valid_type_id(id) ? kTypeNames[id] : std::string_view("?");
 }
 
-GgufValue GgufValue::array(GgufType elem_type, std::vector<GgufValue> items) {
-  for (const GgufValue& item : items) {
-    if (item.type() != elem_type) {
-      throw Error("GGUF array of " + std::string(gguf_type_name(elem_type)) + " holds a " +
-                  std::string(gguf_type_name(item.type())) + " element");
-    }
-  }
-  return {GgufArray{elem_type, std::move(items)}};
-}
-
-bool operator==(const GgufArray& a, const GgufArray& b) { return a.elem_type == b.elem_type && a.items == b.items; }
-
-bool operator==(const GgufValue& a, const GgufValue& b) {
-  if (a.type() != b.type()) return false;
-  return std::visit(
-      [&](const auto& x) {
-        using V = std::decay_t<decltype(x)>;
-        const V& y = std::get<V>(b.value);
-        if constexpr (std::is_floating_point_v<V>) {
-          return std::memcmp(&x, &y, sizeof(V)) == 0;
-        } else {
-          return x == y;
-        }
-      },
-      a.value);
-}
-
-nlohmann::json gguf_value_to_json(const GgufValue& value) {
-  return std::visit(
-      [](const auto& v) -> nlohmann::json {
-        using V = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<V, GgufArray>) {
-          nlohmann::json list = nlohmann::json::array();
-          for (const GgufValue& item : v.items) list.push_back(gguf_value_to_json(item));
-          return list;
-        } else if constexpr (std::is_same_v<V, uint8_t> || std::is_same_v<V, uint16_t> || std::is_same_v<V, uint32_t>) {
-          return static_cast<uint64_t>(v);
-        } else if constexpr (std::is_same_v<V, int8_t> || std::is_same_v<V, int16_t> || std::is_same_v<V, int32_t>) {
-          return static_cast<int64_t>(v);
-        } else if constexpr (std::is_same_v<V, float>) {
-          return static_cast<double>(v);
-        } else {
-          return v;
-        }
-      },
-      value.value);
-}
-
 std::vector<uint64_t> GgufTensorInfo::shape() const {
   std::vector<uint64_t> s;
   for (uint32_t d = n_dims; d-- > 0;) s.push_back(ne[d]);
@@ -393,6 +373,37 @@ const GgufValue* GgufFile::find(std::string_view key) const {
   return nullptr;
 }
 
+std::optional<std::string> GgufFile::find_string(std::string_view key) const {
+  const GgufValue* v = find(key);
+  if (v == nullptr) return std::nullopt;
+  if (v->type() != GgufType::STRING) {
+    throw Error(Where{path_, "", std::string(key)},
+                "must be a string (found " + std::string(gguf_type_name(v->type())) + ")");
+  }
+  return v->get<std::string>();
+}
+
+std::optional<int64_t> GgufFile::find_integer(std::string_view key) const {
+  const GgufValue* v = find(key);
+  if (v == nullptr) return std::nullopt;
+  const Where where{path_, "", std::string(key)};
+  return std::visit(
+      [&](const auto& x) -> int64_t {
+        using V = std::decay_t<decltype(x)>;
+        if constexpr (std::is_integral_v<V> && !std::is_same_v<V, bool>) {
+          if constexpr (std::is_same_v<V, uint64_t>) {
+            if (x > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+              throw Error(where, "value " + std::to_string(x) + " is out of range");
+            }
+          }
+          return static_cast<int64_t>(x);
+        } else {
+          throw Error(where, "must be an integer (found " + std::string(gguf_type_name(v->type())) + ")");
+        }
+      },
+      v->value);
+}
+
 const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
   for (const GgufTensorInfo& t : tensors_) {
     if (t.name == name) return &t;
@@ -417,24 +428,9 @@ namespace {
 
 // An integer-typed metadata value, or an error naming the key.
 int64_t integer_value(const GgufFile& f, const char* key) {
-  const GgufValue* v = f.find(key);
-  const Where where{f.path(), "", key};
-  if (v == nullptr) throw Error(where, "missing");
-  return std::visit(
-      [&](const auto& x) -> int64_t {
-        using V = std::decay_t<decltype(x)>;
-        if constexpr (std::is_integral_v<V> && !std::is_same_v<V, bool>) {
-          if constexpr (std::is_same_v<V, uint64_t>) {
-            if (x > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-              throw Error(where, "value " + std::to_string(x) + " is out of range");
-            }
-          }
-          return static_cast<int64_t>(x);
-        } else {
-          throw Error(where, "must be an integer, got " + std::string(gguf_type_name(v->type())));
-        }
-      },
-      v->value);
+  const std::optional<int64_t> v = f.find_integer(key);
+  if (!v) throw Error(Where{f.path(), "", key}, "missing");
+  return *v;
 }
 
 }  // namespace
@@ -538,16 +534,7 @@ class Bytes {
           if constexpr (std::is_same_v<V, std::string>) {
             put_string(v);
           } else if constexpr (std::is_same_v<V, GgufArray>) {
-            put<uint32_t>(static_cast<uint32_t>(v.elem_type));
-            put<uint64_t>(v.items.size());
-            for (const GgufValue& item : v.items) {
-              if (item.type() != v.elem_type) {
-                throw Error(Where{"", "", key}, "array of " + std::string(gguf_type_name(v.elem_type)) +
-                                                    " holds a " + std::string(gguf_type_name(item.type())) +
-                                                    " element");
-              }
-              put_value(item, key);
-            }
+            put_array(v, key);
           } else if constexpr (std::is_same_v<V, bool>) {
             put<uint8_t>(v ? 1 : 0);
           } else {
@@ -555,6 +542,29 @@ class Bytes {
           }
         },
         value.value);
+  }
+
+  void put_array(const GgufArray& a, const std::string& key) {
+    const uint64_t size = gguf_packed_size(a.elem_type);
+    const uint64_t held = size != 0 ? a.packed.size() / size
+                          : a.elem_type == GgufType::STRING ? a.string_ends.size() : a.arrays.size();
+    if (held != a.count || (size != 0 && a.packed.size() % size != 0)) {
+      throw Error(Where{"", "", key}, "array of " + std::string(gguf_type_name(a.elem_type)) + " holds " + u64s(held) +
+                                          " elements but says " + u64s(a.count));
+    }
+    put<uint32_t>(static_cast<uint32_t>(a.elem_type));
+    put<uint64_t>(a.count);
+    if (size != 0) {
+      out.insert(out.end(), a.packed.begin(), a.packed.end());
+    } else if (a.elem_type == GgufType::STRING) {
+      for (uint64_t i = 0; i < a.count; ++i) {
+        const std::string_view s = a.string_at(i);
+        put<uint64_t>(s.size());
+        out.insert(out.end(), s.begin(), s.end());
+      }
+    } else {
+      for (const GgufArray& sub : a.arrays) put_array(sub, key);
+    }
   }
 
   std::vector<uint8_t> out;

@@ -5,8 +5,12 @@
 #pragma once
 
 #include <array>
+#include <cstring>
+#include <functional>
+#include <type_traits>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -31,10 +35,31 @@ std::string_view gguf_type_name(GgufType type);
 
 struct GgufValue;
 
-// Homogeneous array; elements may themselves be arrays (of any element types).
+// Homogeneous array, stored packed so that memory stays proportional to the encoding: numeric
+// and bool elements as their little-endian bytes, strings concatenated with end offsets, nested
+// arrays (whose element types may differ) as a vector.
 struct GgufArray {
   GgufType elem_type = GgufType::U8;
-  std::vector<GgufValue> items;
+  uint64_t count = 0;
+  std::vector<uint8_t> packed;       // numeric / bool: count · element size bytes
+  std::string chars;                 // strings: all elements back to back
+  std::vector<uint64_t> string_ends; // strings: end of element i in chars
+  std::vector<GgufArray> arrays;     // nested arrays
+
+  uint64_t size() const { return count; }
+  // Element i of a numeric or bool array; T must be elem_type's C++ type (throws k3::Error otherwise).
+  template <class T>
+  T at(uint64_t i) const;
+  std::string_view string_at(uint64_t i) const;
+  const GgufArray& array_at(uint64_t i) const { return arrays.at(i); }
+  // Element i as a value (a copy; for nested arrays the whole sub-array).
+  GgufValue item(uint64_t i) const;
+  // Appends a value of elem_type (throws k3::Error naming both types otherwise).
+  void push(const GgufValue& value);
+  // Heap bytes held (the in-memory cost of the array).
+  uint64_t bytes() const;
+
+  [[noreturn]] void throw_bad_access(GgufType want, uint64_t i) const;
 };
 
 // A typed metadata value. The variant index equals the GgufType id.
@@ -47,15 +72,45 @@ struct GgufValue {
   template <class T>
   const T& get() const { return std::get<T>(value); }
   // Builds an array after checking that every item has elem_type (throws k3::Error otherwise).
-  static GgufValue array(GgufType elem_type, std::vector<GgufValue> items);
+  static GgufValue array(GgufType elem_type, const std::vector<GgufValue>& items);
+  // Heap + inline bytes held by the value.
+  uint64_t bytes() const;
 };
+
+// Byte size of one packed element of a numeric or bool type; 0 for str and arr.
+uint64_t gguf_packed_size(GgufType type);
+
+template <class T>
+T GgufArray::at(uint64_t i) const {
+  constexpr GgufType want = std::is_same_v<T, uint8_t>    ? GgufType::U8
+                            : std::is_same_v<T, int8_t>   ? GgufType::I8
+                            : std::is_same_v<T, uint16_t> ? GgufType::U16
+                            : std::is_same_v<T, int16_t>  ? GgufType::I16
+                            : std::is_same_v<T, uint32_t> ? GgufType::U32
+                            : std::is_same_v<T, int32_t>  ? GgufType::I32
+                            : std::is_same_v<T, float>    ? GgufType::F32
+                            : std::is_same_v<T, bool>     ? GgufType::BOOL
+                            : std::is_same_v<T, uint64_t> ? GgufType::U64
+                            : std::is_same_v<T, int64_t>  ? GgufType::I64
+                                                          : GgufType::F64;
+  static_assert(std::is_arithmetic_v<T>, "GgufArray::at reads numeric or bool elements");
+  if (elem_type != want || i >= count) throw_bad_access(want, i);
+  T v;
+  std::memcpy(&v, packed.data() + i * sizeof(T), sizeof(T));
+  return v;
+}
 
 // Same type and value; floats compare bit for bit (so NaN == NaN of the same bits, 0.0 != -0.0).
 bool operator==(const GgufValue& a, const GgufValue& b);
 bool operator==(const GgufArray& a, const GgufArray& b);
 
 // JSON for `k3 inspect`: numbers exact (64-bit integers as integers), bool, string, nested lists.
+// Builds a DOM: for small values only (tests); large ones go through write_gguf_value_json.
 nlohmann::json gguf_value_to_json(const GgufValue& value);
+// The same JSON as compact text, handed to `sink` in pieces of at most about 64 KiB (invalid
+// UTF-8 in strings replaced by U+FFFD); stops as soon as `sink` returns false. Memory stays
+// bounded whatever the array size.
+void write_gguf_value_json(const GgufValue& value, const std::function<bool(std::string_view)>& sink);
 
 struct GgufKeyValue {
   std::string key;
@@ -95,6 +150,11 @@ class GgufFile {
 
   const std::vector<GgufKeyValue>& metadata() const { return metadata_; }
   const GgufValue* find(std::string_view key) const;  // nullptr when absent
+  // Typed lookups: nullopt when absent; a value of another type throws k3::Error naming the
+  // file and key ("must be a string (found u32)").
+  std::optional<std::string> find_string(std::string_view key) const;
+  // Any integer type (not bool); a u64 above the int64 range throws.
+  std::optional<int64_t> find_integer(std::string_view key) const;
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find_tensor(std::string_view name) const;
 

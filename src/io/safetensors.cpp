@@ -645,12 +645,12 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path) {
     const fs::path dir(path);
     if (fs::exists(dir / kIndexName)) {
       ck.index_path_ = (dir / kIndexName).string();
-    } else if (fs::is_regular_file(dir / "model.safetensors")) {
+    } else if (fs::exists(fs::symlink_status(dir / "model.safetensors", ec))) {  // opening refuses a non-file
       single = (dir / "model.safetensors").string();
     } else {
       std::vector<std::string> found;
       for (const auto& e : fs::directory_iterator(dir, ec))
-        if (e.path().extension() == ".safetensors" && e.is_regular_file()) found.push_back(e.path().string());
+        if (e.path().extension() == ".safetensors") found.push_back(e.path().string());
       if (found.empty())
         throw Error(Where{path, "", ""}, "no " + std::string(kIndexName) + " and no *.safetensors file");
       if (found.size() > 1)
@@ -701,7 +701,13 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path) {
 
   const fs::path dir = fs::path(index_path).parent_path();
   std::vector<std::string> shard_paths(nshards);
-  for (uint32_t p = 0; p < nshards; ++p) shard_paths[p] = (dir / idx.shard_names[by_name[p]]).string();
+  std::vector<const std::string*> first_key(nshards, nullptr);  // a weight_map key naming each shard
+  for (const auto& [tensor, shard] : idx.listed) {
+    if (first_key[shard] == nullptr) first_key[shard] = &tensor;
+  }
+  for (uint32_t p = 0; p < nshards; ++p) {
+    shard_paths[p] = path_inside(dir.string(), idx.shard_names[by_name[p]], Where{index_path, *first_key[p], "weight_map"});
+  }
 
   for (uint32_t p = 0; p < nshards; ++p) {
     if (fs::exists(shard_paths[p])) continue;

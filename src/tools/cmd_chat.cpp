@@ -30,12 +30,6 @@ void print_delta(const chat::ChatDelta& d) {
   print(d.content);
 }
 
-std::string read_file(const std::string& path) {
-  const std::shared_ptr<File> file = File::open(path);
-  const std::vector<uint8_t> bytes = file->read_range(0, file->size(), "messages");
-  return std::string(bytes.begin(), bytes.end());
-}
-
 struct ChatModel {
   Engine& engine;
   const Tokenizer& tokenizer;
@@ -102,7 +96,7 @@ Registered add_chat(CLI::App& app) {
             GenerateOptions g = generation_options(opt->generation);
             g.on_prefill = terminal_prefill_progress();
             std::optional<chat::Request> request;
-            if (!opt->messages.empty()) request = chat::parse_request(read_file(opt->messages));
+            if (!opt->messages.empty()) request = chat::parse_request(read_whole_file(opt->messages));
             const CheckpointDir ckpt = open_checkpoint_dir(opt->model.model);
             if (!ckpt.config) throw Error(Where{ckpt.path("config.json"), "", ""}, "a model directory needs config.json");
             Engine engine(opt->model.model, engine_options(opt->model, *ckpt.config));

@@ -57,13 +57,12 @@ bool is_gguf_path(const std::string& path) {
 
 // A directory without safetensors but with GGUF files opens its first (or only) GGUF file.
 std::string gguf_in_directory(const std::string& dir) {
+  refuse_mixed_checkpoint(dir);
   std::vector<std::string> ggufs;
   bool has_safetensors = false;
   for (const auto& e : fs::directory_iterator(dir)) {
     if (e.path().extension() == ".gguf") ggufs.push_back(e.path().string());
-    if (e.path().extension() == ".safetensors" || e.path().filename() == "model.safetensors.index.json") {
-      has_safetensors = true;
-    }
+    if (is_safetensors_checkpoint_file(e.path().filename().string())) has_safetensors = true;
   }
   if (has_safetensors || ggufs.empty()) return {};
   std::sort(ggufs.begin(), ggufs.end());
@@ -111,25 +110,40 @@ int inspect_gguf(const InspectOptions& opt, const std::string& path) {
     return 0;
   }
   if (opt.json) {
-    nlohmann::json meta = nlohmann::json::object(), types = nlohmann::json::object();
-    for (const auto& kv : model.metadata()) {
-      meta[kv.key] = gguf_value_to_json(kv.value);
-      types[kv.key] = gguf_type_text(kv.value);
-    }
+    nlohmann::json types = nlohmann::json::object();
+    for (const auto& kv : model.metadata()) types[kv.key] = gguf_type_text(kv.value);
     nlohmann::json doc = {{"format", "gguf"},
                           {"version", model.first().version()},
                           {"alignment", model.first().alignment()},
                           {"files", model.files().size()},
-                          {"metadata", meta},
                           {"metadata_types", types},
                           {"tensors", rows_json(rows)}};
-    std::cout << doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    // Metadata values are streamed (an array may hold millions of elements) as the last member.
+    std::string head = doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
+    head.resize(head.size() - 2);  // drops "\n}"
+    std::cout << head << ",\n \"metadata\": {";
+    const auto sink = [](std::string_view text) {
+      std::cout.write(text.data(), static_cast<std::streamsize>(text.size()));
+      return true;
+    };
+    bool first = true;
+    for (const auto& kv : model.metadata()) {
+      std::cout << (first ? "\n  " : ",\n  ") << nlohmann::json(kv.key).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                << ": ";
+      write_gguf_value_json(kv.value, sink);
+      first = false;
+    }
+    std::cout << (first ? "}\n}\n" : "\n }\n}\n");
     return 0;
   }
   std::printf("GGUF v%u, %zu file(s), alignment %llu, %zu metadata keys\n", model.first().version(), model.files().size(),
               static_cast<unsigned long long>(model.first().alignment()), model.metadata().size());
   for (const auto& kv : model.metadata()) {
-    std::string value = gguf_value_to_json(kv.value).dump();
+    std::string value;
+    write_gguf_value_json(kv.value, [&value](std::string_view text) {
+      value += text.substr(0, 121 - std::min<size_t>(value.size(), 121));
+      return value.size() <= 120;
+    });
     if (value.size() > 120) value = value.substr(0, 117) + "...";
     std::printf("  %-50s %-10s %s\n", kv.key.c_str(), gguf_type_text(kv.value).c_str(), value.c_str());
   }

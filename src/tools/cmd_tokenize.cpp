@@ -24,9 +24,7 @@ struct TokenizeOptions {
 
 std::string read_input(const TokenizeOptions& o) {
   if (o.file.empty()) return o.text;
-  const std::shared_ptr<File> file = File::open(o.file);  // a regular file, else an error naming it
-  const std::vector<uint8_t> bytes = file->read_range(0, file->size(), "text");
-  return std::string(bytes.begin(), bytes.end());
+  return read_whole_file(o.file);
 }
 
 int run(const TokenizeOptions& o) {

@@ -99,10 +99,10 @@ TEST(GgufFixture, HeaderAndMetadataMatchManifest) {
         const GgufArray& a = kv.value.get<GgufArray>();
         EXPECT_EQ(gguf_type_name(a.elem_type), want.at("array_type").get<std::string>());
         EXPECT_EQ(static_cast<uint32_t>(a.elem_type), want.at("array_type_id").get<uint32_t>());
-        ASSERT_EQ(a.items.size(), want.at("n").get<size_t>());
+        ASSERT_EQ(a.size(), want.at("n").get<size_t>());
         if (a.elem_type == GgufType::F32) {
-          for (size_t j = 0; j < a.items.size(); ++j) {
-            EXPECT_EQ(f32_bits(a.items[j].get<float>()), hex(want.at("bits")[j])) << j;
+          for (size_t j = 0; j < a.size(); ++j) {
+            EXPECT_EQ(f32_bits(a.at<float>(j)), hex(want.at("bits")[j])) << j;
           }
         }
         break;
@@ -299,8 +299,12 @@ TEST(GgufWriter, RejectsInconsistentInput) {
   EXPECT_EQ(error_of([&] { w.add_tensor("t", GgmlType::Q4_0, {32}, bytes); }), "tensor 't': duplicate tensor name");
   EXPECT_EQ(error_of([] { GgufValue::array(GgufType::I32, {{uint8_t{1}}}); }), "GGUF array of i32 holds a u8 element");
   GgufWriter bad;
-  bad.set("a", {GgufArray{GgufType::I32, {{uint8_t{1}}}}});
-  EXPECT_EQ(error_of([&] { bad.to_bytes(); }), "field 'a': array of i32 holds a u8 element");
+  GgufArray torn;  // says 2 elements, packs 1
+  torn.elem_type = GgufType::I32;
+  torn.count = 2;
+  torn.packed = {1, 0, 0, 0};
+  bad.set("a", {torn});
+  EXPECT_EQ(error_of([&] { bad.to_bytes(); }), "field 'a': array of i32 holds 1 elements but says 2");
   GgufWriter bad_alignment;
   bad_alignment.set("general.alignment", {uint64_t{32}});
   EXPECT_EQ(error_of([&] { bad_alignment.to_bytes(); }), "field 'general.alignment': must be a u32 nonzero multiple of 8");

@@ -290,7 +290,13 @@ class PackPlanner {
     }
     for (const JsonNode& s : listed) {
       const int64_t index = s.required<int64_t>("index");
-      const std::string path = (fs::path(dir_) / s.required<std::string>("path")).string();
+      std::string path;
+      try {
+        path = path_inside(dir_, s.required<std::string>("path"), s.at("path").where());
+      } catch (const Error& e) {
+        plan_.problems.push_back({e.where(), e.detail()});
+        continue;
+      }
       const uint64_t size = s.required<uint64_t>("size");
       if (!fs::is_regular_file(path)) {
         problem(s, "shard file missing: " + path);
@@ -336,7 +342,7 @@ class PackPlanner {
   // Header and index of the pack file. Returns false (after one problem) at the first failure,
   // as the store treats each as fatal; the index digest is checked separately.
   bool check_pack(const JsonNode& pack, std::vector<std::array<std::vector<SourceTensor>, 3>>& slices) {
-    pack_path_ = (fs::path(dir_) / pack.required<std::string>("path")).string();
+    pack_path_ = path_inside(dir_, pack.required<std::string>("path"), pack.at("path").where());
     const std::shared_ptr<File> file = File::open(pack_path_);
     const uint32_t file_index = static_cast<uint32_t>(plan_.files.size());
     plan_.files.push_back(pack_path_);
@@ -392,6 +398,13 @@ class PackPlanner {
     const JsonNode index_sha = pack.at("index_sha256");
     const std::string actual_sha = sha256_hex(index);
     bool ok = true;
+    const JsonNode sha = pack.at("sha256");
+    if (valid_sha256_hex(sha.as<std::string>())) {
+      plan_.digests.push_back({pack_path_, sha.as<std::string>(), sha.where()});
+    } else {
+      problem(sha, "must be 64 lower-case hex digits of the pack's sha256, not all zero; got '" + sha.as<std::string>() + "'");
+      ok = false;
+    }
     if (index_sha.as<std::string>() != actual_sha) {
       pack_problem("", "index_sha256", "index sha256 " + actual_sha + " does not match the manifest's " + index_sha.as<std::string>());
       ok = false;

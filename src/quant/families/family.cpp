@@ -97,13 +97,38 @@ std::vector<FamilyId> all_families() {
 
 std::string CheckpointDir::path(const std::string& name) const { return (fs::path(dir) / name).string(); }
 
-bool CheckpointDir::has_file(const std::string& name) const { return fs::is_regular_file(path(name)); }
+bool CheckpointDir::has_file(const std::string& name) const {
+  std::error_code ec;
+  return fs::exists(fs::symlink_status(path(name), ec));
+}
+
+bool is_safetensors_checkpoint_file(const std::string& name) {
+  return name != kMasterWeightsName && (fs::path(name).extension() == ".safetensors" || name == "model.safetensors.index.json");
+}
+
+void refuse_mixed_checkpoint(const std::string& dir) {
+  std::string safetensors, gguf;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const fs::path& p = e.path();
+    const bool is_st = is_safetensors_checkpoint_file(p.filename().string());
+    std::string& slot = is_st ? safetensors : gguf;
+    if (is_st || p.extension() == ".gguf") {
+      if (slot.empty() || p.filename().string() < slot) slot = p.filename().string();
+    }
+  }
+  if (!safetensors.empty() && !gguf.empty()) {
+    throw Error(Where{dir, "", ""}, "holds both a safetensors checkpoint (" + safetensors + ") and a GGUF checkpoint (" + gguf +
+                                        "): keep one per directory");
+  }
+}
 
 CheckpointDir open_checkpoint_dir(const std::string& dir) {
   try {
     if (!fs::is_directory(dir)) throw Error(Where{dir, "", ""}, "not a checkpoint directory");
     CheckpointDir c;
     c.dir = dir;
+    refuse_mixed_checkpoint(dir);
     if (c.has_file("config.json")) {
       c.config_json = load_json_file(c.path("config.json"));
       c.config = parse_k3_config(*c.config_json);

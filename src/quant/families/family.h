@@ -39,8 +39,17 @@ struct CheckpointDir {
   FamilyId family = FamilyId::Bf16;
 
   std::string path(const std::string& name) const;  // dir + "/" + name
+  // True when `name` exists in the directory, whatever its type (opening it refuses a non-regular file).
   bool has_file(const std::string& name) const;
 };
+
+// The float master `k3 make-tiny` writes beside a checkpoint of any family: not checkpoint data.
+inline constexpr char kMasterWeightsName[] = "master.safetensors";
+// A file of a safetensors checkpoint: *.safetensors (not the master) or model.safetensors.index.json.
+bool is_safetensors_checkpoint_file(const std::string& name);
+// Throws k3::Error naming one file of each when `dir` holds both a safetensors checkpoint and a
+// GGUF one (*.gguf): which one a tool loads must not depend on the tool.
+void refuse_mixed_checkpoint(const std::string& dir);
 
 // Reads config files and detects the family. Throws k3::Error for unreadable or invalid configs.
 CheckpointDir open_checkpoint_dir(const std::string& dir);

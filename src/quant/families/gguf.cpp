@@ -228,9 +228,19 @@ class GgufPlanner {
     }
     const std::string arch = gguf_architecture(config_);
     for (const auto& f : gguf_.files()) {
-      const GgufValue* v = f.find("general.architecture");
-      const std::string got = v && v->type() == GgufType::STRING ? v->get<std::string>() : "";
-      if (got != arch) problem(Where{f.path(), "", "general.architecture"}, "is '" + got + "' but config.json describes " + arch);
+      const Where where{f.path(), "", "general.architecture"};
+      std::optional<std::string> got;
+      try {
+        got = f.find_string("general.architecture");
+      } catch (const Error& e) {
+        problem(e.where(), e.detail());
+        continue;
+      }
+      if (!got) {
+        problem(where, "missing (config.json describes " + arch + ")");
+      } else if (*got != arch) {
+        problem(where, "is '" + *got + "' but config.json describes " + arch);
+      }
     }
     if (pack_ && arch != "kimi-k3") {
       problem(Where{first_path(), "", "general.architecture"}, "the Kimi GGML MoE ExpertPack requires kimi-k3, got " + arch);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/file_digest.h"
 #include "model/parameters.h"
 #include "quant/plan/scheme.h"
 
@@ -78,6 +79,7 @@ struct LoadPlan {
   std::vector<Binding> bindings;      // bindings[i] binds params[i]
   std::vector<std::string> skipped;   // checkpoint tensors deliberately not loaded (e.g. vision tower)
   std::vector<Problem> problems;      // every problem found; a plan with problems must not load
+  std::vector<FileDigest> digests;    // whole-file sha256 to check before the payload is used (packs)
 
   bool ok() const { return problems.empty(); }
   // Index of a parameter in params/bindings, or -1.

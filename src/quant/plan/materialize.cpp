@@ -144,6 +144,10 @@ void dequant_scheme(const Binding& b, const ParamSpec& spec, PlanFiles& files, f
 
 }  // namespace
 
+PlanFiles::PlanFiles(const LoadPlan& plan) : plan_(plan), files_(plan.files.size()) {
+  for (const FileDigest& d : plan.digests) verify_file_digest(d);
+}
+
 std::shared_ptr<File> PlanFiles::file(const SourceTensor& t) {
   auto& f = files_.at(t.file);
   if (!f) f = File::open(plan_.files.at(t.file));

@@ -16,7 +16,9 @@ namespace k3 {
 // Opens the plan's files on first use and hands out zero-copy views of source tensors.
 class PlanFiles {
  public:
-  explicit PlanFiles(const LoadPlan& plan) : plan_(plan), files_(plan.files.size()) {}
+  // Checks the plan's whole-file digests first (verify_file_digest): payload is only read from
+  // files that match their manifest.
+  explicit PlanFiles(const LoadPlan& plan);
   std::span<const uint8_t> bytes(const SourceTensor& t);
   // The open file holding t: kernels that read weights zero-copy keep it (and its mapping) alive.
   std::shared_ptr<File> file(const SourceTensor& t);

@@ -19,13 +19,18 @@ size_t utf8_length(std::string_view s) {
 
 }  // namespace
 
-std::string quote_bytes(std::string_view bytes, size_t max_bytes) {
+namespace {
+
+// `bytes` with control bytes, DEL and bytes that are not valid UTF-8 (and, with quotes, '\'' and
+// '\\') written as \xNN; at most max_bytes of the input, never cutting a character. Sets *cut when
+// input was left out.
+std::string escape_bytes(std::string_view bytes, size_t max_bytes, bool quotes, bool* cut) {
   static const char* digits = "0123456789abcdef";
-  std::string out = "'";
+  std::string out;
   size_t i = 0;
   while (i < bytes.size() && i < max_bytes) {
     const unsigned char c = static_cast<unsigned char>(bytes[i]);
-    if (c >= 0x20 && c < 0x7F && c != '\'' && c != '\\') {
+    if (c >= 0x20 && c < 0x7F && !(quotes && (c == '\'' || c == '\\'))) {
       out += static_cast<char>(c);
       ++i;
       continue;
@@ -43,8 +48,18 @@ std::string quote_bytes(std::string_view bytes, size_t max_bytes) {
       ++i;
     }
   }
+  if (cut) *cut = i < bytes.size();
+  return out;
+}
+
+}  // namespace
+
+std::string quote_bytes(std::string_view bytes, size_t max_bytes) {
+  bool cut = false;
+  std::string out = "'";
+  out += escape_bytes(bytes, max_bytes, true, &cut);
   out += "'";
-  if (i < bytes.size()) out += "...";
+  if (cut) out += "...";
   return out;
 }
 
@@ -55,8 +70,16 @@ std::string format_error(const Where& where, const std::string& message) {
     out += part;
   };
   if (!where.file.empty()) append(where.file);
-  if (!where.tensor.empty()) append("tensor '" + where.tensor + "'");
-  if (!where.field.empty()) append("field '" + where.field + "'");
+  // Tensor names and field paths come from files: their control bytes never reach the terminal.
+  constexpr size_t kMaxName = 256;
+  auto name = [](const std::string& text) {
+    bool cut = false;
+    std::string out = escape_bytes(text, kMaxName, false, &cut);
+    if (cut) out += "...";
+    return out;
+  };
+  if (!where.tensor.empty()) append("tensor '" + name(where.tensor) + "'");
+  if (!where.field.empty()) append("field '" + name(where.field) + "'");
   append(message);
   return out;
 }

@@ -24,3 +24,13 @@ TEST(Error, QuoteBytesEscapesControlAndInvalidBytes) {
   EXPECT_EQ(quote_bytes("ab\xe4\xb8\xad", 3), "'ab'...");  // never cuts a character
   EXPECT_EQ(quote_bytes(""), "''");
 }
+
+TEST(Error, TensorAndFieldNamesFromFilesStayOnOneLine) {
+  k3::Error e(k3::Where{"m.gguf", std::string("blk.0\0\nx", 8), "a\x01" "b"}, "bad");
+  EXPECT_STREQ(e.what(), "m.gguf: tensor 'blk.0\\x00\\x0ax': field 'a\\x01b': bad");
+  EXPECT_EQ(e.where().tensor, std::string("blk.0\0\nx", 8));  // the raw name stays available
+  k3::Error quoted(k3::Where{"", "it's", ""}, "bad");
+  EXPECT_STREQ(quoted.what(), "tensor 'it's': bad");
+  k3::Error longname(k3::Where{"", std::string(300, 'w'), ""}, "bad");
+  EXPECT_EQ(std::string(longname.what()), "tensor '" + std::string(256, 'w') + "...': bad");
+}

@@ -353,8 +353,9 @@ std::string StreamDecoder::push(uint32_t id) {
   const std::string_view bytes = tokenizer_.token_bytes(id);
   std::string out;
   if (tokenizer_.is_special_id(id)) {
+    if (skip_special_ && tokenizer_.special(id).special) return out;  // as decode: not there at all
     out = finish();
-    if (!(skip_special_ && tokenizer_.special(id).special)) out.append(bytes);
+    out.append(bytes);
     return out;
   }
   pending_.append(bytes);

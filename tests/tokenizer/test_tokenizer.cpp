@@ -190,16 +190,28 @@ TEST_F(Tiny, StreamingDecodeEqualsFullDecode) {
   for (int i = 0; i < 300; ++i) {
     std::vector<uint32_t> ids(rng() % 40);
     for (auto& id : ids) id = rng() % 8 == 0 ? 512 + rng() % 256 : rng() % 512;  // split code points, specials
-    StreamDecoder stream(*tok_);
-    std::string out;
-    for (uint32_t id : ids) {
-      const std::string piece = stream.push(id);
-      ASSERT_EQ(utf8::first_invalid(piece), std::string_view::npos);  // never a broken sequence
-      out += piece;
+    for (bool skip : {false, true}) {
+      StreamDecoder stream(*tok_, skip);
+      std::string out;
+      for (uint32_t id : ids) {
+        const std::string piece = stream.push(id);
+        ASSERT_EQ(utf8::first_invalid(piece), std::string_view::npos);  // never a broken sequence
+        out += piece;
+      }
+      out += stream.finish();
+      ASSERT_EQ(out, tok_->decode(ids, skip));
     }
-    out += stream.finish();
-    ASSERT_EQ(out, tok_->decode(ids));
   }
+  // A skipped special between the bytes of one character does not split it (as decode).
+  std::vector<uint32_t> ids;
+  for (char b : std::string("\xe4\xb8\xad")) ids.push_back(tok_->ranks().find(std::string_view(&b, 1)));
+  ids.insert(ids.begin() + 1, tok_->special_id("[BOS]"));
+  StreamDecoder stream(*tok_, true);
+  std::string out;
+  for (uint32_t id : ids) out += stream.push(id);
+  out += stream.finish();
+  EXPECT_EQ(out, "\xe4\xb8\xad");
+  EXPECT_EQ(tok_->decode(ids, true), "\xe4\xb8\xad");
 }
 
 // The O(n log n) merge for long pieces must agree with the literal tiktoken rule.

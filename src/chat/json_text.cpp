@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "io/json.h"
+
 namespace k3::chat {
 
 std::string escape_json_text(std::string_view text) {
@@ -30,6 +32,14 @@ std::string escape_json_text(std::string_view text) {
     }
   }
   return out;
+}
+
+std::optional<Json> parse_model_json(std::string_view text) {
+  try {
+    return try_parse_json_value<Json>(text, Where{});
+  } catch (const Error&) {  // too deep
+    return std::nullopt;
+  }
 }
 
 std::string json_string(std::string_view text) { return "\"" + escape_json_text(text) + "\""; }
@@ -119,11 +129,17 @@ Json sorted_keys(const Json& value) {
     return out;
   }
   if (!value.is_object()) return value;
-  std::vector<std::string> keys;
-  for (const auto& [key, item] : value.items()) keys.push_back(key);
-  std::sort(keys.begin(), keys.end());  // UTF-8 byte order = code point order
+  // Members sorted by key (UTF-8 byte order = code point order), appended directly: keys are
+  // unique already and ordered_json's own insertion searches linearly.
+  const Json::object_t& members = value.get_ref<const Json::object_t&>();
+  std::vector<const Json::object_t::value_type*> order;
+  order.reserve(members.size());
+  for (const auto& member : members) order.push_back(&member);
+  std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) { return a->first < b->first; });
   Json out = Json::object();
-  for (const auto& key : keys) out[key] = sorted_keys(value.at(key));
+  auto& storage = static_cast<Json::object_t::Container&>(out.get_ref<Json::object_t&>());
+  storage.reserve(order.size());
+  for (const auto* member : order) storage.emplace_back(member->first, sorted_keys(member->second));
   return out;
 }
 

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -18,6 +19,9 @@ std::string dump_json(const Json& value, JsonStyle style);
 // A JSON string literal (with quotes) for raw text; escape_json_text is the same without quotes.
 std::string json_string(std::string_view text);
 std::string escape_json_text(std::string_view text);
+// JSON text a model generated (tool-call arguments): nullopt when it is not JSON or nests deeper
+// than io/json.h's kMaxJsonDepth, so the caller keeps it as text.
+std::optional<Json> parse_model_json(std::string_view text);
 // A copy with object keys sorted recursively (Python sort_keys; arrays keep their order).
 Json sorted_keys(const Json& value);
 

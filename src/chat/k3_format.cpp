@@ -191,7 +191,7 @@ std::vector<Segment> render_k3(const Request& request) {
   if (!request.tools.empty()) system_block(s, "tool-declare", tools_body(request.tools));
   if (request.thinking && !request.effort.empty()) {
     if (request.effort != "low" && request.effort != "high" && request.effort != "max")
-      throw Error(Where{"", "", "reasoning_effort"}, "expected low, high or max, got '" + request.effort + "'");
+      throw Error(Where{"", "", "reasoning_effort"}, "expected low, high or max, got " + quote_bytes(request.effort));
     system_block(s, "thinking-effort", effort_body(request.effort));
   }
   const std::vector<Message> messages = reorder_tool_results(request.messages);
@@ -376,8 +376,8 @@ void K3OutputParser::on_close(ChatDelta& delta) {
       if (call_.arg_type == "string") {
         emit_arguments("\"", delta);
       } else {
-        const Json v = Json::parse(call_.arg_value, nullptr, false);
-        emit_arguments(v.is_discarded() ? json_string(call_.arg_value) : dump_json(v, JsonStyle::kPython), delta);
+        const std::optional<Json> v = parse_model_json(call_.arg_value);
+        emit_arguments(v ? dump_json(*v, JsonStyle::kPython) : json_string(call_.arg_value), delta);
       }
     }
     if (top == Tag::kCall && call_.active) {

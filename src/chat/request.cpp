@@ -1,6 +1,7 @@
 #include "chat/request.h"
 
 #include "core/error.h"
+#include "io/json.h"
 
 namespace k3::chat {
 namespace {
@@ -29,7 +30,7 @@ std::vector<std::string> parse_content(const Json& msg, const std::string& field
     if (!c[i].is_object() || !c[i].contains("type") || !c[i]["type"].is_string()) fail(pf, "expected a part with a \"type\"");
     const std::string type = c[i]["type"].get<std::string>();
     if (type == "image" || type == "image_url") fail(pf, "image parts are not supported by this text-only engine");
-    if (type != "text") fail(pf + ".type", "unknown part type '" + type + "'");
+    if (type != "text") fail(pf + ".type", "unknown part type " + quote_bytes(type));
     if (!c[i].contains("text") || !c[i]["text"].is_string()) fail(pf + ".text", "expected a string");
     parts.push_back(c[i]["text"].get<std::string>());
   }
@@ -48,12 +49,12 @@ void parse_arguments(const Json& fn, const std::string& field, ToolCall& call) {
   if (!a.is_string()) fail(field, "expected an object or a JSON string");
   const std::string& text = a.get_ref<const std::string&>();
   if (is_blank(text)) return;
-  Json parsed = Json::parse(text, nullptr, false);
-  if (parsed.is_discarded()) {
+  std::optional<Json> parsed = try_parse_json_value<Json>(text, Where{"", "", field});
+  if (!parsed) {
     call.arguments = text;
     call.raw = true;
-  } else if (parsed.is_object()) {
-    call.arguments = std::move(parsed);
+  } else if (parsed->is_object()) {
+    call.arguments = std::move(*parsed);
   } else {
     fail(field, "JSON arguments must be an object");
   }
@@ -65,7 +66,7 @@ Message parse_message(const Json& msg, const std::string& field) {
   if (!msg.contains("role") || !msg["role"].is_string()) fail(field + ".role", "expected a string");
   m.role = msg["role"].get<std::string>();
   if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool")
-    fail(field + ".role", "unknown role '" + m.role + "' (expected system, user, assistant or tool)");
+    fail(field + ".role", "unknown role " + quote_bytes(m.role) + " (expected system, user, assistant or tool)");
   m.content = parse_content(msg, field);
   m.name = optional_string(msg, "name", field);
   if (m.role == "assistant") {
@@ -103,17 +104,13 @@ Message parse_message(const Json& msg, const std::string& field) {
 
 }  // namespace
 
-Request parse_request(std::string_view json_text) {
-  Json json;
+Request parse_request(std::string_view json_text, const std::string& file) {
   try {
-    json = Json::parse(json_text);
-  } catch (const Json::exception& e) {
-    std::string message = e.what();  // may quote input text: keep it on one line
-    for (char& c : message)
-      if (c == '\n' || c == '\r') c = ' ';
-    fail("messages", "invalid JSON: " + message);
+    return request_from_json(parse_json_value<Json>(json_text, Where{file, "", ""}));
+  } catch (const Error& e) {
+    if (!e.where().file.empty() || file.empty()) throw;
+    throw Error(Where{file, e.where().tensor, e.where().field}, e.detail());
   }
-  return request_from_json(json);
 }
 
 Request request_from_json(const Json& json) {
@@ -131,7 +128,7 @@ Request request_from_json(const Json& json) {
       if (!tc.is_string()) fail("tool_choice", "a named tool choice needs constrained decoding, which k3 does not do");
       r.tool_choice = tc.get<std::string>();
       if (r.tool_choice != "auto" && r.tool_choice != "required" && r.tool_choice != "none")
-        fail("tool_choice", "expected auto, required or none, got '" + r.tool_choice + "'");
+        fail("tool_choice", "expected auto, required or none, got " + quote_bytes(r.tool_choice));
     }
     if (json.contains("response_format") && !json["response_format"].is_null()) {
       const Json& rf = json["response_format"];
@@ -139,7 +136,7 @@ Request request_from_json(const Json& json) {
         fail("response_format.type", "expected a string");
       const std::string type = rf["type"].get<std::string>();
       if (type != "text" && type != "json_object" && type != "json_schema")
-        fail("response_format.type", "expected text, json_object or json_schema, got '" + type + "'");
+        fail("response_format.type", "expected text, json_object or json_schema, got " + quote_bytes(type));
       r.response_format = rf;
     }
     if (json.contains("chat_template_kwargs") && json["chat_template_kwargs"].is_object()) {
@@ -158,11 +155,12 @@ Request request_from_json(const Json& json) {
       } else if (effort == "low" || effort == "high" || effort == "max") {
         r.effort = effort;
       } else {
-        fail("reasoning_effort", "expected none, low, high or max, got '" + effort + "'");
+        fail("reasoning_effort", "expected none, low, high or max, got " + quote_bytes(effort));
       }
     }
   }
   if (!messages->is_array()) fail("messages", "expected an array");
+  if (messages->empty()) fail("messages", "expected at least one message");
   for (size_t i = 0; i < messages->size(); ++i)
     r.messages.push_back(parse_message((*messages)[i], "messages[" + std::to_string(i) + "]"));
   return r;

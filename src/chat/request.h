@@ -39,8 +39,10 @@ struct Request {
 };
 
 // Accepts {"messages": [...], "tools": ..., "tool_choice": ..., "response_format": ...,
-// "reasoning_effort": ..., "chat_template_kwargs": {"thinking": bool}} or a bare messages array.
-Request parse_request(std::string_view json_text);
+// "reasoning_effort": ..., "chat_template_kwargs": {"thinking": bool}} or a bare messages array,
+// with at least one message. JSON limits and error forms are io/json.h parse_json_value's; `file`
+// (the request's source) prefixes every error.
+Request parse_request(std::string_view json_text, const std::string& file = "");
 Request request_from_json(const Json& json);
 
 }  // namespace k3::chat

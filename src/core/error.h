@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace k3 {
 
@@ -26,6 +27,11 @@ class Error : public std::runtime_error {
   Where where_;
   std::string detail_;
 };
+
+// Input bytes quoted for an error message: 'TEXT' with control bytes, DEL, bytes that are not
+// valid UTF-8, '\'' and '\\' written as \xNN (so a NUL or newline in a file cannot cut or split the
+// one-line message), at most max_bytes of the input followed by "..." when longer.
+std::string quote_bytes(std::string_view bytes, size_t max_bytes = 64);
 
 // Formats "file: tensor 'T': field 'F': message", leaving out the parts that are empty.
 std::string format_error(const Where& where, const std::string& message);

@@ -131,6 +131,18 @@ bool is_within(const std::filesystem::path& root, const std::filesystem::path& p
   return r == root.end();
 }
 
+// `path` with every symbolic link resolved, also a final link whose target does not exist (which
+// weakly_canonical would leave unresolved); a chain longer than kMaxLinkHops is an error.
+std::filesystem::path resolve_links(std::filesystem::path path) {
+  constexpr int kMaxLinkHops = 40;
+  for (int hops = 0; std::filesystem::is_symlink(path); ++hops) {
+    if (hops == kMaxLinkHops) throw std::filesystem::filesystem_error("resolve", path, std::make_error_code(std::errc::too_many_symbolic_link_levels));
+    const std::filesystem::path link = std::filesystem::read_symlink(path);
+    path = link.is_absolute() ? link : path.parent_path() / link;
+  }
+  return std::filesystem::weakly_canonical(path);
+}
+
 // The Hugging Face hub cache keeps a revision as REPO/snapshots/REV/ whose files are symbolic links
 // into REPO/blobs/: the one place outside a checkpoint folder its files may lead to.
 bool is_hf_snapshot(const std::filesystem::path& root) {
@@ -153,7 +165,7 @@ std::string path_inside(const std::string& dir, const std::string& name, const W
   try {
     const fs::path base = dir.empty() ? fs::path(".") : fs::path(dir);
     const fs::path root = fs::weakly_canonical(base);
-    const fs::path target = fs::weakly_canonical(base / rel);
+    const fs::path target = resolve_links(base / rel);
     const bool inside = is_within(root, target) || (is_hf_snapshot(root) && is_within(hf_blob_store(root), target));
     if (!inside) {
       throw Error(where, "file name '" + name + "' leads outside the folder " + dir + " (through a symbolic link to " +

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -48,6 +49,36 @@ std::string describe(const Json& value) {
     }
     default: return value.dump();  // null, true/false, numbers
   }
+}
+
+// nlohmann messages look like "[json.exception.parse_error.101] parse error at line 3, column 0:
+// syntax error ..."; keep what follows the tag and nlohmann's own position.
+std::string reason_of(const std::string& what) {
+  size_t tag_end = what.find("] ");
+  std::string reason = tag_end == std::string::npos ? what : what.substr(tag_end + 2);
+  if (reason.rfind("parse error", 0) == 0) {
+    size_t colon = reason.find(": ");
+    if (colon != std::string::npos) reason = reason.substr(colon + 2);
+  }
+  for (char& c : reason)  // it may quote input text: keep the message on one line
+    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+  return reason;
+}
+
+// "invalid JSON at line L, column C: REASON" for a syntax error at `byte` (1-based) of `text`.
+// The offending character is the last one read; nlohmann's own column restarts at 0 when its
+// lookahead passed a newline, so the position is computed here.
+Error syntax_error(const Where& where, std::string_view text, size_t byte, const nlohmann::detail::exception& e) {
+  size_t pos = std::min<size_t>(byte == 0 ? 0 : byte - 1, text.size());
+  size_t line = 1, line_start = 0;
+  for (size_t i = 0; i < pos; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      line_start = i + 1;
+    }
+  }
+  return Error(where, "invalid JSON at line " + std::to_string(line) + ", column " +
+                          std::to_string(pos - line_start + 1) + ": " + reason_of(e.what()));
 }
 
 // Builds the tree from nlohmann's SAX events, recording member order as keys are inserted,
@@ -100,18 +131,7 @@ class DomBuilder {
     return true;
   }
   [[noreturn]] bool parse_error(std::size_t byte, const std::string&, const nlohmann::detail::exception& e) {
-    // The offending character is the last one read (byte is 1-based); nlohmann's own column
-    // restarts at 0 when its lookahead passed a newline, so the position is computed here.
-    size_t pos = std::min<size_t>(byte == 0 ? 0 : byte - 1, text_.size());
-    size_t line = 1, line_start = 0;
-    for (size_t i = 0; i < pos; ++i) {
-      if (text_[i] == '\n') {
-        ++line;
-        line_start = i + 1;
-      }
-    }
-    throw Error(Where{doc_.file, "", ""}, "invalid JSON at line " + std::to_string(line) + ", column " +
-                                              std::to_string(pos - line_start + 1) + ": " + reason_of(e.what()));
+    throw syntax_error(Where{doc_.file, "", ""}, text_, byte, e);
   }
 
  private:
@@ -148,24 +168,131 @@ class DomBuilder {
     throw Error(Where{doc_.file, "", ""}, "invalid JSON: " + detail);
   }
 
-  // nlohmann messages look like "[json.exception.parse_error.101] parse error at line 3, column 0:
-  // syntax error ..."; keep what follows the tag and nlohmann's own position.
-  static std::string reason_of(const std::string& what) {
-    size_t tag_end = what.find("] ");
-    std::string reason = tag_end == std::string::npos ? what : what.substr(tag_end + 2);
-    if (reason.rfind("parse error", 0) == 0) {
-      size_t colon = reason.find(": ");
-      if (colon != std::string::npos) reason = reason.substr(colon + 2);
-    }
-    return reason;
-  }
-
   JsonDocument& doc_;
   std::string_view text_;
   std::vector<Json*> open_;                                       // open containers, innermost last
   std::vector<std::vector<const JsonDocument::Member*>> orders_;  // member order of each open object
   Json* pending_member_ = nullptr;
 };
+
+// Builds a plain nlohmann value from SAX events under the nesting limit, tracking where each value
+// sits so a too-deep error names its field. Keys repeat as in Python's json.loads: the last value
+// wins, in the first one's place. Member insertion is amortised constant time for both object
+// kinds (ordered_json's own insertion searches linearly, quadratic on wide objects).
+template <class J>
+class LimitedBuilder {
+ public:
+  using number_integer_t = typename J::number_integer_t;
+  using number_unsigned_t = typename J::number_unsigned_t;
+  using number_float_t = typename J::number_float_t;
+  using string_t = typename J::string_t;
+  using binary_t = typename J::binary_t;
+  using object_t = typename J::object_t;
+  using array_t = typename J::array_t;
+
+  LimitedBuilder(J& result, std::string_view text, const Where& where) : result_(result), text_(text), where_(where) {}
+
+  bool null() { return put(J(nullptr)), true; }
+  bool boolean(bool v) { return put(J(v)), true; }
+  bool number_integer(number_integer_t v) { return put(J(v)), true; }
+  bool number_unsigned(number_unsigned_t v) { return put(J(v)), true; }
+  bool number_float(number_float_t v, const string_t&) { return put(J(v)), true; }
+  bool string(string_t& v) { return put(J(std::move(v))), true; }
+  bool binary(binary_t& v) { return put(J::binary(std::move(v))), true; }
+  bool start_object(std::size_t) { return open(J::object(), false), true; }
+  bool key(string_t& k) {
+    frames_.back().key = std::move(k);
+    return true;
+  }
+  bool end_object() { return frames_.pop_back(), true; }
+  bool start_array(std::size_t) { return open(J::array(), true), true; }
+  bool end_array() { return frames_.pop_back(), true; }
+  bool parse_error(std::size_t byte, const std::string&, const nlohmann::detail::exception& e) {
+    if (!throw_syntax_) {
+      syntax_failed_ = true;
+      return false;
+    }
+    throw syntax_error(Where{where_.file, where_.tensor, ""}, text_, byte, e);
+  }
+
+  bool throw_syntax_ = true;
+  bool syntax_failed_ = false;
+
+ private:
+  struct Frame {
+    J* value;  // never moves while open: its parent only grows after it closes
+    bool array;
+    std::string key;                                   // object: the key of the member being read
+    std::unordered_map<std::string, size_t> position;  // object: key -> member index
+  };
+
+  // Places a value at the current position and returns where it now lives.
+  J* put(J&& value) {
+    if (frames_.empty()) {
+      result_ = std::move(value);
+      return &result_;
+    }
+    Frame& f = frames_.back();
+    if (f.array) {
+      array_t& array = f.value->template get_ref<array_t&>();
+      array.push_back(std::move(value));
+      return &array.back();
+    }
+    object_t& object = f.value->template get_ref<object_t&>();
+    if constexpr (std::is_same_v<J, nlohmann::ordered_json>) {
+      auto& members = static_cast<typename object_t::Container&>(object);
+      auto [it, fresh] = f.position.try_emplace(f.key, members.size());
+      if (fresh) {
+        members.emplace_back(f.key, std::move(value));
+        return &members.back().second;
+      }
+      members[it->second].second = std::move(value);
+      return &members[it->second].second;
+    } else {
+      J& slot = object[f.key];
+      slot = std::move(value);
+      return &slot;
+    }
+  }
+
+  void open(J&& container, bool array) {
+    if (frames_.size() >= static_cast<size_t>(kMaxJsonDepth)) {
+      throw Error(Where{where_.file, where_.tensor, current_path()},
+                  "invalid JSON: nesting deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    }
+    J* at = put(std::move(container));
+    frames_.push_back(Frame{at, array, {}, {}});
+  }
+
+  // The path of the value being opened (the last element or member of each open container),
+  // shortened to its first levels.
+  std::string current_path() const {
+    constexpr size_t kMaxShown = 12;
+    std::string path = where_.field;
+    for (size_t i = 0; i < frames_.size() && i < kMaxShown; ++i) {
+      const Frame& f = frames_[i];
+      path = f.array ? path + "[" + std::to_string(f.value->size() - (i + 1 < frames_.size() ? 1 : 0)) + "]"
+                     : key_path(path, f.key);
+    }
+    if (frames_.size() > kMaxShown) path += "...";
+    return path;
+  }
+
+  J& result_;
+  std::string_view text_;
+  const Where& where_;
+  std::vector<Frame> frames_;
+};
+
+template <class J>
+std::optional<J> parse_limited(std::string_view text, const Where& where, bool throw_syntax) {
+  J result;
+  LimitedBuilder<J> builder(result, text, where);
+  builder.throw_syntax_ = throw_syntax;
+  J::sax_parse(text.begin(), text.end(), &builder);
+  if (builder.syntax_failed_) return std::nullopt;
+  return result;
+}
 
 }  // namespace
 
@@ -349,5 +476,25 @@ JsonNode load_json_file(const std::string& path) {
   std::vector<uint8_t> bytes = file->read_range(0, file->size(), "json");
   return parse_json(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), path);
 }
+
+}  // namespace k3
+
+namespace k3 {
+
+template <class J>
+J parse_json_value(std::string_view text, const Where& where) {
+  return *parse_limited<J>(text, where, true);
+}
+
+template <class J>
+std::optional<J> try_parse_json_value(std::string_view text, const Where& where) {
+  return parse_limited<J>(text, where, false);
+}
+
+template Json parse_json_value<Json>(std::string_view, const Where&);
+template nlohmann::ordered_json parse_json_value<nlohmann::ordered_json>(std::string_view, const Where&);
+template std::optional<Json> try_parse_json_value<Json>(std::string_view, const Where&);
+template std::optional<nlohmann::ordered_json> try_parse_json_value<nlohmann::ordered_json>(std::string_view,
+                                                                                          const Where&);
 
 }  // namespace k3

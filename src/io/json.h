@@ -155,4 +155,16 @@ JsonNode parse_json(std::string_view text, const std::string& file);
 // Reads and parses a file (at most kMaxJsonFileBytes).
 JsonNode load_json_file(const std::string& path);
 
+// Untrusted JSON text (a request body, a JSON string inside one, a tokenizer config) into a plain
+// nlohmann value, J = Json or nlohmann::ordered_json, under parse_json's limits: nesting deeper than
+// kMaxJsonDepth fails naming the field where it happens; a syntax error reads "FILE: invalid JSON
+// at line L, column C: REASON". `where` names the source: its file and, for JSON text held in a
+// string field, that field (paths inside the text are appended to it). Building is iterative, so
+// no input recurses on the stack.
+template <class J>
+J parse_json_value(std::string_view text, const Where& where);
+// The same, except that text which is not JSON gives nullopt (too deep still throws).
+template <class J>
+std::optional<J> try_parse_json_value(std::string_view text, const Where& where);
+
 }  // namespace k3

@@ -7,18 +7,24 @@
 
 namespace k3 {
 
+// The reference's \s is Unicode White_Space. PCRE2's \s (with UCP) also matches U+180E, which
+// is not White_Space, so the pattern spells the class out (spec §2.3); \S is its complement.
+#define K3_WHITE_SPACE R"(\t\n\x0B\f\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})"
+
 const std::string& kimi_pattern() {
   static const std::string pattern =
       R"(\p{sc:Han}+)"
       R"(|[^\r\n\p{L}\p{N}]?(?:(?!\p{sc:Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])*(?:(?!\p{sc:Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
       R"(|[^\r\n\p{L}\p{N}]?(?:(?!\p{sc:Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])+(?:(?!\p{sc:Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
       R"(|\p{N}{1,3})"
-      R"(| ?[^\s\p{L}\p{N}]+[\r\n]*)"
-      R"(|\s*[\r\n]+)"
-      R"(|\s+(?!\S))"
-      R"(|\s+)";
+      R"(| ?[^)" K3_WHITE_SPACE R"(\p{L}\p{N}]+[\r\n]*)"
+      R"(|[)" K3_WHITE_SPACE R"(]*[\r\n]+)"
+      R"(|[)" K3_WHITE_SPACE R"(]+(?![^)" K3_WHITE_SPACE R"(]))"
+      R"(|[)" K3_WHITE_SPACE R"(]+)";
   return pattern;
 }
+
+#undef K3_WHITE_SPACE
 
 struct Pretokenizer::Impl {
   pcre2_code* code = nullptr;

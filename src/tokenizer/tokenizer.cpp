@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "io/file.h"
+#include "io/json.h"
 #include "tokenizer/utf8.h"
 
 namespace k3 {
@@ -107,9 +108,9 @@ std::vector<std::string> parse_tiktoken_model(std::string_view text, const std::
     if (space == std::string_view::npos || l.text.find(' ', space + 1) != std::string_view::npos)
       throw fail(l.number, "expected '<base64 bytes> <rank>'");
     auto bytes = base64_decode(l.text.substr(0, space));
-    if (!bytes) throw fail(l.number, "invalid base64 '" + std::string(l.text.substr(0, space)) + "'");
+    if (!bytes) throw fail(l.number, "invalid base64 " + quote_bytes(l.text.substr(0, space)));
     auto rank = parse_decimal(l.text.substr(space + 1));
-    if (!rank) throw fail(l.number, "invalid rank '" + std::string(l.text.substr(space + 1)) + "'");
+    if (!rank) throw fail(l.number, "invalid rank " + quote_bytes(l.text.substr(space + 1)));
     if (*rank >= lines.size())
       throw fail(l.number, "rank " + std::to_string(*rank) + " out of range: ranks must be 0.." +
                                std::to_string(lines.size() - 1) + " for " + std::to_string(lines.size()) + " entries");
@@ -139,12 +140,7 @@ std::vector<std::string> parse_tiktoken_model(std::string_view text, const std::
 
 std::vector<SpecialToken> parse_special_tokens(std::string_view config_json, uint32_t num_base,
                                                const std::string& path) {
-  nlohmann::json config;
-  try {
-    config = nlohmann::json::parse(config_json);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(Where{path, "", ""}, std::string("invalid JSON: ") + e.what());
-  }
+  const nlohmann::json config = parse_json_value<nlohmann::json>(config_json, Where{path, "", ""});
   if (!config.is_object()) throw Error(Where{path, "", ""}, "expected a JSON object");
   std::vector<SpecialToken> specials(Tokenizer::kNumSpecials);
   for (uint32_t i = 0; i < Tokenizer::kNumSpecials; ++i) {
@@ -155,9 +151,9 @@ std::vector<SpecialToken> parse_special_tokens(std::string_view config_json, uin
     const auto& added = config["added_tokens_decoder"];
     if (!added.is_object()) throw Error(Where{path, "", "added_tokens_decoder"}, "expected an object");
     for (const auto& [key, entry] : added.items()) {
-      const std::string field = "added_tokens_decoder." + key;
       auto id = parse_decimal(key);
-      if (!id) throw Error(Where{path, "", field}, "key is not a token id");
+      if (!id) throw Error(Where{path, "", "added_tokens_decoder"}, "key " + quote_bytes(key) + " is not a token id");
+      const std::string field = "added_tokens_decoder." + key;
       if (*id < num_base || *id - num_base >= Tokenizer::kNumSpecials)
         throw Error(Where{path, "", field},
                     "unknown special token id " + key + ": special ids are " + std::to_string(num_base) + ".." +
@@ -178,7 +174,7 @@ std::vector<SpecialToken> parse_special_tokens(std::string_view config_json, uin
     auto [it, fresh] = seen.emplace(t.name, t.id);
     if (!fresh)
       throw Error(Where{path, "", "added_tokens_decoder." + std::to_string(t.id)},
-                  "special token name '" + t.name + "' already used by id " + std::to_string(it->second));
+                  "special token name " + quote_bytes(t.name) + " already used by id " + std::to_string(it->second));
   }
   // Named roles must refer to registered specials.
   auto check_name = [&](const std::string& field, const nlohmann::json& v) {
@@ -186,7 +182,7 @@ std::vector<SpecialToken> parse_special_tokens(std::string_view config_json, uin
     if (name.is_null()) return;
     if (!name.is_string()) throw Error(Where{path, "", field}, "expected a token name");
     if (!seen.count(name.get<std::string>()))
-      throw Error(Where{path, "", field}, "unknown special token '" + name.get<std::string>() + "'");
+      throw Error(Where{path, "", field}, "unknown special token " + quote_bytes(name.get_ref<const std::string&>()));
   };
   for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token"})
     if (config.contains(key)) check_name(key, config[key]);
@@ -220,7 +216,7 @@ Tokenizer::Tokenizer(const std::vector<std::string>& tokens, std::vector<Special
   for (size_t i = 0; i < specials_.size(); ++i) {
     const SpecialToken& t = specials_[i];
     if (t.id != num_base() + i)
-      throw Error(Where{"", "", "special tokens"}, "special token '" + t.name + "' has id " + std::to_string(t.id) +
+      throw Error(Where{"", "", "special tokens"}, "special token " + quote_bytes(t.name) + " has id " + std::to_string(t.id) +
                                                       ", expected " + std::to_string(num_base() + i));
     if (t.name.empty()) throw Error(Where{"", "", "special tokens"}, "empty special token name");
     special_ids_.emplace(t.name, t.id);
@@ -236,7 +232,7 @@ std::optional<uint32_t> Tokenizer::find_special(std::string_view name) const {
 
 uint32_t Tokenizer::special_id(std::string_view name) const {
   auto id = find_special(name);
-  if (!id) throw Error(Where{"", "", "special tokens"}, "unknown special token '" + std::string(name) + "'");
+  if (!id) throw Error(Where{"", "", "special tokens"}, "unknown special token " + quote_bytes(name));
   return *id;
 }
 
@@ -357,8 +353,9 @@ std::string StreamDecoder::push(uint32_t id) {
   const std::string_view bytes = tokenizer_.token_bytes(id);
   std::string out;
   if (tokenizer_.is_special_id(id)) {
+    if (skip_special_ && tokenizer_.special(id).special) return out;  // as decode: not there at all
     out = finish();
-    if (!(skip_special_ && tokenizer_.special(id).special)) out.append(bytes);
+    out.append(bytes);
     return out;
   }
   pending_.append(bytes);

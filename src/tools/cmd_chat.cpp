@@ -71,7 +71,8 @@ chat::Message as_message(const chat::ParsedMessage& reply) {
   if (reply.content) m.content.push_back(*reply.content);
   m.reasoning = reply.reasoning_content.value_or("");
   for (const auto& c : reply.tool_calls) {
-    chat::ToolCall call{c.id, c.name, chat::Json::parse(c.arguments, nullptr, false), false};
+    std::optional<chat::Json> arguments = chat::parse_model_json(c.arguments);
+    chat::ToolCall call{c.id, c.name, arguments ? std::move(*arguments) : chat::Json(), false};
     if (!call.arguments.is_object()) call = {c.id, c.name, c.arguments, true};
     m.tool_calls.push_back(std::move(call));
   }
@@ -96,7 +97,7 @@ Registered add_chat(CLI::App& app) {
             GenerateOptions g = generation_options(opt->generation);
             g.on_prefill = terminal_prefill_progress();
             std::optional<chat::Request> request;
-            if (!opt->messages.empty()) request = chat::parse_request(read_whole_file(opt->messages));
+            if (!opt->messages.empty()) request = chat::parse_request(read_whole_file(opt->messages), opt->messages);
             const CheckpointDir ckpt = open_checkpoint_dir(opt->model.model);
             if (!ckpt.config) throw Error(Where{ckpt.path("config.json"), "", ""}, "a model directory needs config.json");
             Engine engine(opt->model.model, engine_options(opt->model, *ckpt.config));

@@ -158,9 +158,8 @@ TEST(K3Render, MalformedRequestsNameTheField) {
                "field 'messages[0]': tool result has no tool name and matches no call of the preceding assistant message");
   expect_error(R"([{"role":"user","content":[{"type":"image_url","image_url":{}}]}])",
                "field 'messages[0].content[0]': image parts are not supported by this text-only engine");
-  expect_error("[{\"role\":\n", "field 'messages': invalid JSON: [json.exception.parse_error.101] parse error at line 2, "
-                               "column 1: syntax error while parsing value - unexpected end of input; expected '[', '{', or a "
-                               "literal");
+  expect_error("[{\"role\":\n", "invalid JSON at line 2, column 1: syntax error while parsing value - unexpected end of "
+                               "input; expected '[', '{', or a literal");
 }
 
 // ---- parsing ---------------------------------------------------------------------------------

@@ -212,7 +212,7 @@ TEST_F(SafetensorsTest, WriterRejectsBadInput) {
             "tensor 'b': got 3 bytes but shape [2] of F32 needs 8");
   EXPECT_EQ(error_of([&] { w.add("__metadata__", Dtype::U8, {}, {1}); }), "tensor '__metadata__': reserved name");
   EXPECT_EQ(error_of([&] { w.add("c\xff", Dtype::U8, {}, {1}); }),
-            "tensor 'c\xff': tensor name is not valid UTF-8 (byte 1)");
+            "tensor 'c\\xff': tensor name is not valid UTF-8 (byte 1)");
   EXPECT_EQ(error_of([&] { w.write((dir_ / "no" / "dir.safetensors").string()); }),
             (dir_ / "no" / "dir.safetensors").string() + ": cannot create: No such file or directory");
 }

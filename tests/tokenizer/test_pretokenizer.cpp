@@ -72,6 +72,75 @@ TEST(KimiPretokenizer, LongRunsDoNotExhaustTheJitStack) {
   EXPECT_EQ(split(letters), (Pieces{letters}));
 }
 
+// \s is exactly Unicode White_Space (spec §2.3): every White_Space code point splits as
+// whitespace, and every other Zs/Cf code point (U+180E among them) as punctuation, in contexts
+// where the two differ ("  X", "X  b", " \u2028X") and in plain ones.
+std::string utf8_of(char32_t c) {
+  std::string s;
+  if (c < 0x80) {
+    s += static_cast<char>(c);
+  } else if (c < 0x800) {
+    s += static_cast<char>(0xC0 | (c >> 6));
+    s += static_cast<char>(0x80 | (c & 0x3F));
+  } else if (c < 0x10000) {
+    s += static_cast<char>(0xE0 | (c >> 12));
+    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (c & 0x3F));
+  } else {
+    s += static_cast<char>(0xF0 | (c >> 18));
+    s += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (c & 0x3F));
+  }
+  return s;
+}
+
+struct Range {
+  char32_t first, last;
+};
+// White_Space (PropList.txt).
+const std::vector<Range> kWhiteSpace = {{0x09, 0x0D}, {0x20, 0x20},     {0x85, 0x85},     {0xA0, 0xA0},
+                                        {0x1680, 0x1680}, {0x2000, 0x200A}, {0x2028, 0x2029}, {0x202F, 0x202F},
+                                        {0x205F, 0x205F}, {0x3000, 0x3000}};
+// General_Category Zs (all White_Space) and Cf (Unicode 15; none White_Space).
+const std::vector<Range> kZs = {{0x20, 0x20},     {0xA0, 0xA0},     {0x1680, 0x1680}, {0x2000, 0x200A},
+                                {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}};
+const std::vector<Range> kCf = {{0xAD, 0xAD},       {0x600, 0x605},     {0x61C, 0x61C},     {0x6DD, 0x6DD},
+                                {0x70F, 0x70F},     {0x890, 0x891},     {0x8E2, 0x8E2},     {0x180E, 0x180E},
+                                {0x200B, 0x200F},   {0x202A, 0x202E},   {0x2060, 0x2064},   {0x2066, 0x206F},
+                                {0xFEFF, 0xFEFF},   {0xFFF9, 0xFFFB},   {0x110BD, 0x110BD}, {0x110CD, 0x110CD},
+                                {0x13430, 0x1343F}, {0x1BCA0, 0x1BCA3}, {0x1D173, 0x1D17A}, {0xE0001, 0xE0001},
+                                {0xE0020, 0xE007F}};
+
+bool is_white_space(char32_t c) {
+  for (const Range& r : kWhiteSpace)
+    if (c >= r.first && c <= r.last) return true;
+  return false;
+}
+
+TEST(KimiPretokenizer, WhiteSpaceIsExactlyTheUnicodeProperty) {
+  size_t checked = 0;
+  for (const auto* table : {&kWhiteSpace, &kZs, &kCf}) {
+    for (const Range& r : *table) {
+      for (char32_t c = r.first; c <= r.last; ++c) {
+        if (c == '\n' || c == '\r') continue;  // line breaks have their own branches
+        const std::string x = utf8_of(c);
+        const std::string ls = "\u2028";
+        const bool ws = is_white_space(c);
+        SCOPED_TRACE(::testing::Message() << "U+" << std::hex << static_cast<uint32_t>(c));
+        EXPECT_EQ(split(" " + x), (Pieces{" " + x}));
+        EXPECT_EQ(split("a " + x + " b"), (Pieces{"a", " " + x, " b"}));
+        EXPECT_EQ(split(x + "\n"), (Pieces{x + "\n"}));
+        EXPECT_EQ(split("  " + x), (ws ? Pieces{"  " + x} : Pieces{" ", " " + x}));
+        EXPECT_EQ(split(x + "  b"), (ws ? Pieces{x + " ", " b"} : Pieces{x, " ", " b"}));
+        EXPECT_EQ(split(" " + ls + x), (ws ? Pieces{" " + ls + x} : Pieces{" ", ls, x}));
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 200u);
+}
+
 TEST(Pretokenizer, BadPatternNamesTheOffset) {
   try {
     Pretokenizer p("ab(c");

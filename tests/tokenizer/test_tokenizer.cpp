@@ -72,8 +72,28 @@ TEST(SpecialTokens, NamesFlagsAndErrors) {
             "tokenizer_config.json: field 'added_tokens_decoder.1001': special token name 'a' already used by id 1000");
   EXPECT_EQ(config_error(R"({"added_tokens_decoder":{"1000":{"special":true}}})"),
             "tokenizer_config.json: field 'added_tokens_decoder.1000.content': expected a non-empty string");
-  EXPECT_EQ(config_error("{"), "tokenizer_config.json: invalid JSON: [json.exception.parse_error.101] parse error at line 1, "
-                               "column 2: syntax error while parsing object key - unexpected end of input; expected string literal");
+  EXPECT_EQ(config_error("{"), "tokenizer_config.json: invalid JSON at line 1, column 2: syntax error while parsing object "
+                               "key - unexpected end of input; expected string literal");
+  EXPECT_EQ(config_error("{\n\"a\": [1,\n 2,]}"), "tokenizer_config.json: invalid JSON at line 3, column 4: syntax error "
+                                              "while parsing value - unexpected ']'; expected '[', '{', or a literal");
+  EXPECT_EQ(config_error(std::string(100000, '[')),
+            "tokenizer_config.json: field '[0][0][0][0][0][0][0][0][0][0][0][0]...': invalid JSON: nesting deeper than "
+            "256 levels");
+  // Names from the file are quoted with control bytes escaped.
+  EXPECT_EQ(config_error(R"({"eos_token":"[E\u0000\nOS]"})"),
+            "tokenizer_config.json: field 'eos_token': unknown special token '[E\\x00\\x0aOS]'");
+  EXPECT_EQ(config_error(R"({"added_tokens_decoder":{"1\u0000":{"content":"x"}}})"),
+            "tokenizer_config.json: field 'added_tokens_decoder': key '1\\x00' is not a token id");
+}
+
+TEST(TiktokenModel, ErrorsQuoteFileBytesEscaped) {
+  // A NUL, a newline-free control byte and invalid UTF-8 in the file: the message keeps them all
+  // visible on one line, and a long line is cut.
+  EXPECT_EQ(model_error(all_bytes_model() + std::string("AA\0BB\x01\xff 256\n", 12)),
+            "tiktoken.model: line 257: invalid base64 'AA\\x00BB\\x01\\xff'");
+  EXPECT_EQ(model_error(all_bytes_model() + "aGk= 2\x7f\n"), "tiktoken.model: line 257: invalid rank '2\\x7f'");
+  EXPECT_EQ(model_error(all_bytes_model() + std::string(1000, '!') + " 256\n"),
+            "tiktoken.model: line 257: invalid base64 '" + std::string(64, '!') + "'...");
 }
 
 TEST(Utf8, MaximalSubpartReplacement) {
@@ -170,16 +190,28 @@ TEST_F(Tiny, StreamingDecodeEqualsFullDecode) {
   for (int i = 0; i < 300; ++i) {
     std::vector<uint32_t> ids(rng() % 40);
     for (auto& id : ids) id = rng() % 8 == 0 ? 512 + rng() % 256 : rng() % 512;  // split code points, specials
-    StreamDecoder stream(*tok_);
-    std::string out;
-    for (uint32_t id : ids) {
-      const std::string piece = stream.push(id);
-      ASSERT_EQ(utf8::first_invalid(piece), std::string_view::npos);  // never a broken sequence
-      out += piece;
+    for (bool skip : {false, true}) {
+      StreamDecoder stream(*tok_, skip);
+      std::string out;
+      for (uint32_t id : ids) {
+        const std::string piece = stream.push(id);
+        ASSERT_EQ(utf8::first_invalid(piece), std::string_view::npos);  // never a broken sequence
+        out += piece;
+      }
+      out += stream.finish();
+      ASSERT_EQ(out, tok_->decode(ids, skip));
     }
-    out += stream.finish();
-    ASSERT_EQ(out, tok_->decode(ids));
   }
+  // A skipped special between the bytes of one character does not split it (as decode).
+  std::vector<uint32_t> ids;
+  for (char b : std::string("\xe4\xb8\xad")) ids.push_back(tok_->ranks().find(std::string_view(&b, 1)));
+  ids.insert(ids.begin() + 1, tok_->special_id("[BOS]"));
+  StreamDecoder stream(*tok_, true);
+  std::string out;
+  for (uint32_t id : ids) out += stream.push(id);
+  out += stream.finish();
+  EXPECT_EQ(out, "\xe4\xb8\xad");
+  EXPECT_EQ(tok_->decode(ids, true), "\xe4\xb8\xad");
 }
 
 // The O(n log n) merge for long pieces must agree with the literal tiktoken rule.

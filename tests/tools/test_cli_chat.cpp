@@ -109,6 +109,39 @@ TEST_F(TinyTextModel, MalformedMessagesGiveOneLine) {
   EXPECT_NE(r.err.find("messages[0].content"), std::string::npos) << r.err;
 }
 
+TEST_F(TinyTextModel, HostileMessagesFilesGiveOneLineNamingFileAndField) {
+  std::string deep;
+  for (int i = 0; i < 10000; ++i) deep += "{\"a\":";
+  deep += "1" + std::string(10000, '}');
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":)" +
+           deep + "}}]}",
+       "field 'tools[0].function.parameters.a.a.a.a.a.a.a.a...': invalid JSON: nesting deeper than 256 levels"},
+      {R"([{"role":"user","content":"hi"},{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":)" + deep +
+           "}}]}]",
+       "invalid JSON: nesting deeper than 256 levels"},
+      {"{\"messages\": [\n  {\"role\": \"user\",, }]}", "invalid JSON at line 2, column 19: syntax error"},
+      {"[]", "field 'messages': expected at least one message"},
+      {R"({"messages":[]})", "field 'messages': expected at least one message"},
+  };
+  for (const auto& [text, expected] : cases) {
+    const std::string messages = write_file("hostile.json", text);
+    const test::CliResult r = test::run_k3("chat --model " + dir_ + " --messages " + messages + " --max-tokens 1 --threads 1");
+    EXPECT_EQ(r.code, 1) << expected;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(r.err.rfind("k3 chat: error: " + messages + ": ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(expected), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("json.exception"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+TEST_F(TinyTextModel, ChatInteractiveWithEmptyStdinIsFine) {
+  const test::CliResult r = test::run_k3("chat --model " + dir_ + " --max-tokens 1 --threads 1 < /dev/null");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
 }  // namespace
 }  // namespace k3
 

@@ -109,7 +109,23 @@ const tricky = [
   "abababababababababababababababab", " ".repeat(1000) + "end", "ab".repeat(2000),
 ];
 
-const docs = [...tricky];
+// Every code point of White_Space and of the general categories Zs and Cf (Unicode 15), in
+// contexts where whitespace and punctuation split differently (U+180E is Cf, not White_Space).
+const classRanges = [[0x09, 0x0d], [0x20, 0x20], [0x85, 0x85], [0xa0, 0xa0], [0x1680, 0x1680], [0x2000, 0x200a],
+  [0x2028, 0x2029], [0x202f, 0x202f], [0x205f, 0x205f], [0x3000, 0x3000],  // White_Space ⊇ Zs
+  [0xad, 0xad], [0x600, 0x605], [0x61c, 0x61c], [0x6dd, 0x6dd], [0x70f, 0x70f], [0x890, 0x891], [0x8e2, 0x8e2],
+  [0x180e, 0x180e], [0x200b, 0x200f], [0x202a, 0x202e], [0x2060, 0x2064], [0x2066, 0x206f], [0xfeff, 0xfeff],
+  [0xfff9, 0xfffb], [0x110bd, 0x110bd], [0x110cd, 0x110cd], [0x13430, 0x1343f], [0x1bca0, 0x1bca3],
+  [0x1d173, 0x1d17a], [0xe0001, 0xe0001], [0xe0020, 0xe007f]];  // Cf
+const classDocs = [];
+for (const [lo, hi] of classRanges) {
+  for (let c = lo; c <= hi; ++c) {
+    const x = String.fromCodePoint(c);
+    classDocs.push(` ${x}`, `a ${x} b`, `${x}\n`, `  ${x}`, `${x}  b`, ` \u2028${x}`);
+  }
+}
+
+const docs = [...tricky, ...classDocs];
 let bytes = 0;
 for (const d of docs) bytes += Buffer.byteLength(d);
 while (bytes < 1_100_000) {

@@ -16,7 +16,8 @@
 #
 # A machine without PCRE2's development files (the lent H200 image) builds with a static PCRE2
 # carried in .deps/pcre2 (scripts/gpu_deps.sh makes it; docs/cuda-backend.md): it is put on
-# PKG_CONFIG_PATH when present. Exit status: 0 when the build (if any) and every test passed.
+# PKG_CONFIG_PATH when present; its copy of the shared fixtures, .deps/shared, becomes ../shared where
+# the machine has none. Exit status: 0 when the build (if any) and every test passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,6 +44,9 @@ say() { echo "$*" | tee -a "$summary"; }
 
 if [ -d .deps/pcre2/lib/pkgconfig ]; then
   export PKG_CONFIG_PATH="$PWD/.deps/pcre2/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+fi
+if [ ! -e ../shared ] && [ -d .deps/shared ]; then
+  ln -s "$PWD/.deps/shared" ../shared  # the fixture tests read ../shared (K3_SHARED_DIR)
 fi
 
 bin_test="" bin_bench="" bin_k3=""

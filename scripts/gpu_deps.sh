@@ -2,8 +2,10 @@
 # Stages what a GPU machine without PCRE2's development files needs to build k3 (the lent H200
 # image has the PCRE2 runtime but not its header, static library or pkg-config file): copies them
 # from this machine's libpcre2-dev into .deps/pcre2 with a relocatable .pc (prefix from the .pc's
-# own location), ignores .deps/ locally (.git/info/exclude) and prints its size. A device call then
-# carries .deps and runs scripts/gpu.sh, which puts .deps/pcre2 on PKG_CONFIG_PATH.
+# own location), copies ../shared's fixtures into .deps/shared (the device call sends the checkout
+# only, and the fixture tests read ../shared), ignores .deps/ locally (.git/info/exclude) and prints
+# its size. A device call then carries .deps and runs scripts/gpu.sh, which puts .deps/pcre2 on
+# PKG_CONFIG_PATH and links ../shared to .deps/shared where the machine has no ../shared.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lib=$(dpkg -L libpcre2-dev | grep -E '/libpcre2-8\.a$' | head -n 1)
@@ -24,5 +26,8 @@ Version: ${ver}
 Libs: -L\${libdir} -lpcre2-8
 Cflags: -I\${includedir} -DPCRE2_STATIC
 PC
+rm -rf .deps/shared
+mkdir -p .deps/shared
+cp -r ../shared/fixtures .deps/shared/
 grep -qx '/.deps/' .git/info/exclude 2>/dev/null || echo '/.deps/' >>.git/info/exclude
 du -sh .deps

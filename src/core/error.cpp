@@ -1,5 +1,7 @@
 #include "core/error.h"
 
+#include <cstdio>
+
 namespace k3 {
 namespace {
 
@@ -53,6 +55,12 @@ std::string escape_bytes(std::string_view bytes, size_t max_bytes, bool quotes, 
 }
 
 }  // namespace
+
+std::string short_number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
 
 std::string quote_bytes(std::string_view bytes, size_t max_bytes) {
   bool cut = false;

@@ -33,6 +33,9 @@ class Error : public std::runtime_error {
 // one-line message), at most max_bytes of the input followed by "..." when longer.
 std::string quote_bytes(std::string_view bytes, size_t max_bytes = 64);
 
+// A number for an error message: %g, six significant digits (bounds such as DBL_MAX stay short).
+std::string short_number(double value);
+
 // Formats "file: tensor 'T': field 'F': message", leaving out the parts that are empty.
 std::string format_error(const Where& where, const std::string& message);
 

@@ -413,17 +413,6 @@ std::vector<int64_t> JsonNode::as_int_or_int_list() const {
   return {as<int64_t>()};
 }
 
-namespace {
-
-// Short text for a bound or value: integers exactly, other doubles with %g (6 significant digits).
-std::string short_number(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", value);
-  return text;
-}
-
-}  // namespace
-
 int64_t JsonNode::as_int_in(int64_t lo, int64_t hi) const {
   std::string range = "[";  // built piecewise: GCC 12 warns (-Wrestrict) on "[" + std::string
   range += std::to_string(lo);

@@ -8,16 +8,6 @@
 #include "core/error.h"
 
 namespace k3::cli {
-namespace {
-
-std::string number_text(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
-}  // namespace
-
 CLI::Validator integer_in(int64_t lo, int64_t hi, const std::string& note) {
   const std::string bounds = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
   return CLI::Validator(
@@ -48,7 +38,7 @@ CLI::Validator unsigned_integer() {
 }
 
 CLI::Validator real_in(double lo, bool lo_open, double hi) {
-  const std::string bounds = (lo_open ? "(" : "[") + number_text(lo) + ", " + number_text(hi) + "]";
+  const std::string bounds = (lo_open ? "(" : "[") + short_number(lo) + ", " + short_number(hi) + "]";
   return CLI::Validator(
       [lo, lo_open, hi, bounds](std::string& text) -> std::string {
         double v = 0;

@@ -62,15 +62,22 @@ void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input) {
                 "CUDA: 4-bit experts' GEMM 1 and SiTU/SiLU as one kernel in prefill (slower on the H200; off by default)");
 }
 
-uint64_t parse_expert_cache(const std::string& text) {
-  const Where where{"", "", "--expert-cache"};
-  const std::string bad = "'" + text + "' is not a size (e.g. 8G, 512M, or bytes)";
+namespace {
+
+// A size flag's text: "<n>" bytes or "<n>K|M|G" (binary units, fractions allowed: "1.5G"), or
+// "<n>%" (a share). nullopt when it is none of these or not finite.
+struct SizeText {
+  double value = 0;  // bytes, or percent when `percent`
+  bool percent = false;
+};
+std::optional<SizeText> read_size(const std::string& text) {
   double value = 0;
   const char* begin = text.data();
   const char* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(begin, end, value);
-  if (text.empty() || ec != std::errc() || ptr == begin || !std::isfinite(value)) throw Error(where, bad);
+  if (text.empty() || ec != std::errc() || ptr == begin || !std::isfinite(value)) return std::nullopt;
   const std::string_view suffix(ptr, static_cast<size_t>(end - ptr));
+  if (suffix == "%") return SizeText{value, true};
   double unit = 1;
   if (suffix == "K" || suffix == "k") {
     unit = 1024.0;
@@ -79,38 +86,28 @@ uint64_t parse_expert_cache(const std::string& text) {
   } else if (suffix == "G" || suffix == "g") {
     unit = 1024.0 * 1024.0 * 1024.0;
   } else if (!suffix.empty()) {
-    throw Error(where, bad);
+    return std::nullopt;
   }
-  const double bytes = value * unit;
-  if (!(bytes >= 1) || bytes > 1e18) throw Error(where, "'" + text + "' must be at least one byte and at most 1e18");
-  return static_cast<uint64_t>(bytes);
+  return SizeText{value * unit, false};
+}
+
+}  // namespace
+
+uint64_t parse_expert_cache(const std::string& text) {
+  const Where where{"", "", "--expert-cache"};
+  const std::optional<SizeText> size = read_size(text);
+  if (!size || size->percent) throw Error(where, "'" + text + "' is not a size (e.g. 8G, 512M, or bytes)");
+  if (!(size->value >= 1) || size->value > 1e18) {
+    throw Error(where, "'" + text + "' must be at least one byte and at most 1e18");
+  }
+  return static_cast<uint64_t>(size->value);
 }
 
 void check_gpu_memory(const std::string& text) {
-  const std::string bad = "'" + text + "' is not a size (e.g. 80G, 512M, 90%)";
-  double value = 0;
-  const char* begin = text.data();
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(begin, end, value);
-  if (text.empty() || ec != std::errc() || ptr == begin || !(value >= 0) || !std::isfinite(value)) {
-    throw Error(Where{"", "", "--gpu-memory"}, bad);
+  const std::optional<SizeText> size = read_size(text);
+  if (!size || size->value < 0 || size->value > (size->percent ? 100 : 1e18)) {
+    throw Error(Where{"", "", "--gpu-memory"}, "'" + text + "' is not a size (e.g. 80G, 512M, 90%)");
   }
-  const std::string_view suffix(ptr, static_cast<size_t>(end - ptr));
-  double unit = 1;
-  if (suffix == "%") {
-    if (value > 100) throw Error(Where{"", "", "--gpu-memory"}, bad);
-    return;
-  }
-  if (suffix == "K" || suffix == "k") {
-    unit = 1024.0;
-  } else if (suffix == "M" || suffix == "m") {
-    unit = 1024.0 * 1024.0;
-  } else if (suffix == "G" || suffix == "g") {
-    unit = 1024.0 * 1024.0 * 1024.0;
-  } else if (!suffix.empty()) {
-    throw Error(Where{"", "", "--gpu-memory"}, bad);
-  }
-  if (value * unit > 1e18) throw Error(Where{"", "", "--gpu-memory"}, bad);
 }
 
 int64_t context_limit(const ModelArgs& args, const K3Config& config, bool cuda) {

@@ -44,10 +44,6 @@ std::optional<int64_t> nullable_int(const JsonNode& node, std::string_view key, 
 }
 
 // Absent or null -> nullopt.
-std::optional<int64_t> optional_int(const JsonNode& node, std::string_view key, int64_t lo, int64_t hi) {
-  return node.optional_int(key, lo, hi);
-}
-
 int64_t defaulted_int(const JsonNode& node, std::string_view key, int64_t fallback, int64_t lo, int64_t hi) {
   std::optional<JsonNode> field = node.find(key);
   if (!field) return fallback;
@@ -174,7 +170,7 @@ std::optional<MoeConfig> parse_moe(const JsonNode& text, int64_t num_layers, int
               " (the Kimi router always selects with e_score_correction_bias: \"noaux_tc\")");
   }
   moe.has_score_correction_bias = true;
-  moe.routed_expert_hidden_size = optional_int(text, "routed_expert_hidden_size", 1, hidden_size);
+  moe.routed_expert_hidden_size = text.optional_int("routed_expert_hidden_size", 1, hidden_size);
   moe.latent_moe_use_norm = text.optional<bool>("latent_moe_use_norm", kReferenceDefaults.latent_moe_use_norm);
   return moe;
 }
@@ -295,7 +291,7 @@ std::vector<FfnKind> parse_ffn_kinds(const JsonNode& text, const std::optional<M
 }
 
 std::optional<int64_t> token_id(const JsonNode& text, std::string_view key, int64_t vocab_size) {
-  return optional_int(text, key, 0, vocab_size - 1);
+  return text.optional_int(key, 0, vocab_size - 1);
 }
 
 TokenIds parse_token_ids(const JsonNode& text, int64_t vocab_size) {
@@ -388,7 +384,7 @@ K3Config parse_k3_config(const JsonNode& root) {
   config.num_nextn_predict_layers = defaulted_int(text, "num_nextn_predict_layers",
                                                   kReferenceDefaults.num_nextn_predict_layers, 0, kMaxConfigLayers);
   config.activation = parse_activation(text);
-  config.attn_res_block_size = optional_int(text, "attn_res_block_size", 1, config.num_layers);
+  config.attn_res_block_size = text.optional_int("attn_res_block_size", 1, config.num_layers);
 
   JsonNode linear = text.object("linear_attn_config");
   config.kda = parse_kda(text, linear);
@@ -397,9 +393,9 @@ K3Config parse_k3_config(const JsonNode& root) {
   config.mixer = parse_mixer_kinds(text, linear, config.num_layers);
   config.ffn = parse_ffn_kinds(text, config.moe, config.num_layers);
   config.tokens = parse_token_ids(text, config.vocab_size);
-  config.max_position_embeddings = optional_int(text, "max_position_embeddings", 1, kMaxConfigContext);
+  config.max_position_embeddings = text.optional_int("max_position_embeddings", 1, kMaxConfigContext);
   if (!config.max_position_embeddings) {
-    config.max_position_embeddings = optional_int(text, "model_max_length", 1, kMaxConfigContext);
+    config.max_position_embeddings = text.optional_int("model_max_length", 1, kMaxConfigContext);
   }
   check_sizes(text, config);
   return config;
@@ -411,8 +407,8 @@ GenerationConfig parse_generation_config(const JsonNode& root) {
   root.as_object();
   GenerationConfig gen;
   constexpr int64_t kMaxId = std::numeric_limits<int64_t>::max();
-  gen.bos_token_id = optional_int(root, "bos_token_id", 0, kMaxId);
-  gen.pad_token_id = optional_int(root, "pad_token_id", 0, kMaxId);
+  gen.bos_token_id = root.optional_int("bos_token_id", 0, kMaxId);
+  gen.pad_token_id = root.optional_int("pad_token_id", 0, kMaxId);
   if (std::optional<JsonNode> eos = root.find("eos_token_id"); eos && !eos->is_null()) {
     gen.eos_token_ids = eos->as_int_or_int_list();
     for (int64_t id : gen.eos_token_ids) {
@@ -427,9 +423,9 @@ GenerationConfig parse_generation_config(const JsonNode& root) {
     gen.top_p = p->as<double>();
     if (!(*gen.top_p > 0 && *gen.top_p <= 1)) p->fail("must be in (0, 1], got " + p->value().dump());
   }
-  gen.top_k = optional_int(root, "top_k", 0, kMaxId);
-  gen.max_new_tokens = optional_int(root, "max_new_tokens", 1, kMaxId);
-  gen.max_length = optional_int(root, "max_length", 1, kMaxId);
+  gen.top_k = root.optional_int("top_k", 0, kMaxId);
+  gen.max_new_tokens = root.optional_int("max_new_tokens", 1, kMaxId);
+  gen.max_length = root.optional_int("max_length", 1, kMaxId);
   return gen;
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tokenizer/pretokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace k3 {
 namespace {
@@ -77,21 +78,7 @@ TEST(KimiPretokenizer, LongRunsDoNotExhaustTheJitStack) {
 // where the two differ ("  X", "X  b", " \u2028X") and in plain ones.
 std::string utf8_of(char32_t c) {
   std::string s;
-  if (c < 0x80) {
-    s += static_cast<char>(c);
-  } else if (c < 0x800) {
-    s += static_cast<char>(0xC0 | (c >> 6));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    s += static_cast<char>(0xE0 | (c >> 12));
-    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | (c >> 18));
-    s += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    s += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (c & 0x3F));
-  }
+  utf8::append(s, c);
   return s;
 }
 

@@ -30,7 +30,7 @@
 #include "backend/cpu/cpu_linear.h"
 #include "backend/cpu/kernels/formats.h"
 #include "core/numeric.h"
-#include "quant/ggml/ggml_quantize.h"
+#include "quant/formats/ggml/ggml_quantize.h"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "quant/ggml/ggml_dequant.h"
+#include "quant/formats/ggml/ggml_dequant.h"
 
 namespace {
 

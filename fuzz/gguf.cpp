@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "io/gguf.h"
-#include "quant/ggml/ggml_dequant.h"
+#include "quant/formats/ggml/ggml_dequant.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

@@ -10,25 +10,25 @@
 // weight-streaming rate at small M is a DRAM figure. Memory-bound kernels at 8192 tokens report
 // GB/s of the bytes they must move (each input read once, each output written once).
 //
-// MoE (backend/cuda/moe.h) at the Kimi-Linear-48B-A3B (256 experts, top-8, hidden 2304, expert
+// MoE (backend/cuda/moe/moe.h) at the Kimi-Linear-48B-A3B (256 experts, top-8, hidden 2304, expert
 // intermediate 1024) and Kimi-K3 (896 experts, top-16, latent 3584, intermediate 3072) shapes with
 // bf16 expert banks, T = 1 … 4096 tokens of random routing: the dispatch, each grouped GEMM (TB/s of
 // the weight bytes of the experts the routing hits, counted on the host, and TFLOP/s of the real
 // rows), and the whole routed layer (dispatch → gather → GEMM1 → SiLU → GEMM2 → combine); plus a
 // compute-bound reference ("dense": 8 experts, ~1024 rows each, 4096-wide).
 //
-// 4-bit experts (backend/cuda/moe_w4.h, --moe-w4): the Kimi-K3 routed layer (896 experts, top-16,
+// 4-bit experts (backend/cuda/moe/moe_w4.h, --moe-w4): the Kimi-K3 routed layer (896 experts, top-16,
 // GEMM1 [w1|w3] 3584 → 2×3072, GEMM2 3072 → 3584) with NVFP4 and MXFP4 banks at T = 1 … 4096, each
 // kernel (auto; dec8 / dec / dec3 = the decode kernel with 8 activation rows and 8 pipeline stages,
 // 16 rows and 5 / 3 stages; the tile kernels m16 = decode class, m64 / m128 = prefill class) timed
 // interleaved with the bf16 grouped GEMM on the same routings; TB/s on the packed bytes (codes + block scales) of the experts hit, TF/s over real rows,
 // and the speed-up over bf16. --quick: T = 1 … 512 only.
 //
-// GGUF experts (backend/cuda/moe_ggml.h, --moe-ggml: this section only): the decode grouped GEMV over
+// GGUF experts (quant/formats/ggml/cuda/moe_ggml.h, --moe-ggml: this section only): the decode grouped GEMV over
 // Q4_K, Q2_K, Q3_K, Q4_0 and Q8_0 banks at the Kimi-K3 layer shapes, T = 1, 8, 64, with 1, 2, 3, 4 and 8
 // weight rows per warp; TB/s on the packed GGUF bytes of the experts hit (target 2.5).
 //
-// ModelSlim W4A8 experts (backend/cuda/moe_w4a8.h, --moe-w4a8): the same Kimi-K3 layer with int4 banks
+// ModelSlim W4A8 experts (quant/formats/modelslim/cuda/moe_w4a8.h, --moe-w4a8): the same Kimi-K3 layer with int4 banks
 // (per channel, and per group of 256) times int8 per-row activations; the quantisation kernel and each
 // GEMM kernel (auto and every tile) timed interleaved with the bf16 grouped GEMM; TB/s on the packed
 // bytes (codes + fp32 scales) of the experts hit, TOPS over real rows, speed-up over bf16.
@@ -47,18 +47,18 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/arena.h"
-#include "backend/cuda/check.h"
-#include "backend/cuda/device.h"
-#include "backend/cuda/gemm.h"
-#include "backend/cuda/moe.h"
-#include "backend/cuda/moe_ggml.h"
-#include "backend/cuda/moe_nvfp4_act.h"
-#include "backend/cuda/moe_w4.h"
-#include "backend/cuda/moe_w4a8.h"
-#include "backend/cuda/ops.h"
-#include "backend/cuda/stream.h"
-#include "backend/cuda/upload.h"
+#include "backend/cuda/core/arena.h"
+#include "backend/cuda/core/check.h"
+#include "backend/cuda/core/device.h"
+#include "backend/cuda/gemm/gemm.h"
+#include "backend/cuda/moe/moe.h"
+#include "quant/formats/ggml/cuda/moe_ggml.h"
+#include "quant/formats/nvfp4/cuda/moe_nvfp4_act.h"
+#include "backend/cuda/moe/moe_w4.h"
+#include "quant/formats/modelslim/cuda/moe_w4a8.h"
+#include "backend/cuda/ops/ops.h"
+#include "backend/cuda/core/stream.h"
+#include "backend/cuda/core/upload.h"
 #include "core/numeric.h"
 
 namespace k3::cuda {
@@ -824,7 +824,7 @@ void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool, boo
 
 // ---- MoE, ModelSlim W4A8 experts ----------------------------------------------------------------------
 
-// ModelSlim W4A8 experts (backend/cuda/moe_w4a8.h): per channel and per group of 256, every kernel
+// ModelSlim W4A8 experts (quant/formats/modelslim/cuda/moe_w4a8.h): per channel and per group of 256, every kernel
 // choice, and the int8 row quantisation of each GEMM's input alone ("quant").
 void bench_moe_w4a8(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
   const int64_t E = MoeLayer::E, H = MoeLayer::H, I = MoeLayer::I;
@@ -921,7 +921,7 @@ void bench_moe_w4a8(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
 
 // ---- MoE, GGUF experts -------------------------------------------------------------------------------
 
-// GGUF routed experts (backend/cuda/moe_ggml.h): the decode grouped GEMV (quantisation of the sorted rows
+// GGUF routed experts (quant/formats/ggml/cuda/moe_ggml.h): the decode grouped GEMV (quantisation of the sorted rows
 // included) at 1, 2, 3, 4 and 8 weight rows per warp, the quantisation alone, and from 512 tokens on the
 // prefill GEMM (moe_grouped_gemm_ggml, both tile heights; "auto" marks the model's choice), banks of
 // random bytes (the values do not change the kernels' work), T = 1, 8, 64 (--tokens: others); target

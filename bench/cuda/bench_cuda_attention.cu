@@ -21,14 +21,14 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/arena.h"
-#include "backend/cuda/check.h"
-#include "backend/cuda/device.h"
-#include "backend/cuda/kda.h"
-#include "backend/cuda/kda_internal.h"
-#include "backend/cuda/mla.h"
-#include "backend/cuda/stream.h"
-#include "backend/cuda/upload.h"
+#include "backend/cuda/core/arena.h"
+#include "backend/cuda/core/check.h"
+#include "backend/cuda/core/device.h"
+#include "backend/cuda/attention/kda/kda.h"
+#include "backend/cuda/attention/kda/kda_internal.h"
+#include "backend/cuda/attention/mla/mla.h"
+#include "backend/cuda/core/stream.h"
+#include "backend/cuda/core/upload.h"
 
 namespace k3::cuda {
 namespace {

@@ -21,7 +21,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "io/file.h"
-#include "quant/ggml/ggml_types.h"
+#include "io/ggml_types.h"
 
 namespace k3 {
 

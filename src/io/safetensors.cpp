@@ -1,5 +1,7 @@
 #include "io/safetensors.h"
 
+#include "io/safetensors_detail.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -17,6 +19,9 @@
 
 namespace k3 {
 namespace {
+
+using safetensors_detail::require_text;
+using safetensors_detail::shape_string;
 
 using json = nlohmann::json;
 namespace fs = std::filesystem;
@@ -36,71 +41,8 @@ constexpr std::array<DtypeDesc, kDtypeCount> kDtypes = {{
 
 constexpr std::string_view kIndexName = "model.safetensors.index.json";
 
-std::string shape_string(std::span<const uint64_t> shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i) out += ", ";
-    out += std::to_string(shape[i]);
-  }
-  return out + "]";
-}
-
 std::string range_string(uint64_t begin, uint64_t end) {
   return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
-}
-
-// Offset of the first byte that does not start a well-formed UTF-8 sequence (no overlongs,
-// surrogates or code points above U+10FFFF), or npos when all of s is valid.
-size_t first_invalid_utf8(std::span<const uint8_t> s) {
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    if (n - i >= 8) {  // ASCII fast path
-      uint64_t word;
-      std::memcpy(&word, s.data() + i, 8);
-      if ((word & 0x8080808080808080ull) == 0) {
-        i += 8;
-        continue;
-      }
-    }
-    const uint8_t c = s[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len = 0;
-    uint8_t lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return i;
-    }
-    if (n - i < len || s[i + 1] < lo || s[i + 1] > hi) return i;
-    for (size_t k = 2; k < len; ++k)
-      if ((s[i + k] & 0xC0) != 0x80) return i;
-    i += len;
-  }
-  return std::string_view::npos;
-}
-
-// JSON text must be valid UTF-8 without NUL bytes (nlohmann's lexer would take a NUL for the end
-// of input and ignore what follows).
-void require_text(std::span<const uint8_t> text, const Where& where, const std::string& what) {
-  size_t bad = first_invalid_utf8(text);
-  if (bad != std::string_view::npos)
-    throw Error(where, what + " is not valid UTF-8 (byte " + std::to_string(bad) + ")");
-  const void* nul = text.empty() ? nullptr : std::memchr(text.data(), 0, text.size());
-  if (nul)
-    throw Error(where, what + " contains a NUL byte (byte " +
-                           std::to_string(static_cast<const uint8_t*>(nul) - text.data()) + ")");
 }
 
 // nlohmann reports how many bytes it read, counting the end of input; errors name the 0-based
@@ -446,45 +388,6 @@ void parallel_for(size_t n, size_t threads, Fn fn) {
     if (e) std::rethrow_exception(e);
 }
 
-// Writes a file from chunks handed over one at a time.
-class FileSink {
- public:
-  explicit FileSink(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail("cannot create");
-  }
-  ~FileSink() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  void operator()(std::span<const uint8_t> chunk) {
-    const uint8_t* p = chunk.data();
-    size_t left = chunk.size();
-    while (left > 0) {
-      ssize_t put = ::write(fd_, p, left);
-      if (put < 0 && errno == EINTR) continue;
-      if (put <= 0) fail("write failed");
-      p += put;
-      left -= static_cast<size_t>(put);
-    }
-  }
-  void close() {
-    int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) fail("write failed");
-  }
-
- private:
-  [[noreturn]] void fail(const char* what) const {
-    throw Error(Where{path_, "", ""}, std::string(what) + ": " + std::strerror(errno));
-  }
-  std::string path_;
-  int fd_ = -1;
-};
-
-std::span<const uint8_t> as_bytes(const std::string& s) {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
-
 }  // namespace
 
 // ---- dtypes -------------------------------------------------------------------------------
@@ -762,93 +665,6 @@ const SafetensorsCheckpoint::Entry* SafetensorsCheckpoint::find(std::string_view
 const SafetensorsCheckpoint::Entry& SafetensorsCheckpoint::at(std::string_view name) const {
   if (const Entry* e = find(name)) return *e;
   throw Error(Where{path_, std::string(name), ""}, "no such tensor");
-}
-
-// ---- writer -------------------------------------------------------------------------------
-
-void SafetensorsWriter::add(std::string name, Dtype dtype, std::vector<uint64_t> shape, std::vector<uint8_t> bytes) {
-  const Where where{"", name, ""};
-  require_text(as_bytes(name), where, "tensor name");
-  if (name == "__metadata__") throw Error(where, "reserved name");
-  for (const Pending& p : tensors_)
-    if (p.name == name) throw Error(where, "tensor added twice");
-  const uint64_t nbytes = tensor_nbytes(dtype, shape, Where{"", name, "shape"});
-  if (bytes.size() != nbytes)
-    throw Error(where, "got " + std::to_string(bytes.size()) + " bytes but shape " + shape_string(shape) + " of " +
-                           std::string(dtype_name(dtype)) + " needs " + std::to_string(nbytes));
-  payload_size_ += nbytes;
-  tensors_.push_back(Pending{std::move(name), dtype, std::move(shape), std::move(bytes)});
-}
-
-void SafetensorsWriter::set_metadata(std::string key, std::string value) {
-  require_text(as_bytes(key), Where{"", "", "__metadata__"}, "key");
-  require_text(as_bytes(value), Where{"", "", "__metadata__"}, "value of key '" + key + "'");
-  metadata_.insert_or_assign(std::move(key), std::move(value));
-}
-
-std::string SafetensorsWriter::header_json(const std::vector<const Pending*>& order) const {
-  auto quote = [](const std::string& s) { return json(s).dump(); };
-  std::string out = "{";
-  if (!metadata_.empty()) {
-    out += "\"__metadata__\":{";
-    bool first = true;
-    for (const auto& [k, v] : metadata_) {
-      if (!first) out += ',';
-      out += quote(k) + ":" + quote(v);
-      first = false;
-    }
-    out += "}";
-  }
-  uint64_t pos = 0;
-  for (const Pending* p : order) {
-    if (out.size() > 1) out += ",";
-    out += quote(p->name) + ":{\"dtype\":\"" + std::string(dtype_name(p->dtype)) + "\",\"shape\":[";
-    for (size_t i = 0; i < p->shape.size(); ++i) {
-      if (i) out += ',';
-      out += std::to_string(p->shape[i]);
-    }
-    out += "],\"data_offsets\":[" + std::to_string(pos) + "," + std::to_string(pos + p->bytes.size()) + "]}";
-    pos += p->bytes.size();
-  }
-  out += "}";
-  out.append((8 - out.size() % 8) % 8, ' ');  // 8 + n stays a multiple of 8
-  return out;
-}
-
-void SafetensorsWriter::emit(const std::function<void(std::span<const uint8_t>)>& sink) const {
-  std::vector<const Pending*> order;
-  for (const Pending& p : tensors_) order.push_back(&p);
-  std::sort(order.begin(), order.end(), [](const Pending* a, const Pending* b) {
-    if (a->dtype != b->dtype) return a->dtype > b->dtype;
-    return a->name < b->name;
-  });
-  const std::string header = header_json(order);
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(uint64_t{header.size()} >> (8 * i));
-  sink({len, 8});
-  sink(as_bytes(header));
-  for (const Pending* p : order) sink(p->bytes);
-}
-
-std::vector<uint8_t> SafetensorsWriter::serialize() const {
-  std::vector<uint8_t> out;
-  emit([&out](std::span<const uint8_t> chunk) { out.insert(out.end(), chunk.begin(), chunk.end()); });
-  return out;
-}
-
-void SafetensorsWriter::write(const std::string& path) const {
-  FileSink sink(path);
-  emit(std::ref(sink));
-  sink.close();
-}
-
-void write_safetensors_index(const std::string& path, const std::map<std::string, std::string>& weight_map,
-                             uint64_t total_size) {
-  json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
-  const std::string text = index.dump(2) + "\n";
-  FileSink sink(path);
-  sink(as_bytes(text));
-  sink.close();
 }
 
 }  // namespace k3

@@ -8,7 +8,7 @@
 #include <set>
 #include <thread>
 
-#include "model/forward.h"
+#include "backend/cpu/forward.h"
 
 namespace k3 {
 namespace {

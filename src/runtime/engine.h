@@ -2,7 +2,7 @@
 // tokens of several sequences (each of any length: a prompt prefill, a continuation, or one decode
 // token) in one batched forward call — the API the server uses. The Engine validates requests and
 // keeps sequence lengths; an Executor holds the bound weights and each sequence's state (the CPU
-// executor runs model/forward.cpp on the CPU backend; the CUDA one lives in backend/cuda/model/).
+// executor runs backend/cpu/forward.cpp on the CPU backend; the CUDA one lives in backend/cuda/executor/).
 #pragma once
 
 #include <cstdint>
@@ -13,30 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
+#include "backend/cpu/cpu_linear.h"
+#include "backend/executor.h"
 #include "quant/families/family.h"
 
 namespace k3 {
-
-// One sequence's rows [row0, row0 + n) of a batch.
-struct BatchSlice {
-  int64_t sequence = 0;
-  int64_t row0 = 0, n = 0;
-};
-
-class Executor {
- public:
-  virtual ~Executor() = default;
-  virtual void add_sequence(int64_t sequence) = 0;
-  virtual void free_sequence(int64_t sequence) = 0;
-  // Runs `ids` (sequence after sequence, covered in order by `slices`, all validated by the Engine),
-  // advances each sequence's state and returns the logits of `logit_rows`, [rows, vocab].
-  virtual Tensor run(std::span<const int64_t> ids, std::span<const BatchSlice> slices,
-                     std::span<const int64_t> logit_rows) = 0;
-};
-
-// Binds a planned checkpoint for a device. `files` outlives the executor.
-using ExecutorFactory = std::function<std::unique_ptr<Executor>(const K3Config&, const LoadPlan&, PlanFiles&)>;
 
 // The most OpenMP threads an Engine accepts: kMaxThreadsPerHardwareThread × the hardware threads.
 inline constexpr int kMaxThreadsPerHardwareThread = 4;

@@ -30,7 +30,7 @@
 #include "tools/flag_checks.h"
 #include "tools/model_args.h"
 #ifdef K3_HAVE_CUDA
-#include "backend/cuda/model/cuda_model.h"
+#include "backend/cuda/executor/cuda_model.h"
 #endif
 
 namespace k3::cli {

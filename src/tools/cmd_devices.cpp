@@ -3,7 +3,7 @@
 
 #include "tools/cli.h"
 #ifdef K3_HAVE_CUDA
-#include "backend/cuda/device.h"
+#include "backend/cuda/core/device.h"
 #endif
 
 namespace k3::cli {

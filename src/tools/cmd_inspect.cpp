@@ -15,9 +15,9 @@
 #include "io/output_file.h"
 #include "io/path_error.h"
 #include "io/safetensors.h"
-#include "quant/dense/dense_decode.h"
+#include "quant/formats/dense/dense_decode.h"
 #include "quant/families/family.h"
-#include "quant/ggml/ggml_dequant.h"
+#include "quant/formats/ggml/ggml_dequant.h"
 #include "quant/plan/materialize.h"
 #include "tools/cli.h"
 

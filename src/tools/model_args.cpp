@@ -13,7 +13,7 @@
 #include "tools/flag_checks.h"
 
 #ifdef K3_HAVE_CUDA
-#include "backend/cuda/model/cuda_model.h"
+#include "backend/cuda/executor/cuda_model.h"
 #endif
 
 namespace k3::cli {

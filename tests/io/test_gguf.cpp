@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 #include "io/gguf.h"
-#include "quant/ggml/ggml_dequant.h"
+#include "quant/formats/ggml/ggml_dequant.h"
 
 namespace k3 {
 namespace {

@@ -8,7 +8,7 @@
 #include <functional>
 #include <vector>
 
-#include "families/family_test_util.h"
+#include "quant/families/family_test_util.h"
 #include "runtime/engine.h"
 
 namespace k3::test {

@@ -14,7 +14,7 @@
 //    ≤ 1.1e-6 when no code flips; 1e-1 on the best of four seeds (see the test on code flips).
 // A formula or scale error (a scale applied twice or forgotten, a wrong gate, a dropped term) moves
 // logits by ≥ 1e-1 of their range; scale handling is additionally pinned exactly by the families'
-// dequant tests and the kernels' tests (tests/cpu_kernels), and the MoE α by test_scale_contract.
+// dequant tests and the kernels' tests (tests/backend/cpu), and the MoE α by test_scale_contract.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -151,7 +151,7 @@ class EngineVsReference : public ::testing::TestWithParam<Case> {};
 // float summation orders) flipped codes on all four seeds of the GGUF families (best 1.7e-2 and
 // 3.6e-2). So the test stops at the first seed within 1e-4 and otherwise requires the best of four
 // within 1e-1: below what a missing contract (engine int8 vs float reference: 0.23–0.9 measured)
-// produces; the numerics themselves are pinned tightly per kernel in tests/cpu_kernels.
+// produces; the numerics themselves are pinned tightly per kernel in tests/backend/cpu.
 TEST_P(EngineVsReference, PrefillLogitsMatchTheFloat64Reference) {
   const bool int8_activations = tolerance_for(GetParam().family) > 1e-2;
   const double tolerance = tolerance_for(GetParam().family);

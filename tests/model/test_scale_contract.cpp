@@ -12,7 +12,7 @@
 #include "backend/cpu/cpu_linear.h"
 #include "backend/cpu/kernels/formats.h"
 #include "backend/cpu/ops.h"
-#include "quant/nvfp4/nvfp4.h"
+#include "quant/formats/nvfp4/nvfp4.h"
 
 namespace k3::cpu {
 namespace {

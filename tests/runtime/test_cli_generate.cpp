@@ -106,7 +106,7 @@ TEST(CliErrors, BadIdsAndFlagsGiveOneLine) {
 
 // --expert-cache (CUDA expert streaming) and --fused-moe-activation: a bad size is a usage error
 // (exit 2), a CPU run an error (exit 1), one line before any device is touched
-// (tests/cuda/test_expert_streaming.cpp runs the streaming itself, tests/cuda/test_cuda_model.cpp the
+// (tests/backend/cuda/test_expert_streaming.cpp runs the streaming itself, tests/backend/cuda/test_cuda_model.cpp the
 // fused activation).
 TEST(CliErrors, CudaOptionFlagsGiveOneLine) {
   const std::string model = " --model " + peer("ckpt");
@@ -176,7 +176,7 @@ TEST(CliErrors, Bf16ActivationsAreCpuOnly) {
       << r.err;
 }
 
-// --device cuda: runs where a GPU is (tests/cuda compares the results); without one — or in a build
+// --device cuda: runs where a GPU is (tests/backend/cuda compares the results); without one — or in a build
 // without CUDA — a one-line error naming the flag, exit 1.
 TEST(CliErrors, CudaDeviceRunsOrNamesWhatIsMissing) {
   const test::CliResult r = test::run_k3("logits --model " + peer("ckpt") + " --ids 1,2 --out /tmp/x.npy --device cuda");
@@ -200,7 +200,7 @@ std::vector<float> logits_with_activations(const std::string& dir, const std::st
 }
 
 // --activations checkpoint switches quantized linears to the checkpoint's activation contract (NVFP4
-// W4A4; e4m3 activations for FP8 — the maths of both is pinned in tests/cpu_kernels): the logits
+// W4A4; e4m3 activations for FP8 — the maths of both is pinned in tests/backend/cpu): the logits
 // move — 4-bit activations on a tiny random model move them a lot — and stay finite.
 TEST(CliActivations, CheckpointContractChangesQuantizedLogits) {
   for (const std::string family : {"modelopt-nvfp4", "modelopt-fp8", "fp8-block"}) {

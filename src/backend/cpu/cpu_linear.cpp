@@ -7,12 +7,12 @@
 #include <vector>
 
 #include "backend/cpu/kernels/formats.h"
-#include "backend/cpu/kernels/modelslim_matrix.h"
+#include "quant/formats/modelslim/cpu/modelslim_matrix.h"
 #include "backend/cpu/kernels/tile_gemm.h"
 #include "backend/cpu/kernels/weight_matrix.h"
 #include "core/error.h"
 #include "core/numeric.h"
-#include "quant/ggml/ggml_dequant.h"
+#include "quant/formats/ggml/ggml_dequant.h"
 
 namespace k3::cpu {
 namespace {

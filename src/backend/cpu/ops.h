@@ -2,7 +2,7 @@
 // norm.cpp, kda.cpp, mla.cpp, moe.cpp. CpuBackend (cpu_backend.cpp) exposes them as a Backend.
 #pragma once
 
-#include "backend/backend.h"
+#include "backend/cpu/backend.h"
 
 namespace k3::cpu {
 

@@ -5,7 +5,7 @@
 #include "quant/families/checkpoint_writer.h"
 #include "quant/families/family.h"
 #include "quant/families/fp8_block.h"
-#include "quant/mxfp4/mxfp4.h"
+#include "quant/formats/mxfp4/mxfp4.h"
 #include "model/tiny_config.h"
 
 namespace k3 {

@@ -7,7 +7,7 @@
 #include "quant/families/compressed_tensors.h"
 #include "quant/families/family.h"
 #include "quant/families/quantized_linear.h"
-#include "quant/fp8/fp8.h"
+#include "quant/formats/fp8/fp8.h"
 
 namespace k3 {
 namespace {

@@ -19,8 +19,8 @@
 #include "quant/families/expert_pack.h"
 #include "quant/families/family.h"
 #include "quant/families/tensor_binder.h"
-#include "quant/ggml/ggml_dequant.h"
-#include "quant/ggml/ggml_quantize.h"
+#include "quant/formats/ggml/ggml_dequant.h"
+#include "quant/formats/ggml/ggml_quantize.h"
 
 namespace k3::family {
 namespace fs = std::filesystem;

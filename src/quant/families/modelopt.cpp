@@ -14,8 +14,8 @@
 #include "quant/families/family.h"
 #include "quant/families/modelopt_resolve.h"
 #include "quant/families/tensor_binder.h"
-#include "quant/fp8/fp8.h"
-#include "quant/nvfp4/nvfp4.h"
+#include "quant/formats/fp8/fp8.h"
+#include "quant/formats/nvfp4/nvfp4.h"
 
 namespace k3 {
 namespace modelopt {

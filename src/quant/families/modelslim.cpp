@@ -23,7 +23,7 @@
 #include "quant/families/checkpoint_writer.h"
 #include "quant/families/family.h"
 #include "quant/families/tensor_binder.h"
-#include "quant/modelslim/modelslim.h"
+#include "quant/formats/modelslim/modelslim.h"
 #include "quant/quant_config.h"
 
 namespace k3::family {

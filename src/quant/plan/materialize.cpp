@@ -5,22 +5,16 @@
 
 #include "core/numeric.h"
 #include "io/safetensors.h"
-#include "quant/dense/dense_decode.h"
-#include "quant/fp8/fp8.h"
-#include "quant/ggml/ggml_dequant.h"
-#include "quant/ggml/ggml_types.h"
-#include "quant/mxfp4/mxfp4.h"
-#include "quant/nvfp4/nvfp4.h"
-#include "quant/modelslim/modelslim.h"
+#include "quant/formats/dense/dense_decode.h"
+#include "quant/formats/fp8/fp8.h"
+#include "quant/formats/ggml/ggml_dequant.h"
+#include "io/ggml_types.h"
+#include "quant/formats/mxfp4/mxfp4.h"
+#include "quant/formats/nvfp4/nvfp4.h"
+#include "quant/formats/modelslim/modelslim.h"
 
 namespace k3 {
 namespace {
-
-uint64_t numel(const std::vector<uint64_t>& shape) {
-  uint64_t n = 1;
-  for (auto d : shape) n *= d;
-  return n;
-}
 
 Where where_of(const SourceTensor& t, PlanFiles& files, const char* field = "") {
   return Where{files.path(t), t.name, field};
@@ -144,24 +138,6 @@ void dequant_scheme(const Binding& b, const ParamSpec& spec, PlanFiles& files, f
 
 }  // namespace
 
-PlanFiles::PlanFiles(const LoadPlan& plan) : plan_(plan), files_(plan.files.size()) {
-  for (const FileDigest& d : plan.digests) verify_file_digest(d);
-}
-
-std::shared_ptr<File> PlanFiles::file(const SourceTensor& t) {
-  auto& f = files_.at(t.file);
-  if (!f) f = File::open(plan_.files.at(t.file));
-  return f;
-}
-
-std::span<const uint8_t> PlanFiles::bytes(const SourceTensor& t) { return file(t)->view(t.offset, t.nbytes); }
-
-std::vector<float> decode_source(const SourceTensor& t, PlanFiles& files) {
-  const Where where = where_of(t, files, "dtype");
-  std::vector<float> out(numel(t.shape));
-  decode_dense(dtype_from_string(t.dtype, where), files.bytes(t), out.data(), out.size(), where);
-  return out;
-}
 
 std::vector<float> materialize(const Binding& binding, const ParamSpec& spec, PlanFiles& files) {
   // Sources may hold more values than the parameter (a padded A_log): decode them all first.

@@ -4,7 +4,7 @@
 
 #include "backend/cpu/kernels/weight_matrix.h"
 #include "core/numeric.h"
-#include "quant/fp8/fp8.h"
+#include "quant/formats/fp8/fp8.h"
 
 namespace k3::cpu {
 

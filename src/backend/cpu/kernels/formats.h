@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels/weight_matrix.h"
-#include "quant/ggml/ggml_types.h"
+#include "io/ggml_types.h"
 
 namespace k3::cpu {
 

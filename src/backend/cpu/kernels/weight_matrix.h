@@ -53,7 +53,7 @@ void prepare_fixed16(const float* x, int64_t m, int64_t k, int64_t block, Prepar
 void prepare_int8(const float* x, int64_t m, int64_t k, int64_t block, ActivationForm form, PreparedActivations& a);
 // The FP8 activation contract (what the GPU's FP8 GEMMs compute with), form F32 with the values
 // e4m3(x / s) · s: s = static_scale (ModelOpt FP8 input_scale) when > 0, else per token and 1×128
-// block the producer rule of quant/fp8 quantize_fp8_block (s = amax/448, an all-zero block 1).
+// block the producer rule of quant/formats/fp8 quantize_fp8_block (s = amax/448, an all-zero block 1).
 void prepare_fp8(const float* x, int64_t m, int64_t k, float static_scale, PreparedActivations& a);
 // ModelSlim W8A8 static (quant-formats §4.2), form Int8PerToken with every token's scale `scale`:
 // code = clamp(round-half-even(x / scale) + zero, -128, 127). k % 16 == 0.

@@ -1,0 +1,97 @@
+#include "backend/cpu/forward.h"
+
+#include "core/error.h"
+#include "model/block_order.h"
+
+namespace k3 {
+namespace {
+
+// The block order's Ops over the virtual CPU-style Backend and the bound ModelWeights.
+class BackendOps {
+ public:
+  using Act = Tensor;
+
+  BackendOps(const K3Config& c, const ModelWeights& w, Backend& be, std::span<const SeqSlice> slices)
+      : c_(c), w_(w), be_(be), slices_(slices) {}
+
+  void norm(NormSite site, int64_t l, const Tensor& x, Tensor& y) { be_.rms_norm(x, norm_weight(site, l), c_.rms_norm_eps, y); }
+  void mix_norm(NormSite site, int64_t l, const std::vector<const Tensor*>& cand, Tensor& y) {
+    be_.attn_res_mix_norm(cand, res_score(site, l), norm_weight(site, l), c_.rms_norm_eps, y);
+  }
+  void mixer(int64_t l, const Tensor& x, Tensor& out) {
+    const LayerWeights& lw = layer(l);
+    if (c_.is_kda(l)) {
+      be_.kda(c_, l, lw.kda, x, slices_, out);
+    } else {
+      be_.mla(c_, l, lw.mla, x, slices_, out);
+    }
+  }
+  void ffn(int64_t l, const Tensor& x, Tensor& out) {
+    const LayerWeights& lw = layer(l);
+    if (c_.is_moe(l)) {
+      be_.moe(c_, lw.moe, x, out);
+    } else {
+      be_.mlp(c_, lw.mlp, x, out);
+    }
+  }
+  void add(Tensor& acc, const Tensor& x) { be_.add(acc, x); }
+
+ private:
+  const LayerWeights& layer(int64_t l) const { return w_.layers[static_cast<size_t>(l)]; }
+  const Floats& norm_weight(NormSite site, int64_t l) const {
+    switch (site) {
+      case NormSite::kInput: return layer(l).input_norm;
+      case NormSite::kPostAttention: return layer(l).post_attention_norm;
+      case NormSite::kFinal: break;
+    }
+    return w_.final_norm;
+  }
+  const Floats& res_score(NormSite site, int64_t l) const {
+    switch (site) {
+      case NormSite::kInput: return layer(l).attn_res_c;
+      case NormSite::kPostAttention: return layer(l).mlp_res_c;
+      case NormSite::kFinal: break;
+    }
+    return w_.output_res_c;
+  }
+
+  const K3Config& c_;
+  const ModelWeights& w_;
+  Backend& be_;
+  std::span<const SeqSlice> slices_;
+};
+
+}  // namespace
+
+SequenceState new_sequence_state(const K3Config& config) {
+  SequenceState s;
+  s.kda.resize(static_cast<size_t>(config.num_layers));
+  s.mla.resize(static_cast<size_t>(config.num_layers));
+  return s;
+}
+
+Tensor forward(const K3Config& c, const ModelWeights& w, Backend& be, std::span<const int64_t> ids,
+               std::span<const SeqSlice> slices, std::span<const int64_t> logit_rows) {
+  const int64_t T = static_cast<int64_t>(ids.size());
+  int64_t covered = 0;
+  for (const SeqSlice& s : slices) {
+    if (s.row0 != covered || s.n < 1 || s.state == nullptr || s.state->kda.size() != static_cast<size_t>(c.num_layers)) {
+      throw Error("forward: slices must cover the batch rows in order, each with n ≥ 1 and a sized state");
+    }
+    covered += s.n;
+  }
+  if (covered != T) throw Error("forward: slices cover " + std::to_string(covered) + " of " + std::to_string(T) + " rows");
+  Tensor x(T, c.hidden_size), normed;
+  be.embed(w.embed, ids, x);
+  BackendOps ops(c, w, be, slices);
+  run_blocks(c, ops, std::move(x), normed);
+  for (const SeqSlice& s : slices) s.state->length += s.n;
+  Tensor picked(static_cast<int64_t>(logit_rows.size()), c.hidden_size), logits;
+  for (size_t i = 0; i < logit_rows.size(); ++i) {
+    std::copy_n(normed.row(logit_rows[i]), c.hidden_size, picked.row(static_cast<int64_t>(i)));
+  }
+  be.linear(*w.lm_head, picked, logits);
+  return logits;
+}
+
+}  // namespace k3

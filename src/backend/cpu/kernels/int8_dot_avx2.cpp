@@ -1,7 +1,0 @@
-// AVX2 tier of the integer row-group kernel: the portable body, vectorised by the compiler.
-#define K3_TIER avx2
-#include "backend/cpu/kernels/int8_dot_impl.h"
-
-namespace k3::cpu {
-Int8DotRows int8_dot_rows_avx2_tier() { return avx2::int8_dot_rows; }
-}  // namespace k3::cpu

@@ -1,0 +1,91 @@
+// MLA attention (spec §5, §10) on the GPU, NoPE, with the per-head dims of Kimi-K3 / Kimi-Linear:
+// d_nope = 128, d_rope = 64 (never rotated), d_v = 128, kv_lora_rank r = 512; the cache row is
+// [c (512, kv_a_layernorm-ed) | k_pe (64, raw)] = 576 values. The CPU reference is
+// cpu::mla_mixer (backend/cpu/mla.cpp): expanded attention for multi-token slices, absorbed
+// attention against the latent cache for one-token slices. Softmax scale = d_qk^-½ = 192^-½.
+//
+//   prefill:  q = q_b(…) [T, H·192], kvb = kv_b(c) [Tkv, H·256] (per head [k_nope | v]), k_pe from
+//             the cache → mla_prefill_attention (causal, flash-style, output gate fused)
+//   decode:   mla_absorb_q (q_lat = W_UKᵀ q_nope, | q_pe) → mla_decode_attention over the paged
+//             latent cache (split over the sequence + combine) → mla_unabsorb_o (W_UV, output gate)
+// bf16 operands on tensor cores (mma.sync m16n8k16), fp32 accumulation and softmax. MlaLoads picks
+// how operands reach the tensor cores: per-lane 32/16-bit shared loads (kLane), ldmatrix(.trans)
+// (kLdmatrix), or ldmatrix plus Hopper bulk copies (TMA, cp.async.bulk) of the cache tiles (kBulk;
+// decode only, the prefill treats it as kLdmatrix). The defaults are the fastest variants measured
+// on the H200 (docs/cuda-backend.md); every variant is tested.
+// Host-only header.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/formats/ggml/cuda/moe_ggml.h"
+#include "backend/cuda/core/tensor.h"
+
+namespace k3::cuda {
+
+inline constexpr int kMlaNope = 128, kMlaRope = 64, kMlaQk = 192, kMlaV = 128, kMlaRank = 512;
+inline constexpr int kMlaRow = kMlaRank + kMlaRope;  // 576
+inline constexpr int kMlaDecodeTile = 64;            // tokens per decode step; pages are multiples
+
+enum class MlaLoads { kLane, kLdmatrix, kBulk };
+
+// Causal attention of packed query rows against packed key rows, per sequence s: queries
+// cu_q[s]…cu_q[s+1] are the LAST q_len of the kv_len keys cu_kv[s]…cu_kv[s+1] (q_len ≤ kv_len; a
+// prefill continuing a cached prefix has q_len < kv_len), key j visible to query i iff
+// j ≤ kv_len − q_len + i.
+//   q:    bf16 [Tq, H·192], per head [q_nope | q_pe]
+//   kv:   bf16 [Tkv, H·256], per head [k_nope | v]
+//   k_pe: bf16 [Tkv, 64], shared by all heads (a column view of the cache rows is fine)
+//   gate: [Tq, H·128] f32 or bf16 raw g_proj logits (out *= sigmoid(gate)); gate.data == nullptr: none
+//   out:  [Tq, H·128] f32 or bf16, head-major (h·128 + d)
+// cu_q, cu_kv: device int32 [n + 1]; max_q_len: host bound of the query lengths.
+void mla_prefill_attention(const int32_t* cu_q, const int32_t* cu_kv, int n, int max_q_len, const DeviceTensor& q,
+                           const DeviceTensor& kv, const DeviceTensor& k_pe, const DeviceTensor& gate, float scale,
+                           const DeviceTensor& out, cudaStream_t stream, MlaLoads loads = MlaLoads::kLdmatrix);
+
+// The paged latent cache: rows of 576 bf16, page p holding tokens [p·page_size, (p+1)·page_size) of
+// whichever sequence owns it; page_size % 64 == 0. block_table [B, ld] int32: sequence b's token j
+// is row (block_table[b·ld + j / page_size] · page_size + j % page_size).
+struct MlaPagedCache {
+  const void* rows = nullptr;  // bf16 [pages · page_size][576]
+  int page_size = 64;
+  const int32_t* block_table = nullptr;
+  int64_t block_table_ld = 0;
+};
+
+// q_abs[b][h] = [W_UK[h]ᵀ q_nope[b][h] (512) | q_pe[b][h] (64)], bf16.
+//   q: [B, H·192] f32 or bf16; w_uk: bf16 [H·128, 512] (rows h·128 + e = W_UK[h][e][:], i.e. the
+//   kv_b rows of k_nope); q_abs: bf16 [B, H·576].
+void mla_absorb_q(const DeviceTensor& q, const DeviceTensor& w_uk, const DeviceTensor& q_abs, cudaStream_t stream);
+
+// Decode attention, one query token per sequence, all H heads against the sequence's cache rows:
+//   o_lat[b][h] = Σ_j softmax_j(scale · q_abs[b][h] · row_j) · row_j[:512]
+// q_abs: bf16 [B, H·576]; seqlens: device int32 [B] (≥ 1); o_lat: f32 [B, H·512].
+// The sequence is split into `splits` ranges of whole 64-token tiles (one CTA each per head block);
+// a combine kernel merges them by their log-sum-exp. splits = 0 picks mla_decode_splits.
+int mla_decode_splits(int batch, int heads, int max_seqlen, int multiprocessors);
+size_t mla_decode_workspace_bytes(int batch, int heads, int splits);
+void mla_decode_attention(const DeviceTensor& q_abs, const MlaPagedCache& cache, const int32_t* seqlens, int batch,
+                          int max_seqlen, float scale, int splits, void* workspace, const DeviceTensor& o_lat,
+                          cudaStream_t stream, MlaLoads loads = MlaLoads::kBulk);
+
+// out[b][h·128 + e] = (W_UV[h] o_lat[b][h])[e] · sigmoid(gate[b][h·128 + e]) (gate.data == nullptr:
+// no gate). o_lat: f32 [B, H·512]; w_uv: bf16 [H·128, 512] (the kv_b rows of v); gate: f32/bf16
+// [B, H·128]; out: f32/bf16 [B, H·128].
+void mla_unabsorb_o(const DeviceTensor& o_lat, const DeviceTensor& w_uv, const DeviceTensor& gate,
+                    const DeviceTensor& out, cudaStream_t stream);
+
+// The same two products over a split GGUF kv_b kept in its GGML blocks (ExpertPack checkpoints,
+// k3-quant-formats §5.5; mla_absorb_ggml.cu): k_b [H, 512, 128] (Q4_0 in the checkpoints; bank rows
+// h·512 + c, contracted over the 128 nope dims) and v_b [H, 128, 512] (Q2_K; rows h·128 + e, over the
+// 512 latent columns), each a MoeGgmlBank with one "expert" per head. Weights are ggml's exact float
+// dequantisation, activations are not quantised (the CPU's contract for this scheme); same q / q_abs /
+// o_lat / gate / out forms as above.
+void mla_absorb_q_ggml(const DeviceTensor& q, const MoeGgmlBank& k_b, const DeviceTensor& q_abs, cudaStream_t stream);
+void mla_unabsorb_o_ggml(const DeviceTensor& o_lat, const MoeGgmlBank& v_b, const DeviceTensor& gate,
+                         const DeviceTensor& out, cudaStream_t stream);
+
+}  // namespace k3::cuda

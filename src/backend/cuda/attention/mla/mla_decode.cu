@@ -1,0 +1,368 @@
+// MLA decode attention in the absorbed form (spec §5, §10; CPU reference attend_absorbed in
+// backend/cpu/mla.cpp): all heads of one query token share the sequence's 576-wide latent rows, so
+// a CTA takes a block of 16·MT heads as the M side of two tensor-core products per 64-token tile
+//   S = Q_abs [16MT × 576] · rowsᵀ,   O += P [16MT × 64] · rows[:, :512]
+// (mma.sync m16n8k16, bf16 operands, fp32 accumulation). Tiles come from the paged cache through
+// cp.async, double-buffered. The softmax runs on S in shared memory (online max / sum per head,
+// fp32; P rounded to bf16 and the sums taken over the rounded values). Grid: (head blocks, splits,
+// batch): each split covers a range of whole tiles and leaves its normalised partial O and its
+// log2-sum-exp; a combine kernel merges the splits (split-K over the sequence, as FlashDecoding).
+// Arithmetic intensity with H = 96 heads: 96·(576+512)·2 FLOP per 1152-byte row ≈ 181 FLOP/B.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "backend/cuda/core/bulk_copy.cuh"
+#include "backend/cuda/core/check.h"
+#include "backend/cuda/attention/mla/mla.h"
+#include "backend/cuda/attention/mla/mla_util.cuh"
+
+namespace k3::cuda {
+namespace {
+
+using namespace mla_detail;
+constexpr int kThreads = 256, kWarps = 8;
+constexpr int BN = kMlaDecodeTile;  // 64 tokens
+constexpr int LDR = kMlaRow + 8;    // 584 bf16 = 1168 bytes: row starts rotate by 4 banks
+constexpr int LDS = BN + 4;
+constexpr int LDP = BN + 8;
+constexpr int kKSteps = kMlaRow / 16;  // 36
+
+template <int MT>
+struct Smem {
+  bf16 q[16 * MT][LDR];
+  bf16 kv[2][BN][LDR];
+  float s[16 * MT][LDS];
+  bf16 p[16 * MT][LDP];
+  float m[16 * MT], l[16 * MT], alpha[16 * MT];
+  uint64_t bar[2];  // bulk-copy barriers of the two tile buffers
+};
+
+struct DecodeArgs {
+  const bf16* q; int64_t ldq;
+  const bf16* cache;
+  int page_size;
+  const int32_t* block_table; int64_t bt_ld;
+  const int32_t* seqlens;
+  int heads, splits;
+  float scale_log2;
+  float* out; int64_t ldo;  // final o_lat when splits == 1
+  float* part;              // [B][splits][H][512]
+  float* lse;               // [B][splits][H]
+};
+
+template <int MT, bool kLdm, bool kTma>
+__global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(DecodeArgs a) {
+  constexpr int R = 16 * MT;           // head rows
+  constexpr int WPM = kWarps / MT;     // warps per 16-row m-tile
+  constexpr int NS = MT;               // S n-tiles (of 8 tokens) per warp
+  constexpr int NCOL = kMlaRank / WPM; // O columns per warp
+  constexpr int NO = NCOL / 8;         // O n-tiles per warp
+  constexpr int TPR = kThreads / R;    // softmax threads per row
+  constexpr int CPT = BN / TPR;        // softmax columns per thread
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  Smem<MT>& sm = *reinterpret_cast<Smem<MT>*>(smem_raw);
+  const int hb = blockIdx.x, sp = blockIdx.y, b = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int h0 = hb * R;
+  const int len = a.seqlens[b];
+  const int tiles = (len + BN - 1) / BN;
+  const int tps = (tiles + a.splits - 1) / a.splits;
+  const int t_begin = sp * tps, t_end = min(tiles, t_begin + tps);
+  if (t_begin >= t_end) {  // an empty split (a shorter sequence of the batch): weight zero
+    if (a.splits > 1 && tid < R && h0 + tid < a.heads) a.lse[(static_cast<int64_t>(b) * a.splits + sp) * a.heads + h0 + tid] = -INFINITY;
+    return;
+  }
+  for (int idx = tid; idx < R * (kMlaRow / 8); idx += kThreads) {
+    const int r = idx / (kMlaRow / 8), ch = idx % (kMlaRow / 8);
+    const bool ok = h0 + r < a.heads;
+    const bf16* src = ok ? a.q + static_cast<int64_t>(b) * a.ldq + static_cast<int64_t>(h0 + r) * kMlaRow + ch * 8 : a.q;
+    cp_async16(&sm.q[r][ch * 8], src, ok ? 16 : 0);
+  }
+  if (tid < R) sm.m[tid] = -INFINITY, sm.l[tid] = 0.0f;
+  const int32_t* bt = a.block_table + static_cast<int64_t>(b) * a.bt_ld;
+  auto load_tile = [&](int tile, int buf) {
+    for (int idx = tid; idx < BN * (kMlaRow / 8); idx += kThreads) {
+      const int r = idx / (kMlaRow / 8), ch = idx % (kMlaRow / 8);
+      const int j = tile * BN + r;
+      const bool ok = j < len;
+      const bf16* src = a.cache;
+      if (ok) src = a.cache + (static_cast<int64_t>(bt[j / a.page_size]) * a.page_size + j % a.page_size) * kMlaRow + ch * 8;
+      cp_async16(&sm.kv[buf][r][ch * 8], src, ok ? 16 : 0);
+    }
+  };
+  // Bulk-copy form: a tile is 64 consecutive rows of one page (page_size % 64 == 0), copied row by
+  // row (1152 bytes) into the padded shared rows by warp 0; rows past the sequence are not copied
+  // and keep earlier finite values (zeros at first), which the mask gives weight 0.
+  auto load_tile_tma = [&](int tile, int buf) {
+    if (warp == 0) {
+      const int j0 = tile * BN, rows = min(BN, len - j0);
+      const bf16* src0 = a.cache + (static_cast<int64_t>(bt[j0 / a.page_size]) * a.page_size + j0 % a.page_size) * kMlaRow;
+      if (lane == 0) bulk::arrive_expect(&sm.bar[buf], static_cast<unsigned>(rows * kMlaRow * 2));
+      __syncwarp();
+      for (int r = lane; r < rows; r += 32) bulk::copy(&sm.kv[buf][r][0], src0 + r * kMlaRow, kMlaRow * 2, &sm.bar[buf]);
+    }
+  };
+  if constexpr (kTma) {
+    uint4* z = reinterpret_cast<uint4*>(&sm.kv[0][0][0]);
+    for (int idx = tid; idx < static_cast<int>(sizeof(sm.kv) / 16); idx += kThreads) z[idx] = make_uint4(0, 0, 0, 0);
+    bulk::fence_proxy_async();
+    if (tid == 0) {
+      bulk::init(&sm.bar[0]);
+      bulk::init(&sm.bar[1]);
+      bulk::fence_init();
+    }
+    cp_commit();  // the Q rows
+    __syncthreads();
+    load_tile_tma(t_begin, 0);
+  } else {
+    load_tile(t_begin, 0);
+    cp_commit();
+  }
+
+  const int mt = warp / WPM, wn = warp % WPM;
+  float o[NO][4];
+#pragma unroll
+  for (int nt = 0; nt < NO; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+
+  for (int tile = t_begin; tile < t_end; ++tile) {
+    const int buf = (tile - t_begin) & 1;
+    if constexpr (kTma) {
+      if (tile + 1 < t_end) load_tile_tma(tile + 1, buf ^ 1);
+      cp_wait<0>();
+      bulk::wait(&sm.bar[buf], static_cast<unsigned>(((tile - t_begin) >> 1) & 1));
+    } else {
+      if (tile + 1 < t_end) load_tile(tile + 1, buf ^ 1);
+      cp_commit();
+      cp_wait<1>();
+    }
+    __syncthreads();
+    // S for this warp's m-tile and NS n-tiles.
+    {
+      float sc[NS][4];
+#pragma unroll
+      for (int i = 0; i < NS; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
+#pragma unroll 4
+      for (int kk = 0; kk < kKSteps; ++kk) {
+        uint32_t qa[4];
+        if constexpr (kLdm) {
+          load_a_ldsm(qa, &sm.q[0][0], LDR, mt * 16, kk * 16, lane);
+          if constexpr (NS % 2 == 0) {
+#pragma unroll
+            for (int i = 0; i < NS; i += 2) {
+              uint32_t bb[4];
+              load_b_nk_ldsm(bb, &sm.kv[buf][0][0], LDR, (wn * NS + i) * 8, kk * 16, lane);
+              mma_bf16(sc[i], qa, bb[0], bb[1]);
+              mma_bf16(sc[i + 1], qa, bb[2], bb[3]);
+            }
+          } else {
+#pragma unroll
+            for (int i = 0; i < NS; ++i) {
+              uint32_t b0, b1;
+              load_b_nk_ldsm1(b0, b1, &sm.kv[buf][0][0], LDR, (wn * NS + i) * 8, kk * 16, lane);
+              mma_bf16(sc[i], qa, b0, b1);
+            }
+          }
+        } else {
+          load_a(qa, &sm.q[0][0], LDR, mt * 16, kk * 16, g, t);
+#pragma unroll
+          for (int i = 0; i < NS; ++i) {
+            const bf16* kr = &sm.kv[buf][(wn * NS + i) * 8 + g][kk * 16 + 2 * t];
+            mma_bf16(sc[i], qa, ld32(kr), ld32(kr + 8));
+          }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < NS; ++i) {
+        const int col = (wn * NS + i) * 8 + 2 * t;
+        sm.s[mt * 16 + g][col] = sc[i][0];
+        sm.s[mt * 16 + g][col + 1] = sc[i][1];
+        sm.s[mt * 16 + g + 8][col] = sc[i][2];
+        sm.s[mt * 16 + g + 8][col + 1] = sc[i][3];
+      }
+    }
+    __syncthreads();
+    // Online softmax: TPR consecutive threads per head row.
+    {
+      const int row = tid / TPR, part = tid % TPR;
+      float x[CPT];
+      float mx = -INFINITY;
+#pragma unroll
+      for (int e = 0; e < CPT; ++e) {
+        const int col = part * CPT + e;
+        x[e] = tile * BN + col < len ? sm.s[row][col] * a.scale_log2 : -INFINITY;
+        mx = fmaxf(mx, x[e]);
+      }
+#pragma unroll
+      for (int sh = TPR / 2; sh > 0; sh >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, sh));
+      const float m_old = sm.m[row];
+      const float m_new = fmaxf(m_old, mx);  // finite: every tile of a split holds a valid token
+      float sum = 0.0f;
+#pragma unroll
+      for (int e = 0; e < CPT; ++e) {
+        const float p = bf16_round(exp2f(x[e] - m_new));
+        sum += p;
+        sm.p[row][part * CPT + e] = __float2bfloat16_rn(p);
+      }
+#pragma unroll
+      for (int sh = TPR / 2; sh > 0; sh >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, sh);
+      if (part == 0) {
+        const float al = exp2f(m_old - m_new);
+        sm.alpha[row] = al;
+        sm.m[row] = m_new;
+        sm.l[row] = sm.l[row] * al + sum;
+      }
+    }
+    __syncthreads();
+    // O += P · rows[:, this warp's NCOL columns of the 512].
+    {
+      const float al0 = sm.alpha[mt * 16 + g], al1 = sm.alpha[mt * 16 + g + 8];
+#pragma unroll
+      for (int nt = 0; nt < NO; ++nt) o[nt][0] *= al0, o[nt][1] *= al0, o[nt][2] *= al1, o[nt][3] *= al1;
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        uint32_t pa[4];
+        if constexpr (kLdm) {
+          load_a_ldsm(pa, &sm.p[0][0], LDP, mt * 16, kk * 16, lane);
+#pragma unroll
+          for (int nt = 0; nt < NO; nt += 2) {
+            uint32_t bb[4];
+            load_b_kn_ldsm(bb, &sm.kv[buf][0][0], LDR, kk * 16, wn * NCOL + nt * 8, lane);
+            mma_bf16(o[nt], pa, bb[0], bb[1]);
+            mma_bf16(o[nt + 1], pa, bb[2], bb[3]);
+          }
+        } else {
+          load_a(pa, &sm.p[0][0], LDP, mt * 16, kk * 16, g, t);
+#pragma unroll
+          for (int nt = 0; nt < NO; ++nt) {
+            const bf16* vr = &sm.kv[buf][kk * 16 + 2 * t][wn * NCOL + nt * 8 + g];
+            mma_bf16(o[nt], pa, ld_pair_strided(vr, LDR), ld_pair_strided(vr + 8 * LDR, LDR));
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+  cp_wait<0>();
+
+  // Epilogue: O / l, to the output (one split) or the split's partial with its log2-sum-exp.
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = mt * 16 + g + half * 8;
+    const int h = h0 + r;
+    if (h >= a.heads) continue;
+    const float inv = 1.0f / sm.l[r];
+    float* dst = a.splits == 1
+                     ? a.out + static_cast<int64_t>(b) * a.ldo + static_cast<int64_t>(h) * kMlaRank
+                     : a.part + ((static_cast<int64_t>(b) * a.splits + sp) * a.heads + h) * kMlaRank;
+#pragma unroll
+    for (int nt = 0; nt < NO; ++nt) {
+      const int col = wn * NCOL + nt * 8 + 2 * t;
+      *reinterpret_cast<float2*>(dst + col) = make_float2(o[nt][half * 2] * inv, o[nt][half * 2 + 1] * inv);
+    }
+  }
+  if (a.splits > 1 && tid < R && h0 + tid < a.heads) {
+    a.lse[(static_cast<int64_t>(b) * a.splits + sp) * a.heads + h0 + tid] = sm.m[tid] + log2f(sm.l[tid]);
+  }
+}
+
+// o[b][h] = Σ_s 2^{lse_s − M} part_s / Σ_s 2^{lse_s − M}, one CTA per (head, sequence).
+__global__ void __launch_bounds__(128) mla_combine_kernel(const float* __restrict__ part, const float* __restrict__ lse,
+                                                          int heads, int splits, float* __restrict__ out, int64_t ldo) {
+  const int h = blockIdx.x, b = blockIdx.y;
+  const float* l = lse + static_cast<int64_t>(b) * splits * heads + h;
+  float mx = -INFINITY;
+  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, l[static_cast<int64_t>(s) * heads]);
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float wsum = 0.0f;
+  const int c = threadIdx.x * 4;
+  for (int s = 0; s < splits; ++s) {
+    const float ls = l[static_cast<int64_t>(s) * heads];
+    if (ls == -INFINITY) continue;
+    const float w = exp2f(ls - mx);
+    wsum += w;
+    const float4 v = *reinterpret_cast<const float4*>(part + ((static_cast<int64_t>(b) * splits + s) * heads + h) * kMlaRank + c);
+    acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+  }
+  const float inv = 1.0f / wsum;
+  *reinterpret_cast<float4*>(out + static_cast<int64_t>(b) * ldo + static_cast<int64_t>(h) * kMlaRank + c) =
+      make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+}
+
+template <int MT, bool kLdm, bool kTma>
+void launch(const DecodeArgs& a, int batch, cudaStream_t stream) {
+  const int smem = static_cast<int>(sizeof(Smem<MT>));
+  K3_CUDA_CHECK(cudaFuncSetAttribute(mla_decode_kernel<MT, kLdm, kTma>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const dim3 grid(static_cast<unsigned>((a.heads + 16 * MT - 1) / (16 * MT)), static_cast<unsigned>(a.splits),
+                  static_cast<unsigned>(batch));
+  mla_decode_kernel<MT, kLdm, kTma><<<grid, kThreads, smem, stream>>>(a);
+  K3_CUDA_CHECK_LAUNCH("mla_decode_kernel");
+}
+
+int head_rows(int heads) { return heads <= 16 ? 16 : 32; }
+
+}  // namespace
+
+int mla_decode_splits(int batch, int heads, int max_seqlen, int multiprocessors) {
+  const int tiles = std::max(1, (max_seqlen + BN - 1) / BN);
+  const int blocks = batch * ((heads + head_rows(heads) - 1) / head_rows(heads));
+  // One CTA per multiprocessor (the tiles take ~150 KB of shared memory): minimise the critical path
+  // waves · (tiles per split + 1), the +1 standing for a split's fixed cost (Q load, combine share).
+  int best = 1;
+  double best_cost = 1e30;
+  for (int s = 1; s <= std::min(tiles, 256); ++s) {
+    const int tps = (tiles + s - 1) / s;
+    if ((tiles + tps - 1) / tps != s) continue;  // only split counts without empty tails
+    const double waves = std::ceil(static_cast<double>(blocks) * s / std::max(1, multiprocessors));
+    const double cost = waves * (tps + 1);
+    if (cost < best_cost - 1e-9) best = s, best_cost = cost;
+  }
+  return best;
+}
+
+size_t mla_decode_workspace_bytes(int batch, int heads, int splits) {
+  if (splits <= 1) return 0;
+  return static_cast<size_t>(batch) * splits * heads * (kMlaRank + 1) * sizeof(float);
+}
+
+void mla_decode_attention(const DeviceTensor& q_abs, const MlaPagedCache& cache, const int32_t* seqlens, int batch,
+                          int max_seqlen, float scale, int splits, void* workspace, const DeviceTensor& o_lat,
+                          cudaStream_t stream, MlaLoads loads) {
+  const int64_t H = q_abs.cols / kMlaRow;
+  if (q_abs.cols % kMlaRow != 0 || H == 0) throw Error("mla_decode_attention: q_abs must be [B, H·576], got " + q_abs.describe());
+  expect_dtype(q_abs, DType::kBF16, "mla_decode_attention q_abs");
+  expect_shape(q_abs, batch, H * kMlaRow, "mla_decode_attention q_abs");
+  expect_dtype(o_lat, DType::kF32, "mla_decode_attention o_lat");
+  expect_shape(o_lat, batch, H * kMlaRank, "mla_decode_attention o_lat");
+  if (cache.page_size <= 0 || cache.page_size % BN != 0) {
+    throw Error("mla_decode_attention: page size " + std::to_string(cache.page_size) + " is not a multiple of 64");
+  }
+  if ((reinterpret_cast<uintptr_t>(q_abs.data) % 16) != 0 || (q_abs.ld * 2) % 16 != 0 ||
+      (reinterpret_cast<uintptr_t>(cache.rows) % 16) != 0 || (o_lat.ld % 4) != 0) {
+    throw Error("mla_decode_attention: needs 16-byte aligned rows");
+  }
+  if (batch == 0) return;
+  int dev = 0, sms = 132;
+  K3_CUDA_CHECK(cudaGetDevice(&dev));
+  K3_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  if (splits <= 0) splits = mla_decode_splits(batch, static_cast<int>(H), max_seqlen, sms);
+  if (splits > 1 && workspace == nullptr) throw Error("mla_decode_attention: split-K needs a workspace");
+  float* part = static_cast<float*>(workspace);
+  float* lse = part != nullptr ? part + static_cast<size_t>(batch) * splits * H * kMlaRank : nullptr;
+  const DecodeArgs a{q_abs.as<const bf16>(), q_abs.ld, static_cast<const bf16*>(cache.rows), cache.page_size,
+                     cache.block_table, cache.block_table_ld, seqlens, static_cast<int>(H), splits,
+                     scale * 1.4426950408889634f, o_lat.as<float>(), o_lat.ld, part, lse};
+  const bool small = head_rows(static_cast<int>(H)) == 16;
+  switch (loads) {
+    case MlaLoads::kLane: small ? launch<1, false, false>(a, batch, stream) : launch<2, false, false>(a, batch, stream); break;
+    case MlaLoads::kLdmatrix: small ? launch<1, true, false>(a, batch, stream) : launch<2, true, false>(a, batch, stream); break;
+    case MlaLoads::kBulk: small ? launch<1, true, true>(a, batch, stream) : launch<2, true, true>(a, batch, stream); break;
+  }
+  if (splits > 1) {
+    mla_combine_kernel<<<dim3(static_cast<unsigned>(H), static_cast<unsigned>(batch)), kMlaRank / 4, 0, stream>>>(
+        part, lse, static_cast<int>(H), splits, o_lat.as<float>(), o_lat.ld);
+    K3_CUDA_CHECK_LAUNCH("mla_combine_kernel");
+  }
+}
+
+}  // namespace k3::cuda

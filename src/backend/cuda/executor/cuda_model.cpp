@@ -1,0 +1,479 @@
+#include "backend/cuda/executor/cuda_model.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "backend/cuda/core/check.h"
+#include "backend/cuda/attention/generic_attention.h"
+#include "backend/cuda/attention/mla/mla.h"
+#include "backend/cuda/executor/expert_stream.h"
+#include "backend/cuda/executor/rows.h"
+#include "backend/cuda/executor/step.h"
+#include "backend/cuda/ops/ops.h"
+#include "backend/cuda/core/stream.h"
+#include "backend/cuda/core/upload.h"
+#include "model/block_order.h"
+
+namespace k3::cuda {
+
+void StepContext::linear(const DeviceLinear& w, const DeviceTensor& x, const DeviceTensor& y) {
+  if (!w) throw Error("CUDA linear: the layer has no weight");
+  const size_t mark = arena.mark();
+  DeviceTensor xb = x;
+  if (w.kind == DeviceLinear::Kind::kBf16 && x.dtype != DType::kBF16) {
+    xb = scratch(DType::kBF16, x.rows, x.cols, "bf16 GEMM input");
+    copy_rows(x, nullptr, xb, nullptr, x.rows, stream);
+  }
+  // cuBLASLt writes f32 only from the bf16 GEMM; the FP8 GEMMs write bf16 that is then widened.
+  const bool widen = w.kind != DeviceLinear::Kind::kBf16 && y.dtype == DType::kF32;
+  const DeviceTensor yb = widen ? scratch(DType::kBF16, y.rows, y.cols, "fp8 GEMM output") : y;
+  switch (w.kind) {
+    case DeviceLinear::Kind::kBf16:
+      if (xb.rows <= kGemvModelRows && vec8_ok(xb) && vec8_ok(w.bf16)) {
+        gemv_bf16(xb, w.bf16, yb, stream);  // decode: a stream over W
+      } else {
+        blas.bf16(xb, w.bf16, yb, stream);
+      }
+      break;
+    case DeviceLinear::Kind::kFp8Block: linear_fp8_pb_wo(blas, arena, xb, w.block, yb, stream); break;
+    case DeviceLinear::Kind::kFp8Tensor: linear_fp8_tensor(blas, arena, xb, w.input_scale, w.tensor, yb, stream); break;
+    case DeviceLinear::Kind::kNone: break;
+  }
+  if (widen) copy_rows(yb, nullptr, y, nullptr, y.rows, stream);
+  arena.reset(mark);
+}
+
+namespace {
+
+// A step activation: a view of arena memory owned by one Act at a time (block_order.h's contract).
+struct Act {
+  DeviceTensor t;
+  Act() = default;
+  Act(Act&& o) noexcept : t(o.t) { o.t = {}; }
+  Act& operator=(Act&& o) noexcept {
+    t = o.t;
+    o.t = {};
+    return *this;
+  }
+};
+
+// The block order's Ops on the GPU: the residual stream and block outputs f32, normed rows bf16 (the
+// GEMMs' input).
+class CudaOps {
+ public:
+  using Act = cuda::Act;
+  explicit CudaOps(StepContext& ctx) : ctx_(ctx), w_(ctx.weights) {}
+
+  void norm(NormSite site, int64_t l, const Act& x, Act& y) {
+    rms_norm(x.t, norm_weight(site, l), eps(), shaped(y, DType::kBF16), ctx_.stream);
+  }
+  void mix_norm(NormSite site, int64_t l, const std::vector<const Act*>& cand, Act& y) {
+    std::vector<DeviceTensor> views;
+    for (const Act* a : cand) views.push_back(a->t);
+    attn_res_mix_norm(views, res_score(site, l), norm_weight(site, l), eps(), shaped(y, DType::kBF16), ctx_.stream);
+  }
+  void mixer(int64_t l, const Act& x, Act& out) {
+    const DeviceLayer& lw = layer(l);
+    const DeviceTensor& o = shaped(out, DType::kF32);
+    if (ctx_.config.is_kda(l)) {
+      kda_block(ctx_, l, lw.kda, x.t, o);
+    } else {
+      mla_block(ctx_, l, lw.mla, x.t, o);
+    }
+  }
+  void ffn(int64_t l, const Act& x, Act& out) {
+    const DeviceLayer& lw = layer(l);
+    const DeviceTensor& o = shaped(out, DType::kF32);
+    if (ctx_.config.is_moe(l)) {
+      moe_block(ctx_, l, lw.moe, x.t, o);
+    } else {
+      mlp_block(ctx_, lw.mlp, x.t, o);
+    }
+  }
+  void add(Act& acc, const Act& x) { add_rows(acc.t, x.t, ctx_.stream); }
+
+ private:
+  float eps() const { return static_cast<float>(ctx_.config.rms_norm_eps); }
+  const DeviceLayer& layer(int64_t l) const { return w_.layers[static_cast<size_t>(l)]; }
+  const float* norm_weight(NormSite site, int64_t l) const {
+    if (site == NormSite::kInput) return layer(l).input_norm;
+    if (site == NormSite::kPostAttention) return layer(l).post_attention_norm;
+    return w_.final_norm;
+  }
+  const float* res_score(NormSite site, int64_t l) const {
+    if (site == NormSite::kInput) return layer(l).attn_res_c;
+    if (site == NormSite::kPostAttention) return layer(l).mlp_res_c;
+    return w_.output_res_c;
+  }
+  // The Act as [rows, hidden] of `dtype`, keeping its memory when it already is.
+  const DeviceTensor& shaped(Act& a, DType dtype) {
+    const int64_t rows = ctx_.meta.rows, cols = ctx_.config.hidden_size;
+    if (a.t.data == nullptr || a.t.dtype != dtype || a.t.rows != rows || a.t.cols != cols) {
+      a.t = ctx_.arena.alloc_tensor(dtype, rows, cols, "step activation");
+    }
+    return a.t;
+  }
+
+  StepContext& ctx_;
+  const DeviceWeights& w_;
+};
+
+size_t parse_memory(const CudaOptions& o) {
+  size_t free_bytes = 0, total = 0;
+  K3_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  return parse_arena_size(o.memory, free_bytes, "--gpu-memory");
+}
+
+void check_options(const CudaOptions& o) {
+  auto bad = [](const char* flag, const std::string& why) { throw Error(Where{"", "", flag}, why); };
+  if (o.max_sequences < 1 || o.max_sequences > 4096) bad("--max-sequences", "must be in [1, 4096]");
+  if (o.max_context < kMlaDecodeTile || o.max_context % kMlaDecodeTile != 0) {
+    bad("--max-context", "must be a positive multiple of " + std::to_string(kMlaDecodeTile));
+  }
+  if (o.max_step_tokens < 1) bad("--max-step-tokens", "must be ≥ 1");
+}
+
+// What the CUDA kernels can run: any KDA head dim and MLA per-head width up to the generic kernels'
+// limit (the fast kernels take the Kimi-K3 / Kimi-Linear geometry), row widths in whole 16-byte
+// vectors.
+void check_geometry(const K3Config& c) {
+  auto need = [&](const char* field, int64_t have, bool ok, const char* rule) {
+    if (!ok) throw Error(Where{c.file, "", field}, "is " + std::to_string(have) + "; the CUDA backend needs " + rule);
+  };
+  auto width = [&](const char* field, int64_t have) {
+    need(field, have, have >= 0 && have <= kGenericMaxHeadDim, "at most 128 (generic kernels)");
+  };
+  width("linear_attn_config.head_dim", c.kda.head_dim);
+  width("qk_nope_head_dim", c.mla.qk_nope_head_dim);
+  width("qk_rope_head_dim", c.mla.qk_rope_head_dim);
+  width("v_head_dim", c.mla.v_head_dim);
+  for (const auto& [field, value] : {std::pair{"hidden_size", c.hidden_size}, std::pair{"kv_lora_rank", c.mla.kv_lora_rank},
+                                     std::pair{"qk_rope_head_dim", c.mla.qk_rope_head_dim}}) {
+    need(field, value, value % 8 == 0, "a multiple of 8");
+  }
+}
+
+class CudaExecutor final : public Executor {
+ public:
+  // The weights into the arena; routed-expert banks to the sink when it is set (expert streaming).
+  using WeightSource = std::function<DeviceWeights(Arena&, ExpertBankSink*)>;
+  CudaExecutor(const CudaOptions& o, const K3Config& config, const WeightSource& weights)
+      : options_(o), config_(config), device_(select(o.device)), arena_(o.device, parse_memory(o)),
+        experts_(o.expert_cache_bytes > 0 ? std::make_unique<ExpertStream>(config_) : nullptr),
+        weights_(weights(arena_, experts_.get())), blas_(arena_) {
+    if (experts_) {
+      experts_->allocate(arena_, o.expert_cache_bytes);
+      stats_.streaming = true;
+    }
+    stats_.weight_bytes = weights_.bytes;
+    for (const DeviceLayer& l : weights_.layers) {
+      stats_.packed_expert_banks += l.moe.w13.packed() + l.moe.w2.packed();
+      stats_.ggml_kv_b_layers += l.mla.k_b.data != nullptr;
+    }
+    cudaDeviceProp prop{};
+    K3_CUDA_CHECK(cudaGetDeviceProperties(&prop, o.device));
+    multiprocessors_ = prop.multiProcessorCount;
+    allocate_state();
+    allocate_meta();
+    for (int64_t s = options_.max_sequences - 1; s >= 0; --s) free_slots_.push_back(static_cast<int32_t>(s));
+    step_mark_ = arena_.mark();
+  }
+
+  ~CudaExecutor() override {
+    graphs_.clear();
+    if (host_meta_ != nullptr) cudaFreeHost(host_meta_);
+  }
+
+  void add_sequence(int64_t sequence) override {
+    if (free_slots_.empty()) {
+      throw Error(Where{"", "", "--max-sequences"}, "all " + std::to_string(options_.max_sequences) +
+                                                        " sequence slots are in use; free one or raise the flag");
+    }
+    const int32_t slot = free_slots_.back();
+    // A new sequence starts from zero KDA state (the MLA cache rows are written before they are read).
+    K3_CUDA_CHECK(cudaMemcpyAsync(slot_arg_, &slot, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    for (const LayerState& st : state_) {
+      if (st.kda.recurrent != nullptr) kda_state_zero(st.kda, slot_arg_, 1, stream_);
+    }
+    stream_.sync();
+    free_slots_.pop_back();
+    sequences_[sequence] = {slot, 0};
+  }
+
+  void free_sequence(int64_t sequence) override {
+    auto it = sequences_.find(sequence);
+    if (it == sequences_.end()) return;
+    free_slots_.push_back(it->second.slot);
+    sequences_.erase(it);
+  }
+
+  Tensor run(std::span<const int64_t> ids, std::span<const BatchSlice> slices, std::span<const int64_t> logit_rows) override {
+    const StepMeta meta = upload_meta(ids, slices, logit_rows);
+    const int64_t vocab = config_.vocab_size, L = static_cast<int64_t>(logit_rows.size());
+    DeviceTensor logits;
+    // Graphs need every launch shape fixed per batch size: the generic MLA path's grows with the context.
+    // Expert streaming reads each MoE layer's picks on the host: no graphs.
+    if (options_.graphs && !experts_ && fast_mla_ && meta.decode && L == meta.rows) {
+      logits = replay_decode(meta);
+    } else {
+      logits = forward(meta, L);
+      ++stats_.eager_steps;
+    }
+    Tensor out(L, vocab);
+    K3_CUDA_CHECK(cudaMemcpyAsync(out.data.data(), logits.data, out.data.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                  stream_));
+    stream_.sync();
+    arena_.reset(step_mark_);
+    for (const BatchSlice& s : slices) sequences_.at(s.sequence).length += s.n;
+    return out;
+  }
+
+  const CudaExecutorStats& stats() const {
+    if (experts_) {
+      const ExpertStreamStats& e = experts_->stats();
+      stats_.cache_slots = e.slots;
+      stats_.cache_bytes = e.slot_bytes;
+      stats_.host_expert_bytes = e.host_bytes;
+      stats_.cache_hits = e.hits;
+      stats_.cache_misses = e.misses;
+      stats_.cache_waves = e.waves;
+      stats_.cache_passes = e.passes;
+      stats_.moe_layer_calls = e.layer_calls;
+      stats_.multi_wave_calls = e.multi_wave_calls;
+      stats_.bytes_copied = e.bytes_copied;
+      stats_.copy_seconds = e.copy_seconds;
+    }
+    return stats_;
+  }
+
+ private:
+  struct Sequence {
+    int32_t slot = 0;
+    int64_t length = 0;
+  };
+
+  static int select(int device) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+      cudaGetLastError();
+      throw Error(Where{"", "", "--device"}, "no CUDA device is available");
+    }
+    if (device < 0 || device >= count) {
+      throw Error(Where{"", "", "--device"}, "cuda:" + std::to_string(device) + " does not exist (" + std::to_string(count) +
+                                                 " device(s))");
+    }
+    K3_CUDA_CHECK(cudaSetDevice(device));
+    return device;
+  }
+
+  void allocate_state() {
+    const int64_t slots = options_.max_sequences;
+    for (int64_t l = 0; l < config_.num_layers; ++l) {
+      LayerState& st = state_.emplace_back();
+      if (config_.is_kda(l)) {
+        st.kda.slots = slots;
+        st.kda.heads = config_.kda.num_heads;
+        st.kda.head_dim = config_.kda.head_dim;
+        st.kda.conv_width = config_.kda.short_conv_kernel_size;
+        st.kda.recurrent = arena_.alloc_n<float>(st.kda.recurrent_floats_per_slot() * slots, "kda recurrent state");
+        st.kda.conv = arena_.alloc_n<float>(st.kda.conv_floats_per_slot() * slots, "kda conv state");
+      } else {
+        st.cache = arena_.alloc_tensor(DType::kBF16, slots * options_.max_context,
+                                       config_.mla.kv_lora_rank + config_.mla.qk_rope_head_dim, "mla latent cache");
+      }
+    }
+  }
+
+  // The metadata region (StepMeta's arrays at fixed addresses, so that graphs can replay) and its
+  // pinned host twin.
+  void allocate_meta() {
+    const int64_t T = options_.max_step_tokens, n = options_.max_sequences;
+    pages_per_slot_ = options_.max_context / page_size_;
+    meta_capacity_ = static_cast<size_t>(2 * T + 4 * (n + 1) + n * options_.max_context + n * pages_per_slot_ + T);
+    device_meta_ = arena_.alloc_n<int32_t>(meta_capacity_, "step metadata");
+    slot_arg_ = arena_.alloc_n<int32_t>(1, "slot argument");
+    K3_CUDA_CHECK(cudaMallocHost(&host_meta_, meta_capacity_ * sizeof(int32_t)));
+  }
+
+  StepMeta upload_meta(std::span<const int64_t> ids, std::span<const BatchSlice> slices, std::span<const int64_t> logit_rows) {
+    const int64_t T = static_cast<int64_t>(ids.size()), n = static_cast<int64_t>(slices.size());
+    if (T > options_.max_step_tokens) {
+      throw Error(Where{"", "", "--max-step-tokens"}, "a step of " + std::to_string(T) + " tokens exceeds the limit of " +
+                                                          std::to_string(options_.max_step_tokens));
+    }
+    StepMeta m;
+    m.n = static_cast<int>(n);
+    m.rows = T;
+    m.decode = std::all_of(slices.begin(), slices.end(), [](const BatchSlice& s) { return s.n == 1; });
+    int32_t* h = host_meta_;
+    size_t used = 0;
+    auto take = [&](size_t count) {
+      int32_t* p = h + used;
+      used += count;
+      return p;
+    };
+    int32_t* h_ids = take(T);
+    int32_t* h_cu_q = take(n + 1);
+    int32_t* h_slots = take(n);
+    int32_t* h_seqlens = take(n);
+    int32_t* h_cache_dst = take(T);
+    int32_t* h_cu_kv = take(n + 1);
+    int32_t* h_tables = take(n * pages_per_slot_);
+    int32_t* h_logit_rows = take(logit_rows.size());
+    for (int64_t t = 0; t < T; ++t) h_ids[t] = static_cast<int32_t>(ids[t]);
+    h_cu_q[0] = h_cu_kv[0] = 0;
+    for (int64_t s = 0; s < n; ++s) {
+      const BatchSlice& sl = slices[s];
+      const Sequence& seq = sequences_.at(sl.sequence);
+      const int64_t after = seq.length + sl.n;
+      if (after > options_.max_context) {
+        throw Error(Where{"", "", "--max-context"}, "sequence " + std::to_string(sl.sequence) + " would reach " +
+                                                        std::to_string(after) + " tokens; the limit is " +
+                                                        std::to_string(options_.max_context));
+      }
+      h_cu_q[s + 1] = static_cast<int32_t>(sl.row0 + sl.n);
+      h_slots[s] = seq.slot;
+      h_seqlens[s] = static_cast<int32_t>(after);
+      h_cu_kv[s + 1] = static_cast<int32_t>(h_cu_kv[s] + after);
+      for (int64_t t = 0; t < sl.n; ++t) {
+        h_cache_dst[sl.row0 + t] = static_cast<int32_t>(seq.slot * options_.max_context + seq.length + t);
+      }
+      for (int64_t p = 0; p < pages_per_slot_; ++p) {
+        h_tables[s * pages_per_slot_ + p] = static_cast<int32_t>(seq.slot * pages_per_slot_ + p);
+      }
+      m.max_q = std::max<int>(m.max_q, static_cast<int>(sl.n));
+      m.max_kv = std::max<int>(m.max_kv, static_cast<int>(after));
+    }
+    for (size_t i = 0; i < logit_rows.size(); ++i) h_logit_rows[i] = static_cast<int32_t>(logit_rows[i]);
+    m.kv_rows = h_cu_kv[n];
+    // The expanded MLA attention (prefill, or any step with the generic geometry) gathers every
+    // sequence's whole context; the absorbed decode reads the paged cache directly.
+    const bool expanded = !m.decode || !fast_mla_;
+    int32_t* h_kv_src = take(expanded ? static_cast<size_t>(m.kv_rows) : 0);
+    if (expanded) {
+      for (int64_t s = 0; s < n; ++s) {
+        const int32_t base = h_slots[s] * static_cast<int32_t>(options_.max_context);
+        for (int32_t j = 0; j < h_seqlens[s]; ++j) h_kv_src[h_cu_kv[s] + j] = base + j;
+      }
+    }
+    K3_CUDA_CHECK(cudaMemcpyAsync(device_meta_, host_meta_, used * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    auto dev = [&](const int32_t* host_ptr) { return device_meta_ + (host_ptr - host_meta_); };
+    m.ids = dev(h_ids);
+    m.cu_q = dev(h_cu_q);
+    m.slots = dev(h_slots);
+    m.seqlens = dev(h_seqlens);
+    m.cache_dst = dev(h_cache_dst);
+    m.cu_kv = dev(h_cu_kv);
+    m.kv_src = dev(h_kv_src);
+    m.block_table = dev(h_tables);
+    m.block_table_ld = pages_per_slot_;
+    m.logit_rows = dev(h_logit_rows);
+    return m;
+  }
+
+  // The whole forward of one step on the stream; returns the f32 logits [L, vocab] (arena memory).
+  DeviceTensor forward(const StepMeta& meta, int64_t L) {
+    StepContext ctx{config_, weights_, state_, arena_, blas_, stream_.get(), multiprocessors_, page_size_, meta};
+    ctx.experts = experts_.get();
+    ctx.fused_moe_activation = options_.fused_moe_activation;
+    CudaOps ops(ctx);
+    Act x, normed;
+    x.t = arena_.alloc_tensor(DType::kF32, meta.rows, config_.hidden_size, "embedded rows");
+    copy_rows(weights_.embed, meta.ids, x.t, nullptr, meta.rows, stream_);
+    run_blocks(config_, ops, std::move(x), normed);
+    const DeviceTensor picked = arena_.alloc_tensor(DType::kBF16, L, config_.hidden_size, "logit rows");
+    copy_rows(normed.t, meta.logit_rows, picked, nullptr, L, stream_);
+    const DeviceTensor logits = arena_.alloc_tensor(DType::kF32, L, config_.vocab_size, "logits");
+    ctx.linear(weights_.lm_head, picked, logits);
+    stats_.fused_gemm1_calls += ctx.fused_gemm1_calls;
+    stats_.ggml_prefill_gemms += ctx.ggml_prefill_gemms;
+    return logits;
+  }
+
+  // Decode steps of one batch size and context bucket replay one captured graph: every address the
+  // graph uses is fixed (metadata region, state, arena scratch allocated in the same order). The
+  // first step of a shape runs eagerly (cuBLASLt plans, lazy module loads), the second captures.
+  DeviceTensor replay_decode(const StepMeta& meta) {
+    int bucket = kMlaDecodeTile;
+    while (bucket < meta.max_kv) bucket *= 2;
+    const std::pair<int, int> key{meta.n, bucket};
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+      if (!warmed_.insert(key).second) {
+        StepMeta bound = meta;
+        bound.max_kv = std::min<int>(bucket, static_cast<int>(options_.max_context));
+        DeviceTensor logits;
+        auto graph = std::make_unique<Graph>(stream_.get(), [&](cudaStream_t) { logits = forward(bound, meta.rows); });
+        it = graphs_.emplace(key, Captured{std::move(graph), logits}).first;
+        ++stats_.graph_captures;
+      } else {
+        ++stats_.eager_steps;
+        return forward(meta, meta.rows);
+      }
+    }
+    it->second.graph->launch(stream_);
+    ++stats_.graph_replays;
+    return it->second.logits;
+  }
+
+  struct Captured {
+    std::unique_ptr<Graph> graph;
+    DeviceTensor logits;
+  };
+
+  CudaOptions options_;
+  K3Config config_;
+  int device_;
+  Arena arena_;
+  std::unique_ptr<ExpertStream> experts_;  // expert streaming, else null
+  DeviceWeights weights_;
+  Blas blas_;
+  Stream stream_;
+  int multiprocessors_ = 0;
+  bool fast_mla_ = mla_fast_geometry(config_.mla);
+  int page_size_ = kMlaDecodeTile;
+  int64_t pages_per_slot_ = 0;
+  std::vector<LayerState> state_;
+  size_t meta_capacity_ = 0;
+  int32_t* device_meta_ = nullptr;
+  int32_t* host_meta_ = nullptr;
+  int32_t* slot_arg_ = nullptr;
+  size_t step_mark_ = 0;
+  std::vector<int32_t> free_slots_;
+  std::map<int64_t, Sequence> sequences_;
+  std::map<std::pair<int, int>, Captured> graphs_;
+  std::set<std::pair<int, int>> warmed_;
+  mutable CudaExecutorStats stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<Executor> make_cuda_executor(const CudaOptions& options, const K3Config& config, const LoadPlan& plan,
+                                             PlanFiles& files) {
+  check_options(options);
+  check_geometry(config);
+  return std::make_unique<CudaExecutor>(options, config, [&](Arena& arena, ExpertBankSink* sink) {
+    return upload_weights(arena, config, plan, files, ExpertUploadOptions{options.packed_int_experts, options.w4a4}, sink);
+  });
+}
+
+std::unique_ptr<Executor> make_synthetic_cuda_executor(const CudaOptions& options, const K3Config& config, uint64_t seed) {
+  check_options(options);
+  check_geometry(config);
+  return std::make_unique<CudaExecutor>(options, config,
+                                        [&](Arena& arena, ExpertBankSink* sink) {
+                                          return synthetic_weights(arena, config, seed, sink);
+                                        });
+}
+
+CudaExecutorStats cuda_executor_stats(const Executor& executor) {
+  const auto* cuda = dynamic_cast<const CudaExecutor*>(&executor);
+  return cuda != nullptr ? cuda->stats() : CudaExecutorStats{};
+}
+
+}  // namespace k3::cuda

@@ -1,0 +1,76 @@
+// The model on one GPU: weights uploaded once (device_weights.h), per-sequence state in slots (KDA
+// recurrent + conv state, the MLA latent cache), and batched forward steps that run model/block_order.h
+// with the CUDA kernels. Decode steps (one token per sequence) are captured as CUDA graphs per batch
+// size and replayed. `make_cuda_executor` puts it behind the Engine (runtime/engine.h).
+// Host-only header.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/executor.h"
+
+namespace k3::cuda {
+
+struct CudaOptions {
+  int device = 0;
+  std::string memory = "90%";      // the arena: bytes, "80G", or a share of the free memory
+  int64_t max_sequences = 8;       // state slots: sequences alive at once
+  int64_t max_context = 4096;      // tokens per sequence (MLA cache rows per slot; a multiple of 64)
+  int64_t max_step_tokens = 8192;  // rows of one forward step (prompt chunks above it are refused)
+  bool graphs = true;              // replay decode steps as CUDA graphs
+  // ModelSlim W4A8 and GGUF routed experts on their packed kernels (moe_w4a8.h, moe_ggml.h; validated
+  // on the H200 2026-11-29) instead of dequantised to bf16 (false: 4× the expert bytes, the bf16
+  // kernels). NVFP4 / MXFP4 experts are always packed.
+  bool packed_int_experts = true;
+  // Expert streaming (docs/cuda-backend.md "Expert streaming"): 0 = off (every routed expert resident), else
+  // the device bytes of an LRU expert cache; the routed experts stay in pinned host memory and are
+  // copied in as the router picks them. Forces decode CUDA graphs off (each MoE layer reads its picks
+  // on the host).
+  uint64_t expert_cache_bytes = 0;
+  // Routed NVFP4 experts under the checkpoint's W4A4 activation contract (moe_nvfp4_act.h: the GEMM
+  // inputs quantised per 16 with each expert's input_scale, as `--activations checkpoint` on the CPU);
+  // false: weight-only W4A16 (bf16 activations). A checkpoint without input_scale is an error.
+  bool w4a4 = false;
+  // GEMM 1 of the routed experts and the gated activation as one kernel where a 4-bit bank runs the
+  // warpgroup-MMA prefill kernel (moe_grouped_gemm_w4_gated: gate and up stay fp32 into SiTU / SiLU).
+  // Off by default: on the H200 it is 1–3 % slower than the GEMM and the activation kernel apart
+  // (docs/decisions/fused-moe-activation-off-by-default.md).
+  bool fused_moe_activation = false;
+};
+
+// Checks the options (one-line errors naming the flag) and binds the plan for `options.device`.
+std::unique_ptr<Executor> make_cuda_executor(const CudaOptions& options, const K3Config& config, const LoadPlan& plan,
+                                             PlanFiles& files);
+
+// The same executor over weights generated on the GPU (synthetic_weights in device_weights.h): no
+// checkpoint, for benchmarks at real model shapes (`k3 bench --synthetic`).
+std::unique_ptr<Executor> make_synthetic_cuda_executor(const CudaOptions& options, const K3Config& config, uint64_t seed);
+
+// Statistics of an executor made here (tests and benchmarks): weight bytes, graph replays.
+struct CudaExecutorStats {
+  uint64_t weight_bytes = 0;        // device bytes of the weights (streamed experts excluded)
+  int64_t packed_expert_banks = 0;  // routed-expert banks kept packed (NVFP4 / MXFP4, W4A8, GGUF; the rest bf16)
+  int64_t ggml_kv_b_layers = 0;     // MLA layers whose absorbed decode reads a split GGUF kv_b in its blocks
+  int64_t graph_replays = 0, graph_captures = 0, eager_steps = 0;
+  int64_t fused_gemm1_calls = 0;    // MoE layer calls whose GEMM 1 ran fused (CudaOptions::fused_moe_activation), graph replays not counted
+  int64_t ggml_prefill_gemms = 0;   // GGUF expert GEMMs run by the prefill GEMM (moe_ggml_tile_for), graph replays not counted
+  // Expert streaming (zero when off): cache slots (experts), pinned host bytes of the experts,
+  // lookups, waves and passes, MoE layer calls (and those needing more than one wave), host→device
+  // bytes and the copy stream's time in them.
+  bool streaming = false;
+  int64_t cache_slots = 0;
+  uint64_t cache_bytes = 0, host_expert_bytes = 0;
+  int64_t cache_hits = 0, cache_misses = 0, cache_waves = 0, cache_passes = 0;
+  int64_t moe_layer_calls = 0, multi_wave_calls = 0;
+  uint64_t bytes_copied = 0;
+  double copy_seconds = 0;
+  double hit_rate() const {
+    return cache_hits + cache_misses > 0 ? static_cast<double>(cache_hits) / static_cast<double>(cache_hits + cache_misses) : 0.0;
+  }
+  double copy_gb_per_s() const { return copy_seconds > 0 ? static_cast<double>(bytes_copied) / copy_seconds / 1e9 : 0.0; }
+};
+CudaExecutorStats cuda_executor_stats(const Executor& executor);
+
+}  // namespace k3::cuda

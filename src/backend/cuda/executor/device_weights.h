@@ -1,0 +1,174 @@
+// The model's weights on the GPU, uploaded once from the LoadPlan into the arena in the layouts the
+// CUDA kernels read. Per scheme (docs/cuda-backend.md "Device weights"):
+//   BF16 / F16 / F32 dense     → bf16 (cuBLASLt BF16 GEMM)
+//   FP8 128×128 block          → e4m3 codes + cuBLASLt BLK128x128 scales (FP8_PB_WO GEMM)
+//   FP8 per tensor + input_scale → e4m3 codes + multiplier, static activation scale (ModelOpt FP8)
+//   every other scheme         → dequantised through its exact reference to bf16 (the 4-bit and
+//                                GGUF expert kernels keep those packed instead)
+// Routed experts are stacked per bank as bf16 [E·N, K] for the grouped GEMM; w1 and w3 are
+// interleaved per expert as [w1_e ; w3_e] so one grouped GEMM yields [gate | up].
+// Vectors (norms, conv, A_log, dt_bias, AttnRes score vectors) are f32.
+// Host-only header.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/core/arena.h"
+#include "backend/cuda/gemm/gemm.h"
+#include "quant/formats/ggml/cuda/moe_ggml.h"
+#include "backend/cuda/moe/moe_w4.h"
+#include "quant/formats/modelslim/cuda/moe_w4a8.h"
+#include "backend/cuda/core/tensor.h"
+#include "model/config.h"
+#include "quant/plan/load_plan.h"
+#include "quant/plan/materialize.h"
+
+namespace k3::cuda {
+
+// One linear layer y = x·Wᵀ, W [n, k], in the form its GEMM wants.
+struct DeviceLinear {
+  enum class Kind : uint8_t { kNone, kBf16, kFp8Block, kFp8Tensor };
+  Kind kind = Kind::kNone;
+  int64_t n = 0, k = 0;
+  DeviceTensor bf16;           // kBf16
+  Fp8BlockWeight block;        // kFp8Block
+  Fp8TensorWeight tensor;      // kFp8Tensor
+  float* input_scale = nullptr;  // kFp8Tensor: the static activation scale (device scalar)
+
+  explicit operator bool() const { return kind != Kind::kNone; }
+};
+
+using DeviceVector = const float*;  // f32 on the device; nullptr when absent
+
+struct DeviceKda {
+  DeviceLinear q, k, v, o, g, g_a, g_b, f_a, f_b, b;
+  DeviceVector conv = nullptr;  // [3P][W]: the q, k and v conv weights stacked (kda_short_conv's layout)
+  DeviceVector a_log = nullptr, dt_bias = nullptr, o_norm = nullptr;
+};
+
+struct DeviceMla {
+  DeviceLinear q_a, q_b, q, kv_a, kv_b, g, o;
+  DeviceVector q_a_norm = nullptr, kv_a_norm = nullptr;
+  DeviceTensor w_uk, w_uv;  // bf16 [H·d_nope, r] and [H·d_v, r] (mla.h's absorbed decode)
+  // A split GGUF kv_b (ExpertPack: k_b Q4_0 [H, r, d_nope], v_b Q2_K [H, d_v, r]) kept in its blocks
+  // for the absorbed decode (mla_absorb_q_ggml / mla_unabsorb_o_ggml) instead of w_uk / w_uv; the
+  // expanded (prefill) path still multiplies kv_b dequantised. Empty (data nullptr) otherwise.
+  MoeGgmlBank k_b, v_b;
+};
+
+struct DeviceMlp {
+  DeviceLinear gate, up, down;
+};
+
+// A routed-expert bank, stacked per expert: bf16 rows, or kept packed in its checkpoint format for the
+// quantized-expert kernels — NVFP4 / MXFP4 (W4A16, moe_w4.h; out_scale carries each expert's
+// global scale), ModelSlim W4A8 (moe_w4a8.h: int8 activations, the CPU's contract), GGUF blocks
+// (moe_ggml.h: 8-bit block activations, the CPU's contract). Other schemes are dequantised to bf16.
+struct DeviceExperts {
+  enum class Kind : uint8_t { kBf16, kW4, kW4A8, kGgml };
+  Kind kind = Kind::kBf16;
+  DeviceTensor bf16;  // kBf16: [E·N, K]
+  MoeW4Bank w4;
+  MoeW4A8Bank w4a8;
+  MoeGgmlBank ggml;
+  // kW4 NVFP4 under the W4A4 contract (CudaOptions::w4a4): each expert's static activation
+  // input_scale [E], which moe_quantize_nvfp4_rows divides the GEMM's input by; w4.out_scale already
+  // carries it (× weight_scale_2). nullptr: weight-only (W4A16).
+  const float* input_scale = nullptr;
+  bool packed() const { return kind != Kind::kBf16; }
+};
+
+struct DeviceMoe {
+  DeviceLinear router;                    // bf16, f32 logits
+  DeviceVector correction_bias = nullptr;  // [E] (zeros without one)
+  DeviceLinear latent_down, latent_up;
+  DeviceVector latent_norm = nullptr;
+  DeviceExperts w13;  // [E·2I, D]: per expert [w1 (I rows) ; w3 (I rows)]
+  DeviceExperts w2;   // [E·D, I]
+  DeviceMlp shared;
+};
+
+struct DeviceLayer {
+  DeviceVector input_norm = nullptr, post_attention_norm = nullptr;
+  DeviceVector attn_res_c = nullptr, mlp_res_c = nullptr;
+  DeviceKda kda;
+  DeviceMla mla;
+  DeviceMlp mlp;
+  DeviceMoe moe;
+};
+
+struct DeviceWeights {
+  DeviceTensor embed;  // bf16 [vocab, hidden]
+  std::vector<DeviceLayer> layers;
+  DeviceVector final_norm = nullptr, output_res_c = nullptr;
+  DeviceLinear lm_head;
+  uint64_t bytes = 0;  // device bytes of all weights
+};
+
+// What a vector parameter is, for a filler that makes values instead of reading them.
+enum class VectorRole : uint8_t { kNormWeight, kALog, kDtBias, kCorrectionBias };
+
+// Where the members of DeviceWeights come from: build_weights walks the config once (which
+// parameters each KDA / MLA / MoE / MLP block has) and asks a filler for each member by logical
+// parameter name (model/parameters.h). upload_weights' filler reads a load plan; synthetic_weights'
+// generates values on the GPU. Every call allocates its result in the arena and fills it; bytes()
+// sums the device bytes allocated.
+class WeightFiller {
+ public:
+  virtual ~WeightFiller() = default;
+
+  virtual DeviceTensor embedding(const std::string& name) = 0;  // bf16 [vocab, hidden]
+  virtual DeviceLinear linear(const std::string& name) = 0;     // in the GEMM form its scheme allows
+  virtual DeviceLinear bf16_linear(const std::string& name) = 0;  // bf16 whatever its scheme
+  // Banks [E, N₁, K] and [E, N₂, K] stacked per expert as [E·(N₁+N₂), K]: rows e·(N₁+N₂) … are
+  // [first_e ; second_e]. `second` may be empty (one bank).
+  virtual DeviceExperts experts(const std::string& first, const std::string& second) = 0;
+  virtual DeviceVector vector(const std::string& name, VectorRole role) = 0;
+  virtual DeviceVector zeros(int64_t n, const std::string& what) = 0;
+  // The AttnRes score vector c = {prefix}_norm.weight ⊙ {prefix}_proj.weight[0] (spec §3.1).
+  virtual DeviceVector res_score(const std::string& prefix) = 0;
+  // The q, k and v conv weights of the KDA layer whose parameters start with `prefix`, stacked [3P][W].
+  virtual DeviceVector kda_conv(const std::string& prefix) = 0;
+  // Sets w.w_uk and w.w_uv from kv_b [H·(d_nope + d_v), r] (`name`, already in w.kv_b) split per head.
+  virtual void absorb_kv_b(const std::string& name, const MlaConfig& m, DeviceMla& w) = 0;
+
+  uint64_t bytes() const { return bytes_; }
+
+ protected:
+  uint64_t bytes_ = 0;
+};
+
+// Expert streaming (expert_stream.h): takes each routed-expert bank of MoE layer `layer` (role 0 =
+// w13, 1 = w2) right after the filler made it on the device, and returns the device bytes it held;
+// build_weights then gives the bank's memory back to the arena and leaves only its form (kind, no
+// pointers) in DeviceMoe.
+class ExpertBankSink {
+ public:
+  virtual ~ExpertBankSink() = default;
+  virtual uint64_t keep(int64_t layer, int role, const DeviceExperts& bank) = 0;
+};
+
+// Every member the config implies, each from the filler. With a sink (and the filler's arena), the
+// routed-expert banks go to it instead of staying on the device: the arena must hold one bank at a
+// time.
+DeviceWeights build_weights(WeightFiller& filler, const K3Config& config, Arena* arena = nullptr,
+                            ExpertBankSink* sink = nullptr);
+
+// How the routed experts are uploaded (CudaOptions' expert fields).
+struct ExpertUploadOptions {
+  bool packed_int = true;  // W4A8 / GGUF packed (CudaOptions::packed_int_experts), else bf16
+  bool w4a4 = false;       // NVFP4 banks take their input_scale (CudaOptions::w4a4)
+};
+// Uploads every parameter of an ok plan. Throws k3::Error naming the parameter on any problem.
+DeviceWeights upload_weights(Arena& arena, const K3Config& config, const LoadPlan& plan, PlanFiles& files,
+                             const ExpertUploadOptions& experts, ExpertBankSink* sink = nullptr);
+
+// Every parameter the config implies, generated on the GPU (no host copies) in the bf16 form above:
+// matrices uniform with variance 1/K (activations keep their scale through the layers), norm weights
+// 1, conv weights, A_log, dt_bias and the correction bias small, so the forward stays finite and
+// routing spreads tokens over the experts. Deterministic in `seed`. For benchmarks only.
+DeviceWeights synthetic_weights(Arena& arena, const K3Config& config, uint64_t seed, ExpertBankSink* sink = nullptr);
+
+}  // namespace k3::cuda

@@ -1,0 +1,79 @@
+// What the blocks of one CUDA forward step share (internal to backend/cuda/executor/): the stream, the
+// arena (step scratch is taken after the step's mark), cuBLASLt, the step's metadata on the device,
+// the per-layer state and the linear-layer dispatch. Host-only header.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/cuda/core/arena.h"
+#include "backend/cuda/gemm/gemm.h"
+#include "backend/cuda/attention/kda/kda.h"
+#include "backend/cuda/executor/device_weights.h"
+#include "backend/cuda/core/tensor.h"
+#include "model/config.h"
+
+namespace k3::cuda {
+
+// The batch of one step on the device (int32 arrays; see CudaModel::upload_meta for the layout).
+// n sequences, T rows; sequence s owns rows cu_q[s]…cu_q[s+1], continues slot slots[s] and has
+// seqlens[s] tokens after this step.
+struct StepMeta {
+  int n = 0;
+  int64_t rows = 0;
+  bool decode = false;        // every sequence runs exactly one token
+  int max_q = 0, max_kv = 0;  // host bounds of the per-sequence new and total lengths
+  int64_t kv_rows = 0;        // Σ seqlens (the prefill's gathered latent rows)
+  const int32_t* ids = nullptr;          // [T] token ids
+  const int32_t* cu_q = nullptr;         // [n + 1]
+  const int32_t* slots = nullptr;        // [n]
+  const int32_t* seqlens = nullptr;      // [n]
+  const int32_t* cache_dst = nullptr;    // [T]: each new token's row in a layer's latent cache
+  const int32_t* cu_kv = nullptr;        // [n + 1]: prefix sums of seqlens
+  const int32_t* kv_src = nullptr;       // [kv_rows]: cache rows of every sequence's whole context
+  const int32_t* block_table = nullptr;  // [n][pages_per_slot]
+  const int32_t* logit_rows = nullptr;   // rows whose logits the step returns
+  int64_t block_table_ld = 0;
+};
+
+struct LayerState {
+  KdaStatePool kda;     // KDA layers
+  DeviceTensor cache;   // MLA layers: bf16 [slots · max_context, r + d_rope] latent rows [c | k_pe]
+};
+
+class ExpertStream;  // expert_stream.h
+
+struct StepContext {
+  const K3Config& config;
+  const DeviceWeights& weights;
+  std::vector<LayerState>& state;
+  Arena& arena;
+  Blas& blas;
+  cudaStream_t stream;
+  int multiprocessors = 0;
+  int page_size = 64;
+  StepMeta meta;
+  ExpertStream* experts = nullptr;  // expert streaming (--expert-cache): the routed experts' slot banks
+  bool fused_moe_activation = false;  // CudaOptions::fused_moe_activation
+  int64_t fused_gemm1_calls = 0;      // MoE layer calls of this step whose GEMM 1 ran fused
+  int64_t ggml_prefill_gemms = 0;     // GGUF expert GEMMs of this step on the prefill GEMM (not the GEMV)
+
+  // y = x·Wᵀ for every weight kind; x f32 or bf16, y f32 or bf16 (converted where a GEMM cannot).
+  void linear(const DeviceLinear& w, const DeviceTensor& x, const DeviceTensor& y);
+  // Step scratch (given back by the caller's arena.reset).
+  DeviceTensor scratch(DType dtype, int64_t rows, int64_t cols, const char* what) {
+    return arena.alloc_tensor(dtype, rows, cols, what);
+  }
+};
+
+// The blocks (kda_block.cpp, mla_block.cpp, ffn_block.cpp): x bf16 [T, hidden] normed rows, out f32
+// [T, hidden] allocated by the caller. Temporaries come from the arena and are given back inside.
+void kda_block(StepContext& ctx, int64_t layer, const DeviceKda& w, const DeviceTensor& x, const DeviceTensor& out);
+void mla_block(StepContext& ctx, int64_t layer, const DeviceMla& w, const DeviceTensor& x, const DeviceTensor& out);
+void moe_block(StepContext& ctx, int64_t layer, const DeviceMoe& w, const DeviceTensor& x, const DeviceTensor& out);
+void mlp_block(StepContext& ctx, const DeviceMlp& w, const DeviceTensor& x, const DeviceTensor& out);
+
+// Whether the MLA dims are the fast kernels' (mla.h); others run the generic attention.
+bool mla_fast_geometry(const MlaConfig& m);
+
+}  // namespace k3::cuda

@@ -1,0 +1,53 @@
+// Grouped bf16 GEMM over a MoE dispatch (moe.h): the mma.sync grouped GEMM of moe_grouped_gemm.cuh
+// over a bf16 bank (weight tiles by cp.async).
+#include "backend/cuda/moe/moe_grouped_gemm.cuh"
+
+namespace k3::cuda {
+namespace {
+
+using namespace grouped_gemm;
+
+template <typename Tout>
+void launch_tile(MoeTile tile, const GemmArgs<Bf16Bank>& a, const MoeTileMap& map, cudaStream_t stream) {
+  constexpr const char* kWhat = "moe_grouped_gemm_bf16";
+  switch (tile) {
+    case MoeTile::kM16: launch<CfgM16, Tout>(a, map, stream, kWhat); break;
+    case MoeTile::kM64: launch<CfgM64, Tout>(a, map, stream, kWhat); break;
+    case MoeTile::kM128: launch<CfgM128, Tout>(a, map, stream, kWhat); break;
+    case MoeTile::kAuto: throw Error("moe_grouped_gemm_bf16: unresolved tile");
+  }
+}
+
+}  // namespace
+
+void moe_grouped_gemm_bf16(const DeviceTensor& xs, const DeviceTensor& w, const MoeDispatch& d, const DeviceTensor& ys,
+                           cudaStream_t stream, MoeTile tile) {
+  const int64_t R = d.rows(), K = xs.cols, N = ys.cols;
+  expect_dtype(xs, DType::kBF16, "moe_grouped_gemm_bf16 xs");
+  expect_dtype(w, DType::kBF16, "moe_grouped_gemm_bf16 w");
+  expect_shape(xs, R, K, "moe_grouped_gemm_bf16 xs");
+  expect_shape(w, d.experts * N, K, "moe_grouped_gemm_bf16 w");
+  expect_shape(ys, R, N, "moe_grouped_gemm_bf16 ys");
+  if (K % 8 != 0 || N % 8 != 0 || K <= 0 || N <= 0) {
+    throw Error("moe_grouped_gemm_bf16: needs N, K positive multiples of 8, got N " + std::to_string(N) + ", K " +
+                std::to_string(K));
+  }
+  if (N > INT32_MAX / 2 || K > INT32_MAX / 2) throw Error("moe_grouped_gemm_bf16: N or K too large");
+  for (const DeviceTensor* t : {&xs, &w, &ys}) {
+    if (!rows_aligned16(*t)) throw Error("moe_grouped_gemm_bf16: needs 16-byte aligned rows, got " + t->describe());
+  }
+  if (tile == MoeTile::kAuto) tile = moe_tile_for(R, d.experts);
+  const MoeTileMap map = moe_tile_map(d, tile);
+  if (R == 0) return;
+  const GemmArgs<Bf16Bank> a{xs.as<const bf16>(), xs.ld, {w.as<const bf16>(), w.ld}, ys.data, ys.ld, static_cast<int>(N),
+                             static_cast<int>(K), 0, d.expert_offsets, nullptr, nullptr, d.row_weight};
+  if (ys.dtype == DType::kF32) {
+    launch_tile<float>(tile, a, map, stream);
+  } else if (ys.dtype == DType::kBF16) {
+    launch_tile<bf16>(tile, a, map, stream);
+  } else {
+    throw Error("moe_grouped_gemm_bf16: ys must be f32 or bf16, got " + ys.describe());
+  }
+}
+
+}  // namespace k3::cuda

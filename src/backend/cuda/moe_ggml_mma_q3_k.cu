@@ -1,8 +1,0 @@
-// The Q3_K instantiation of the GGUF experts' prefill kernel (moe_ggml_mma.cuh).
-#include "backend/cuda/moe_ggml_mma.cuh"
-
-namespace k3::cuda::ggml_mma {
-
-template void launch<GgmlType::Q3_K>(MoeTile, bool, const Args&, const MoeTileMap&, cudaStream_t);
-
-}  // namespace k3::cuda::ggml_mma

@@ -1,8 +1,0 @@
-// The Q4_0 instantiation of the GGUF experts' prefill kernel (moe_ggml_mma.cuh).
-#include "backend/cuda/moe_ggml_mma.cuh"
-
-namespace k3::cuda::ggml_mma {
-
-template void launch<GgmlType::Q4_0>(MoeTile, bool, const Args&, const MoeTileMap&, cudaStream_t);
-
-}  // namespace k3::cuda::ggml_mma

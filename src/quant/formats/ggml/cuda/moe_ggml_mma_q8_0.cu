@@ -1,0 +1,8 @@
+// The Q8_0 instantiation of the GGUF experts' prefill kernel (moe_ggml_mma.cuh).
+#include "quant/formats/ggml/cuda/moe_ggml_mma.cuh"
+
+namespace k3::cuda::ggml_mma {
+
+template void launch<GgmlType::Q8_0>(MoeTile, bool, const Args&, const MoeTileMap&, cudaStream_t);
+
+}  // namespace k3::cuda::ggml_mma

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The standard A/B set for a change that must not slow the GPU path, on a GPU machine: builds k3,
+# k3_bench_cuda and k3_bench_cuda_attention in every source tree under .variants (made by
+# scripts/ab_prepare.sh; built in build/ab/<tree>, sharing the cores), then runs the set ROUNDS times, interleaved
+# (tree 1, tree 2, …, tree 1, …) so that the machine's drift falls on every tree alike:
+#   model      k3 bench --synthetic kimi-linear-48b-a3b --batch 1,8,64
+#   moe-w4     k3_bench_cuda --moe-w4 --tokens 1,64,4096
+#   attention  k3_bench_cuda_attention --quick
+# and prints, line by line of each output, every tree's per-field medians over the rounds and the
+# ratio of each field to the first tree's. Logs: $OUT (when set) or build/ab-logs.
+#
+#   scripts/gpu_ab_set.sh [--rounds N]   (default 3; 0 builds only)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+rounds=3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds="$2"; shift 2 ;;
+    *) echo "gpu_ab_set.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+trees=()
+for d in .variants/*/; do [ -f "$d/CMakeLists.txt" ] && trees+=("${d%/}"); done
+if [ "${#trees[@]}" -eq 0 ]; then
+  echo "gpu_ab_set.sh: no source trees in .variants (scripts/ab_prepare.sh REV...)" >&2
+  exit 1
+fi
+logs="${OUT:-build/ab-logs}"
+mkdir -p "$logs"
+if [ -d .deps/pcre2/lib/pkgconfig ]; then
+  export PKG_CONFIG_PATH="$PWD/.deps/pcre2/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+fi
+jobs_each=$(( $(nproc) / ${#trees[@]} )); [ "$jobs_each" -ge 1 ] || jobs_each=1
+t0=$(date +%s)
+for t in "${trees[@]}"; do
+  name=$(basename "$t")
+  ( cmake -S "$t" -B "build/ab/$name" -G Ninja -DCMAKE_BUILD_TYPE=Release -DK3_CUDA=ON -DK3_BUILD_TESTS=OFF \
+      >"$logs/$name.configure.log" 2>&1 &&
+    cmake --build "build/ab/$name" -j "$jobs_each" --target k3_cli k3_bench_cuda k3_bench_cuda_attention \
+      >"$logs/$name.build.log" 2>&1 ) &
+done
+build_rc=0
+for job in $(jobs -p); do wait "$job" || build_rc=1; done
+echo "builds: exit $build_rc in $(( $(date +%s) - t0 )) s"
+[ "$build_rc" -eq 0 ] || exit 1
+
+sets=(model moe-w4 attention)
+run_set() {  # tree set
+  local b="build/ab/$(basename "$1")"
+  case "$2" in
+    model) "$b/k3" bench --synthetic kimi-linear-48b-a3b --batch 1,8,64 ;;
+    moe-w4) "$b/bench/k3_bench_cuda" --moe-w4 --tokens 1,64,4096 --reps 20 ;;
+    attention) "$b/bench/k3_bench_cuda_attention" --quick ;;
+  esac
+}
+for r in $(seq 1 "$rounds"); do
+  for s in "${sets[@]}"; do
+    for t in "${trees[@]}"; do
+      run_set "$t" "$s" >"$logs/$(basename "$t").$s.round$r.log" 2>&1 || echo "failed: $t $s round $r"
+    done
+  done
+done
+[ "$rounds" -gt 0 ] || exit 0
+python3 - "$logs" "$rounds" "${sets[*]}" "${trees[@]}" <<'PY'
+import re, statistics, sys
+logs, rounds, sets, trees = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), [t.split("/")[-1] for t in sys.argv[4:]]
+num = re.compile(r"-?\d+(?:\.\d+)?")
+for s in sets:
+    print(f"== {s}: per-field medians over {rounds} rounds; ratio = tree / {trees[0]}")
+    runs = {t: [open(f"{logs}/{t}.{s}.round{r}.log").read().splitlines() for r in range(1, rounds + 1)] for t in trees}
+    base = runs[trees[0]][0]
+    for i, line in enumerate(base):
+        if len(num.findall(line)) < 2:
+            continue
+        med = {}
+        for t in trees:
+            vals = [num.findall(rs[i]) if i < len(rs) else [] for rs in runs[t]]
+            n = min(len(v) for v in vals)
+            med[t] = [statistics.median(float(v[j]) for v in vals) for j in range(n)]
+        print("  " + line.strip()[:110])
+        for t in trees[1:]:
+            ratios = ["%.3f" % (b / a) if a not in (0.0,) else "-" for a, b in zip(med[trees[0]], med[t])]
+            print(f"    {t}: " + " ".join(ratios))
+PY

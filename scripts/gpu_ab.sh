@@ -26,44 +26,19 @@ if [ $# -eq 0 ]; then
   echo "usage: scripts/gpu_ab.sh [--rounds N] [--filter REGEX] -- K3_BENCH_CUDA_ARGS" >&2
   exit 2
 fi
-trees=()
-if [ -n "$only" ]; then
-  for n in $only; do
-    if [ ! -f ".variants/$n/CMakeLists.txt" ]; then echo "gpu_ab.sh: --trees: no source tree .variants/$n" >&2; exit 1; fi
-    trees+=(".variants/$n")
-  done
-else
-  for d in .variants/*/; do [ -f "$d/CMakeLists.txt" ] && trees+=("${d%/}"); done
-fi
-if [ "${#trees[@]}" -eq 0 ]; then
-  echo "gpu_ab.sh: no source trees in .variants (scripts/ab_prepare.sh REV...)" >&2
-  exit 1
-fi
+source scripts/ab_trees.sh
+ab_find_trees "$only"
 logs="${OUT:-build/ab-logs}"
 mkdir -p "$logs"
-if [ -d .deps/pcre2/lib/pkgconfig ]; then
-  export PKG_CONFIG_PATH="$PWD/.deps/pcre2/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-fi
-
-# Builds side by side, each with its share of the cores.
-jobs_each=$(( $(nproc) / ${#trees[@]} )); [ "$jobs_each" -ge 1 ] || jobs_each=1
-t0=$(date +%s)
-for t in "${trees[@]}"; do
-  name=$(basename "$t")
-  ( cmake -S "$t" -B "$t/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DK3_CUDA=ON >"$logs/$name.configure.log" 2>&1 &&
-    cmake --build "$t/build" -j "$jobs_each" --target k3_bench_cuda >"$logs/$name.build.log" 2>&1 ) &
-done
-build_rc=0
-for job in $(jobs -p); do wait "$job" || build_rc=1; done
-echo "builds: exit $build_rc in $(( $(date +%s) - t0 )) s"
+ab_build "$logs" k3_bench_cuda
 ok=()
 for t in "${trees[@]}"; do
-  if [ -x "$t/build/bench/k3_bench_cuda" ]; then ok+=("$t"); else echo "build failed: $t ($logs/$(basename "$t").build.log)"; fi
+  if [ -x "build/ab/$(basename "$t")/bench/k3_bench_cuda" ]; then ok+=("$t"); else echo "build failed: $t ($logs/$(basename "$t").build.log)"; fi
 done
 
 for r in $(seq 1 "$rounds"); do
   for t in "${ok[@]}"; do
-    "$t/build/bench/k3_bench_cuda" "$@" >"$logs/$(basename "$t").round$r.log" 2>&1 ||
+    "build/ab/$(basename "$t")/bench/k3_bench_cuda" "$@" >"$logs/$(basename "$t").round$r.log" 2>&1 ||
       echo "bench failed: $t round $r ($logs/$(basename "$t").round$r.log)"
   done
 done

@@ -19,29 +19,11 @@ while [ $# -gt 0 ]; do
     *) echo "gpu_ab_set.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
-trees=()
-for d in .variants/*/; do [ -f "$d/CMakeLists.txt" ] && trees+=("${d%/}"); done
-if [ "${#trees[@]}" -eq 0 ]; then
-  echo "gpu_ab_set.sh: no source trees in .variants (scripts/ab_prepare.sh REV...)" >&2
-  exit 1
-fi
+source scripts/ab_trees.sh
+ab_find_trees ""
 logs="${OUT:-build/ab-logs}"
 mkdir -p "$logs"
-if [ -d .deps/pcre2/lib/pkgconfig ]; then
-  export PKG_CONFIG_PATH="$PWD/.deps/pcre2/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-fi
-jobs_each=$(( $(nproc) / ${#trees[@]} )); [ "$jobs_each" -ge 1 ] || jobs_each=1
-t0=$(date +%s)
-for t in "${trees[@]}"; do
-  name=$(basename "$t")
-  ( cmake -S "$t" -B "build/ab/$name" -G Ninja -DCMAKE_BUILD_TYPE=Release -DK3_CUDA=ON -DK3_BUILD_TESTS=OFF \
-      >"$logs/$name.configure.log" 2>&1 &&
-    cmake --build "build/ab/$name" -j "$jobs_each" --target k3_cli k3_bench_cuda k3_bench_cuda_attention \
-      >"$logs/$name.build.log" 2>&1 ) &
-done
-build_rc=0
-for job in $(jobs -p); do wait "$job" || build_rc=1; done
-echo "builds: exit $build_rc in $(( $(date +%s) - t0 )) s"
+ab_build "$logs" k3_cli k3_bench_cuda k3_bench_cuda_attention
 [ "$build_rc" -eq 0 ] || exit 1
 
 sets=(model moe-w4 attention)

@@ -29,15 +29,16 @@
 #include "backend/cuda/attention/mla/mla.h"
 #include "backend/cuda/core/stream.h"
 #include "backend/cuda/core/upload.h"
+#include "bench_cuda_util.h"
 
 namespace k3::cuda {
 namespace {
 
-constexpr double kReadCeilingTBs = 3.83;
+using bench::kReadCeilingTBs;
 constexpr double kFlashKdaUs = 279.0;  // T=2048, H=12, D=128, H100 (published)
 constexpr size_t kRotateBytes = size_t{256} << 20;
 
-int g_reps = 20;
+using bench::g_reps;
 bool g_quick = false;
 bool g_profile = false;  // one call per kernel variant of one case per table (for ncu)
 bool g_bulk = true;      // time the bulk-copy (TMA) variants
@@ -78,24 +79,14 @@ void fill_f32(float* p, size_t n, uint64_t seed, float mean, float sd) {
   K3_CUDA_CHECK_LAUNCH("fill");
 }
 
+// bench::time_ms, or with --profile one untimed call per kernel variant.
 double time_ms(cudaStream_t stream, const std::function<void(int)>& fn) {
   if (g_profile) {
     fn(0);
     K3_CUDA_CHECK(cudaStreamSynchronize(stream));
     return 1.0;
   }
-  for (int i = 0; i < 3; ++i) fn(i);
-  std::vector<Event> ev(static_cast<size_t>(2 * g_reps));
-  for (int r = 0; r < g_reps; ++r) {
-    ev[2 * r].record(stream);
-    fn(r + 3);
-    ev[2 * r + 1].record(stream);
-  }
-  ev.back().sync();
-  std::vector<double> ms;
-  for (int r = 0; r < g_reps; ++r) ms.push_back(ev[2 * r + 1].elapsed_ms_since(ev[2 * r]));
-  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-  return ms[ms.size() / 2];
+  return bench::time_ms(stream, fn);
 }
 
 DeviceTensor upload_i32(Arena& a, const std::vector<int32_t>& v, const char* what) {
@@ -361,6 +352,7 @@ void bench_mla_prefill(Arena& arena, Stream& stream) {
 
 int main(int argc, char** argv) {
   using namespace k3::cuda;
+  bench::g_reps = 20;  // this binary's default --reps
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
       g_reps = std::max(1, std::atoi(argv[++i]));

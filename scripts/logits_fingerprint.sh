@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fingerprints the CPU logits of every make-tiny family of both architectures (the expert pack is
 # Kimi-K3 only), and of the
-# transformers peer fixture, at every CPU kernel tier this machine has: one line per
+# transformers peer fixture, at every CPU kernel tier this machine has (and the GGUF peer fixture's
+# tensors through the exact dequantizers): one line per
 # (checkpoint, tier) with the SHA-256 of the float32 logits .npy. Two k3 builds compute the same
 # logits exactly when their outputs are identical.
 #
@@ -48,3 +49,13 @@ for dir in "${checkpoints[@]}"; do
     done
   done
 done
+
+# The GGUF peer fixture: every tensor of its GGUF file through k3's exact dequantizers.
+gguf="$shared/fixtures/gguf-peer/quants.gguf"
+if [ -f "$gguf" ]; then
+  for name in $("$k3" inspect "$gguf" --json | python3 -c 'import json, sys; print(" ".join(t["name"] for t in json.load(sys.stdin)["tensors"]))'); do
+    out="$work/out/gguf-peer.$name.npy"
+    "$k3" inspect "$gguf" --tensor "$name" --dequant --out "$out" >/dev/null
+    echo "gguf-peer $name dequant $(sha256sum "$out" | cut -c1-16)"
+  done
+fi

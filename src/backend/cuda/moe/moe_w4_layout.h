@@ -1,5 +1,5 @@
 // Bit layout of a packed 4-bit expert bank on the GPU (moe_w4.h), as constexpr helpers shared by the
-// host repack (moe_w4_pack.cpp), the kernels (moe_w4_gemm.cuh, through --expt-relaxed-constexpr) and
+// host repack (moe_w4.cpp), the kernels (moe_w4_gemm.cuh, through --expt-relaxed-constexpr) and
 // the tests. No CUDA types here.
 //
 // A bank of R = E·N rows × K is cut into 16-row groups and 64-column chunks; group G, chunk c is

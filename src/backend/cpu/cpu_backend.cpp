@@ -15,10 +15,7 @@ class CpuBackend final : public Backend {
     }
   }
   void linear(const cpu::CpuLinear& w, const Tensor& x, Tensor& y) override { cpu::linear(w, x, y); }
-  void add(Tensor& acc, const Tensor& x) override {
-#pragma omp parallel for schedule(static) if (acc.data.size() >= cpu::kParallelMinElements)
-    for (int64_t i = 0; i < static_cast<int64_t>(acc.data.size()); ++i) acc.data[i] += x.data[i];
-  }
+  void add(Tensor& acc, const Tensor& x) override { cpu::add(acc, x); }
   void rms_norm(const Tensor& x, const Floats& w, double eps, Tensor& y) override { cpu::rms_norm(x, w, eps, y); }
   void attn_res_mix_norm(std::span<const Tensor* const> candidates, const Floats& c, const Floats& norm_w, double eps,
                          Tensor& y) override {

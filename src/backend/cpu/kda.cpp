@@ -1,10 +1,12 @@
-// KDA token mixer (spec §6): projections, causal depthwise conv + SiLU with conv state, gates,
-// L2 norm, the delta-rule core (chunked prefill / recurrent decode), gated RMSNorm, o_proj.
+// KDA on the CPU (spec §6): the causal depthwise conv + SiLU with conv state, gates, L2 norm, the
+// delta-rule core (chunked prefill / recurrent decode) and the gated RMSNorm, as the operations of
+// model/blocks.h kda_block, which composes them with the projections.
 #include "backend/cpu/kda.h"
 
 #include <cmath>
 
-#include "backend/cpu/ops.h"
+#include "backend/cpu/block_ops.h"
+#include "model/blocks.h"
 #include "core/error.h"
 
 namespace k3::cpu {
@@ -135,34 +137,37 @@ void kda_head_chunked(const KdaHeadInputs& in, float* S, float* out, int64_t chu
   }
 }
 
-void kda_mixer(const K3Config& config, int64_t layer, const KdaWeights& w, const Tensor& x,
-               std::span<const SeqSlice> slices, Tensor& out) {
-  const KdaConfig& kc = config.kda;
-  const int64_t T = x.rows, H = kc.num_heads, D = kc.head_dim, P = kc.projection_dim(), width = kc.short_conv_kernel_size;
-  if (width < 1 || width > 9) throw Error(Where{config.file, "", "short_conv_kernel_size"}, "must be in [1, 9]");
-  Tensor q_pre, k_pre, v_pre, f_low, f, b, g_low, g;
-  linear(*w.q, x, q_pre);
-  linear(*w.k, x, k_pre);
-  linear(*w.v, x, v_pre);
-  linear(*w.f_a, x, f_low);
-  linear(*w.f_b, f_low, f);
-  linear(*w.b, x, b);
-  if (w.g) {
-    linear(*w.g, x, g);
-  } else {
-    linear(*w.g_a, x, g_low);
-    linear(*w.g_b, g_low, g);
-  }
-  Tensor q(T, P), k(T, P), v(T, P);
-  for (const SeqSlice& s : slices) {
-    KdaLayerState& st = s.state->kda[static_cast<size_t>(layer)];
+KdaBuffers BlockOps::kda_buffers(const KdaWeights&, const Tensor& x) const {
+  const KdaConfig& kc = c_.kda;
+  const int64_t width = kc.short_conv_kernel_size;
+  if (width < 1 || width > 9) throw Error(Where{c_.file, "", "short_conv_kernel_size"}, "must be in [1, 9]");
+  const int64_t T = x.rows, P = kc.projection_dim();
+  KdaBuffers s;
+  s.q = Tensor(T, P);
+  s.k = Tensor(T, P);
+  s.v = Tensor(T, P);
+  s.y = Tensor(T, P);
+  return s;
+}
+
+void BlockOps::kda_short_conv(int64_t layer, const KdaWeights& w, KdaBuffers& s) const {
+  const KdaConfig& kc = c_.kda;
+  const int64_t H = kc.num_heads, D = kc.head_dim, P = kc.projection_dim(), width = kc.short_conv_kernel_size;
+  for (const SeqSlice& sl : slices_) {
+    KdaLayerState& st = sl.state->kda[static_cast<size_t>(layer)];
     const size_t hist = static_cast<size_t>((width - 1) * P);
     if (st.conv.empty()) st.conv.assign(3 * hist, 0.0f);
     if (st.recurrent.empty()) st.recurrent.assign(static_cast<size_t>(H * D * D), 0.0f);
-    short_conv(q_pre, s.row0, s.n, w.q_conv, width, st.conv.data(), q);
-    short_conv(k_pre, s.row0, s.n, w.k_conv, width, st.conv.data() + hist, k);
-    short_conv(v_pre, s.row0, s.n, w.v_conv, width, st.conv.data() + 2 * hist, v);
+    short_conv(s.q_pre, sl.row0, sl.n, w.q_conv, width, st.conv.data(), s.q);
+    short_conv(s.k_pre, sl.row0, sl.n, w.k_conv, width, st.conv.data() + hist, s.k);
+    short_conv(s.v_pre, sl.row0, sl.n, w.v_conv, width, st.conv.data() + 2 * hist, s.v);
   }
+}
+
+void BlockOps::kda_attention(int64_t layer, const KdaWeights& w, KdaBuffers& s) const {
+  const KdaConfig& kc = c_.kda;
+  const int64_t T = s.q.rows, H = kc.num_heads, D = kc.head_dim;
+  Tensor &f = s.f, &b = s.b;
   // Forget gate (log decay) in place of f, β in place of b (spec §6.3).
 #pragma omp parallel for schedule(static) if (T > 1)
   for (int64_t t = 0; t < T; ++t) {
@@ -177,25 +182,24 @@ void kda_mixer(const K3Config& config, int64_t layer, const KdaWeights& w, const
     }
   }
   // The delta-rule core per (sequence, head), then the gated RMSNorm (spec §6.7).
-  Tensor y(T, P);
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const int64_t jobs = static_cast<int64_t>(slices.size()) * H;
+  const int64_t jobs = static_cast<int64_t>(slices_.size()) * H;
 #pragma omp parallel for schedule(dynamic)
   for (int64_t job = 0; job < jobs; ++job) {
-    const SeqSlice& s = slices[static_cast<size_t>(job / H)];
-    const int64_t h = job % H, n = s.n;
+    const SeqSlice& sl = slices_[static_cast<size_t>(job / H)];
+    const int64_t h = job % H, n = sl.n;
     std::vector<float> hq(n * D), hk(n * D), hv(n * D), hg(n * D), hb(n), ho(n * D);
     for (int64_t t = 0; t < n; ++t) {
-      const int64_t r = s.row0 + t;
-      std::copy_n(q.row(r) + h * D, D, hq.data() + t * D);
-      std::copy_n(k.row(r) + h * D, D, hk.data() + t * D);
-      std::copy_n(v.row(r) + h * D, D, hv.data() + t * D);
+      const int64_t r = sl.row0 + t;
+      std::copy_n(s.q.row(r) + h * D, D, hq.data() + t * D);
+      std::copy_n(s.k.row(r) + h * D, D, hk.data() + t * D);
+      std::copy_n(s.v.row(r) + h * D, D, hv.data() + t * D);
       std::copy_n(f.row(r) + h * D, D, hg.data() + t * D);
       hb[t] = b.row(r)[h];
       l2_normalize(hq.data() + t * D, D, q_scale);
       l2_normalize(hk.data() + t * D, D, 1.0f);
     }
-    float* S = s.state->kda[static_cast<size_t>(layer)].recurrent.data() + h * D * D;
+    float* S = sl.state->kda[static_cast<size_t>(layer)].recurrent.data() + h * D * D;
     const KdaHeadInputs in{n, D, hq.data(), hk.data(), hv.data(), hg.data(), hb.data()};
     if (n == 1) {
       kda_head_recurrent(in, S, ho.data());
@@ -206,13 +210,18 @@ void kda_mixer(const K3Config& config, int64_t layer, const KdaWeights& w, const
       const float* o = ho.data() + t * D;
       float ss = 0;
       for (int64_t d = 0; d < D; ++d) ss += o[d] * o[d];
-      const float r = 1.0f / std::sqrt(ss / static_cast<float>(D) + static_cast<float>(config.rms_norm_eps));
-      float* yr = y.row(s.row0 + t) + h * D;
-      const float* gr = g.row(s.row0 + t) + h * D;
+      const float r = 1.0f / std::sqrt(ss / static_cast<float>(D) + static_cast<float>(c_.rms_norm_eps));
+      float* yr = s.y.row(sl.row0 + t) + h * D;
+      const float* gr = s.g.row(sl.row0 + t) + h * D;
       for (int64_t d = 0; d < D; ++d) yr[d] = o[d] * r * w.o_norm[d] * sigmoid(gr[d]);
     }
   }
-  linear(*w.o, y, out);
+}
+
+void kda_mixer(const K3Config& config, int64_t layer, const KdaWeights& w, const Tensor& x,
+               std::span<const SeqSlice> slices, Tensor& out) {
+  BlockOps ops(config, slices);
+  kda_block(ops, layer, w, x, out);
 }
 
 }  // namespace k3::cpu

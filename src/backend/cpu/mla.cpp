@@ -1,10 +1,11 @@
-// MLA token mixer (spec §5, §10): q-LoRA or direct q, kv_a + norm, NoPE, causal softmax, output
-// gate. New tokens append [c | k_pe] to the sequence's latent cache; a multi-token slice attends in
-// the expanded form (kv_b applied to every cached latent), a one-token slice in the absorbed form
+// MLA on the CPU (spec §5, §10), the operations model/blocks.h mla_block composes with the
+// projections: kv_a norm into the latent cache, NoPE causal softmax, output gate. New tokens append
+// [c | k_pe] to the sequence's latent cache; a multi-token slice attends in the expanded form (kv_b applied to every cached latent), a one-token slice in the absorbed form
 // against the latent cache (q_lat = W_UKᵀ q_nope, o = W_UV Σ p c).
 #include <cmath>
 
-#include "backend/cpu/ops.h"
+#include "backend/cpu/block_ops.h"
+#include "model/blocks.h"
 
 namespace k3::cpu {
 namespace {
@@ -96,44 +97,53 @@ void attend_absorbed(const MlaWeights& w, const Dims& d, float scale, const Tens
 
 }  // namespace
 
-void mla_mixer(const K3Config& config, int64_t layer, const MlaWeights& w, const Tensor& x,
-               std::span<const SeqSlice> slices, Tensor& out) {
-  const MlaConfig& m = config.mla;
+MlaBuffers BlockOps::mla_buffers(const MlaWeights&, const Tensor& x) const {
+  const Dims d(c_.mla);
+  MlaBuffers s;
+  s.o = Tensor(x.rows, d.nh * d.dv);
+  return s;
+}
+
+void BlockOps::mla_append_cache(int64_t layer, const MlaWeights& w, MlaBuffers& s) const {
+  const MlaConfig& m = c_.mla;
+  const Dims d(m);
+  const Tensor& kv = s.kv;
+  Tensor c_raw(kv.rows, d.r), latent;
+  for (int64_t t = 0; t < kv.rows; ++t) std::copy_n(kv.row(t), d.r, c_raw.row(t));
+  rms_norm(c_raw, w.kv_a_norm, m.low_rank_norm_eps, latent);
+  for (const SeqSlice& sl : slices_) {
+    MlaLayerCache& cache = sl.state->mla[static_cast<size_t>(layer)];
+    for (int64_t t = 0; t < sl.n; ++t) {
+      cache.rows.insert(cache.rows.end(), latent.row(sl.row0 + t), latent.row(sl.row0 + t) + d.r);
+      cache.rows.insert(cache.rows.end(), kv.row(sl.row0 + t) + d.r, kv.row(sl.row0 + t) + d.row);
+    }
+  }
+}
+
+void BlockOps::mla_attention(int64_t layer, const MlaWeights& w, MlaBuffers& s) const {
+  const MlaConfig& m = c_.mla;
   const Dims d(m);
   const float scale = static_cast<float>(m.softmax_scale());
-  Tensor q, kv, latent;
-  if (w.q_a) {
-    Tensor qa, qa_normed;
-    linear(*w.q_a, x, qa);
-    rms_norm(qa, w.q_a_norm, m.low_rank_norm_eps, qa_normed);
-    linear(*w.q_b, qa_normed, q);
-  } else {
-    linear(*w.q, x, q);
-  }
-  linear(*w.kv_a, x, kv);
-  Tensor c_raw(x.rows, d.r);
-  for (int64_t t = 0; t < x.rows; ++t) std::copy_n(kv.row(t), d.r, c_raw.row(t));
-  rms_norm(c_raw, w.kv_a_norm, m.low_rank_norm_eps, latent);
-  Tensor o(x.rows, d.nh * d.dv);
-  for (const SeqSlice& s : slices) {
-    MlaLayerCache& cache = s.state->mla[static_cast<size_t>(layer)];
-    for (int64_t t = 0; t < s.n; ++t) {
-      cache.rows.insert(cache.rows.end(), latent.row(s.row0 + t), latent.row(s.row0 + t) + d.r);
-      cache.rows.insert(cache.rows.end(), kv.row(s.row0 + t) + d.r, kv.row(s.row0 + t) + d.row);
-    }
-    if (s.n == 1) {
-      attend_absorbed(w, d, scale, q, cache, s, o);
+  Tensor& o = s.o;
+  for (const SeqSlice& sl : slices_) {
+    const MlaLayerCache& cache = sl.state->mla[static_cast<size_t>(layer)];
+    if (sl.n == 1) {
+      attend_absorbed(w, d, scale, s.q, cache, sl, o);
     } else {
-      attend_expanded(w, d, scale, q, cache, s, o);
+      attend_expanded(w, d, scale, s.q, cache, sl, o);
     }
   }
   if (w.g) {
-    Tensor g;
-    linear(*w.g, x, g);
+    const Tensor& g = s.gate;
 #pragma omp parallel for schedule(static) if (o.data.size() >= kParallelMinElements)
     for (int64_t i = 0; i < static_cast<int64_t>(o.data.size()); ++i) o.data[i] *= sigmoid(g.data[i]);
   }
-  linear(*w.o, o, out);
+}
+
+void mla_mixer(const K3Config& config, int64_t layer, const MlaWeights& w, const Tensor& x,
+               std::span<const SeqSlice> slices, Tensor& out) {
+  BlockOps ops(config, slices);
+  mla_block(ops, config.mla, layer, w, x, out);
 }
 
 }  // namespace k3::cpu

@@ -2,7 +2,7 @@
 // softmax), correction bias for selection only, grouped top-k, renormalisation, routed scaling;
 // latent down / norm / up; SiLU or SiTU experts; shared experts on the full-width input.
 //
-// Scale contract (quant-formats §3.4, DESIGN.md traps), explicit in gated_mlp: the gate and up GEMMs
+// Scale contract (quant-formats §3.4, DESIGN.md traps), explicit in gated_projection: the gate and up GEMMs
 // return accumulators without their per-tensor α (NVFP4 weight_scale_2 [× input_scale under W4A4]),
 // gated_activation applies α_gate and α_up to them BEFORE SiTU's tanh — exactly once — and GEMM2
 // then requantises its input (W4A4) and applies its own α inside `linear`.
@@ -10,7 +10,8 @@
 #include <cmath>
 #include <numeric>
 
-#include "backend/cpu/ops.h"
+#include "backend/cpu/block_ops.h"
+#include "model/blocks.h"
 
 namespace k3::cpu {
 namespace {
@@ -35,13 +36,19 @@ void gated_activation(const ActivationConfig& a, Tensor& gate, const Tensor& up,
   }
 }
 
+void gated_projection(const ActivationConfig& act, const CpuLinear& gate_w, const CpuLinear& up_w, const Tensor& x,
+                      Tensor& a) {
+  Tensor up;
+  linear_accumulators(gate_w, x, a);
+  linear_accumulators(up_w, x, up);
+  gated_activation(act, a, up, gate_w.output_scale(), up_w.output_scale());
+}
+
 void gated_mlp(const ActivationConfig& act, const CpuLinear& gate_w, const CpuLinear& up_w, const CpuLinear& down_w,
                const Tensor& x, Tensor& out) {
-  Tensor gate, up;
-  linear_accumulators(gate_w, x, gate);
-  linear_accumulators(up_w, x, up);
-  gated_activation(act, gate, up, gate_w.output_scale(), up_w.output_scale());
-  linear(down_w, gate, out);
+  Tensor a;
+  gated_projection(act, gate_w, up_w, x, a);
+  linear(down_w, a, out);
 }
 
 namespace {
@@ -94,51 +101,45 @@ std::vector<Route> route(const MoeConfig& m, const float* logits, const Floats& 
   return picked;
 }
 
-void mlp(const K3Config& config, const MlpWeights& w, const Tensor& x, Tensor& out) {
-  gated_mlp(config.activation, *w.gate, *w.up, *w.down, x, out);
+MoeBuffers::MoeBuffers(const MoeWeights& w, const Tensor& x, Tensor& out)
+    : routed(w.latent_up ? own : out) {
+  routed = Tensor(x.rows, w.latent_down ? w.latent_down->rows() : x.cols);
 }
 
-void moe(const K3Config& config, const MoeWeights& w, const Tensor& x, Tensor& out) {
-  const MoeConfig& m = *config.moe;
-  const int64_t T = x.rows;
-  Tensor logits;
-  linear(*w.router, x, logits);
+void BlockOps::route(const Tensor& logits, const Floats& bias, Routing& routing) const {
+  routing.resize(static_cast<size_t>(logits.rows));
+  for (int64_t t = 0; t < logits.rows; ++t) routing[static_cast<size_t>(t)] = cpu::route(*c_.moe, logits.row(t), bias);
+}
+
+void BlockOps::routed_experts(int64_t, const MoeWeights& w, const Tensor& z, const Routing& routing, Tensor& routed) const {
+  const MoeConfig& m = *c_.moe;
   // Tokens per expert, with their routing weights.
   std::vector<std::vector<std::pair<int64_t, float>>> assigned(static_cast<size_t>(m.num_experts));
-  for (int64_t t = 0; t < T; ++t) {
-    for (const Route& r : route(m, logits.row(t), w.correction_bias)) assigned[r.expert].push_back({t, r.weight});
+  for (size_t t = 0; t < routing.size(); ++t) {
+    for (const Route& r : routing[t]) assigned[r.expert].push_back({static_cast<int64_t>(t), r.weight});
   }
-  Tensor z_owned;
-  if (w.latent_down) linear(*w.latent_down, x, z_owned);
-  const Tensor& z = w.latent_down ? z_owned : x;
-  Tensor routed(T, z.cols);
   for (int64_t e = 0; e < m.num_experts; ++e) {
     const auto& tokens = assigned[static_cast<size_t>(e)];
     if (tokens.empty()) continue;
     Tensor in(static_cast<int64_t>(tokens.size()), z.cols), y;
     for (size_t i = 0; i < tokens.size(); ++i) std::copy_n(z.row(tokens[i].first), z.cols, in.row(static_cast<int64_t>(i)));
-    gated_mlp(config.activation, *w.w1[e], *w.w3[e], *w.w2[e], in, y);
+    gated_mlp(c_.activation, *w.w1[e], *w.w3[e], *w.w2[e], in, y);
     for (size_t i = 0; i < tokens.size(); ++i) {
       float* r = routed.row(tokens[i].first);
       const float* yi = y.row(static_cast<int64_t>(i));
       for (int64_t c = 0; c < z.cols; ++c) r[c] += tokens[i].second * yi[c];
     }
   }
-  if (w.latent_up) {
-    Tensor normed;
-    if (!w.latent_norm.empty()) {
-      rms_norm(routed, w.latent_norm, config.rms_norm_eps, normed);
-      routed = std::move(normed);
-    }
-    linear(*w.latent_up, routed, out);
-  } else {
-    out = std::move(routed);
-  }
-  if (w.shared.gate) {
-    Tensor shared;
-    mlp(config, w.shared, x, shared);
-    for (size_t i = 0; i < out.data.size(); ++i) out.data[i] += shared.data[i];
-  }
+}
+
+void mlp(const K3Config& config, const MlpWeights& w, const Tensor& x, Tensor& out) {
+  BlockOps ops(config, {});
+  mlp_block(ops, w, x, out);
+}
+
+void moe(const K3Config& config, const MoeWeights& w, const Tensor& x, Tensor& out) {
+  BlockOps ops(config, {});
+  moe_block(ops, config.rms_norm_eps, 0, w, x, out);
 }
 
 }  // namespace k3::cpu

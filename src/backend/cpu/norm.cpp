@@ -29,6 +29,11 @@ void linear_accumulators(const CpuLinear& w, const Tensor& x, Tensor& y) {
   if (x.rows > 0) w.forward_accumulators(x.data.data(), x.rows, y.data.data());
 }
 
+void add(Tensor& acc, const Tensor& x) {
+#pragma omp parallel for schedule(static) if (acc.data.size() >= kParallelMinElements)
+  for (int64_t i = 0; i < static_cast<int64_t>(acc.data.size()); ++i) acc.data[i] += x.data[i];
+}
+
 void rms_norm(const Tensor& x, const Floats& w, double eps, Tensor& y) {
   y = Tensor(x.rows, x.cols);
 #pragma omp parallel for schedule(static) if (x.rows > 1)

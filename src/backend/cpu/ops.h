@@ -1,5 +1,6 @@
 // The CPU backend's block operations (fp32 math, OpenMP over tokens / heads), one file each:
-// norm.cpp, kda.cpp, mla.cpp, moe.cpp. CpuBackend (cpu_backend.cpp) exposes them as a Backend.
+// norm.cpp, kda.cpp, mla.cpp, moe.cpp. The mixers and FFNs are model/blocks.h over BlockOps
+// (block_ops.h); CpuBackend (cpu_backend.cpp) exposes them as a Backend.
 #pragma once
 
 #include "backend/cpu/backend.h"
@@ -16,10 +17,14 @@ void linear_accumulators(const CpuLinear& w, const Tensor& x, Tensor& y);
 
 // gate ← act(gate·gate_alpha, up·up_alpha) elementwise: SiLU(g)·u, or SiTU(β, β_lin) (spec §2.1).
 void gated_activation(const ActivationConfig& act, Tensor& gate, const Tensor& up, float gate_alpha, float up_alpha);
+// a = act(x·gateᵀ, x·upᵀ) under the MoE scale contract: both GEMMs' α applied before act, once (moe.cpp).
+void gated_projection(const ActivationConfig& act, const CpuLinear& gate_w, const CpuLinear& up_w, const Tensor& x,
+                      Tensor& a);
 // One gated FFN (dense MLP, shared or routed expert) under the MoE scale contract (moe.cpp).
 void gated_mlp(const ActivationConfig& act, const CpuLinear& gate_w, const CpuLinear& up_w, const CpuLinear& down_w,
                const Tensor& x, Tensor& out);
 
+void add(Tensor& acc, const Tensor& x);  // acc += x
 void rms_norm(const Tensor& x, const Floats& w, double eps, Tensor& y);
 void attn_res_mix_norm(std::span<const Tensor* const> candidates, const Floats& c, const Floats& norm_w, double eps,
                        Tensor& y);

@@ -1,8 +1,8 @@
-// Feed-forward blocks on the GPU (spec §7, §8), the CUDA forms of cpu::mlp and cpu::moe: the dense
-// gated MLP, and the MoE layer — fp32 router logits, the one-kernel router, optional latent
-// down-projection, expert dispatch and two grouped GEMMs around the gated activation (GEMM 2 applies
-// the routing weights in its epilogue), the combine (a sum in pick order), latent norm and
-// up-projection, shared experts on the full-width input.
+// Feed-forward operations on the GPU (spec §7, §8) that model/blocks.h mlp_block and moe_block
+// compose: the gated projection (gate and up GEMMs, the gated activation), fp32 router logits into
+// the one-kernel router, and the routed experts — expert dispatch and two grouped GEMMs around the
+// gated activation (GEMM 2 applies the routing weights in its epilogue), the combine (a sum in pick
+// order).
 // Experts are bf16 or kept packed (device_weights.h: NVFP4 / MXFP4, W4A8, GGUF): either way GEMM1
 // returns dequantised values — the packed kernels apply every weight scale (NVFP4's per-expert global
 // scale for gate and up separately) in their epilogue — so the activation's gate/up alphas are 1 and
@@ -11,14 +11,14 @@
 // fp32 into the activation). Where GEMM 2's bank quantises its input (W4A8, GGUF decode, W4A4), the
 // activation is applied by the kernel that quantises it (one pass; ExpertInput).
 #include "backend/cuda/executor/expert_stream.h"
-#include "backend/cuda/executor/rows.h"
-#include "backend/cuda/executor/step.h"
+#include "backend/cuda/executor/block_ops.h"
 #include "backend/cuda/moe/moe.h"
 #include "quant/formats/ggml/cuda/moe_ggml.h"
 #include "quant/formats/nvfp4/cuda/moe_nvfp4_act.h"
 #include "backend/cuda/moe/moe_w4.h"
 #include "quant/formats/modelslim/cuda/moe_w4a8.h"
 #include "backend/cuda/ops/ops.h"
+#include "model/blocks.h"
 
 namespace k3::cuda {
 namespace {
@@ -121,56 +121,63 @@ bool fused_gemm1(StepContext& ctx, const DeviceTensor& xs, const DeviceExperts& 
 
 }  // namespace
 
-void mlp_block(StepContext& ctx, const DeviceMlp& w, const DeviceTensor& x, const DeviceTensor& out) {
-  const int64_t T = x.rows, I = w.gate.n;
-  const size_t mark = ctx.arena.mark();
-  const DeviceTensor gate_up = ctx.scratch(DType::kBF16, T, 2 * I, "mlp gate|up");
-  ctx.linear(w.gate, x, gate_up.col_slice(0, I));
-  ctx.linear(w.up, x, gate_up.col_slice(I, I));
-  const DeviceTensor a = ctx.scratch(DType::kBF16, T, I, "mlp activation");
-  gated_activation(gated_activation_params(ctx.config.activation), gate_up.col_slice(0, I), gate_up.col_slice(I, I), a,
-                   ctx.stream);
-  ctx.linear(w.down, a, out);
-  ctx.arena.reset(mark);
+MlpBuffers BlockOps::mlp_buffers(const DeviceMlp& w, const DeviceTensor& x) const {
+  return {scratch(DType::kBF16, x.rows, w.gate.n, "mlp activation")};
 }
 
-void moe_block(StepContext& ctx, int64_t layer, const DeviceMoe& w, const DeviceTensor& x, const DeviceTensor& out) {
-  const MoeConfig& mc = *ctx.config.moe;
-  const int64_t T = x.rows, E = mc.num_experts, k = mc.experts_per_token, I = mc.moe_intermediate_size;
-  const size_t mark = ctx.arena.mark();
+void BlockOps::gated_projection(const DeviceLinear& gate, const DeviceLinear& up, const DeviceTensor& x,
+                                const DeviceTensor& a) const {
+  const int64_t I = gate.n;
+  const DeviceTensor gate_up = scratch(DType::kBF16, x.rows, 2 * I, "mlp gate|up");
+  ctx_.linear(gate, x, gate_up.col_slice(0, I));
+  ctx_.linear(up, x, gate_up.col_slice(I, I));
+  gated_activation(gated_activation_params(ctx_.config.activation), gate_up.col_slice(0, I), gate_up.col_slice(I, I), a,
+                   ctx_.stream);
+}
 
-  const DeviceTensor logits = ctx.scratch(DType::kF32, T, E, "router logits");
-  ctx.linear(w.router, x, logits);
-  const DeviceTensor ids = ctx.scratch(DType::kI32, T, k, "router expert ids");
-  const DeviceTensor weights = ctx.scratch(DType::kF32, T, k, "router weights");
-  moe_route(router_params(mc), logits, w.correction_bias, ids, weights, ctx.stream);
-
-  DeviceTensor z = x;
-  if (w.latent_down) {
-    z = ctx.scratch(DType::kBF16, T, w.latent_down.n, "latent moe input");
-    ctx.linear(w.latent_down, x, z);
-  }
-  const int64_t D = z.cols, R = T * k;
+MoeBuffers BlockOps::moe_buffers(const DeviceMoe& w, const DeviceTensor& x, const DeviceTensor& out) const {
+  const MoeConfig& mc = *ctx_.config.moe;
+  const int64_t T = x.rows, E = mc.num_experts, k = mc.experts_per_token;
+  MoeBuffers s;
+  s.logits = scratch(DType::kF32, T, E, "router logits");
+  s.routing.ids = scratch(DType::kI32, T, k, "router expert ids");
+  s.routing.weights = scratch(DType::kF32, T, k, "router weights");
+  if (w.latent_down) s.z = scratch(DType::kBF16, T, w.latent_down.n, "latent moe input");
+  const int64_t D = w.latent_down ? w.latent_down.n : x.cols;
   // The routed sum goes straight into `out`, or to the latent up-projection: f32 for its norm, else
   // bf16 as the GEMM reads it (f32 when streaming, whose passes accumulate; the GEMM input rounds the
   // same sum to bf16 once, as the combine would).
-  const DType routed_dtype = w.latent_norm || ctx.experts != nullptr ? DType::kF32 : DType::kBF16;
-  const DeviceTensor routed = w.latent_up ? ctx.scratch(routed_dtype, T, D, "moe routed sum") : out;
+  const DType routed_dtype = w.latent_norm || ctx_.experts != nullptr ? DType::kF32 : DType::kBF16;
+  s.routed = w.latent_up ? scratch(routed_dtype, T, D, "moe routed sum") : out;
+  if (w.latent_up && w.latent_norm) s.normed = scratch(DType::kBF16, T, D, "moe latent normed");
+  if (w.shared.gate) s.shared = scratch(DType::kF32, T, out.cols, "shared expert output");
+  return s;
+}
 
+void BlockOps::route(const DeviceTensor& logits, DeviceVector bias, const Routing& routing) const {
+  moe_route(router_params(*ctx_.config.moe), logits, bias, routing.ids, routing.weights, ctx_.stream);
+}
+
+void BlockOps::routed_experts(int64_t layer, const DeviceMoe& w, const DeviceTensor& z, const Routing& routing,
+                              const DeviceTensor& routed) const {
+  StepContext& ctx = ctx_;
+  const MoeConfig& mc = *ctx.config.moe;
+  const int64_t T = z.rows, E = mc.num_experts, k = mc.experts_per_token, I = mc.moe_intermediate_size;
+  const int64_t D = z.cols, R = T * k;
   // One pass of dispatch → gather → GEMM 1 → activation → GEMM 2 → combine over `bank` (E_bank
   // experts) for the picks `pick_ids` names (−1: skipped).
   const int64_t E_bank = ctx.experts != nullptr ? ctx.experts->slots() : E;
   const MoeDispatch d =
       moe_dispatch_view(ctx.arena.alloc(moe_dispatch_bytes(T, k, E_bank), "moe dispatch"), T, k, E_bank);
-  const DeviceTensor xs = ctx.scratch(DType::kBF16, R, D, "moe sorted rows");
-  const DeviceTensor gate_up = ctx.scratch(DType::kBF16, R, 2 * I, "moe gate|up");
-  const DeviceTensor a = ctx.scratch(DType::kBF16, R, I, "moe activation");
-  const DeviceTensor ys = ctx.scratch(DType::kF32, R, D, "moe expert outputs");
+  const DeviceTensor xs = scratch(DType::kBF16, R, D, "moe sorted rows");
+  const DeviceTensor gate_up = scratch(DType::kBF16, R, 2 * I, "moe gate|up");
+  const DeviceTensor a = scratch(DType::kBF16, R, I, "moe activation");
+  const DeviceTensor ys = scratch(DType::kF32, R, D, "moe expert outputs");
   float* row_weight = ctx.arena.alloc_n<float>(static_cast<size_t>(R), "moe row weights");
   auto pass = [&](const DeviceTensor& pick_ids, const DeviceExperts& w13, const DeviceExperts& w2, bool accumulate) {
     const size_t pass_mark = ctx.arena.mark();
     moe_dispatch(pick_ids, d, ctx.stream);
-    moe_row_weights(weights, d, row_weight, ctx.stream);
+    moe_row_weights(routing.weights, d, row_weight, ctx.stream);
     const MoeDispatch weighted = moe_weighted(d, row_weight);  // GEMM 2 applies the routing weights
     moe_gather(z, d, xs, ctx.stream);
     const GatedActivation act = gated_activation_params(ctx.config.activation);
@@ -186,32 +193,28 @@ void moe_block(StepContext& ctx, int64_t layer, const DeviceMoe& w, const Device
     ctx.arena.reset(pass_mark);
   };
   if (ctx.experts == nullptr) {
-    pass(ids, w.w13, w.w2, false);
+    pass(routing.ids, w.w13, w.w2, false);
   } else {
     // Expert streaming (expert_stream.h): the passes over the slot banks, each after the copies it
     // needs; every pick runs in exactly one pass.
     ExpertStream& es = *ctx.experts;
-    const std::vector<DeviceTensor> tables = es.plan(layer, ids, ctx.arena, ctx.stream);
+    const std::vector<DeviceTensor> tables = es.plan(layer, routing.ids, ctx.arena, ctx.stream);
     for (size_t i = 0; i < tables.size(); ++i) {
       es.before_pass(i, ctx.stream);
       pass(tables[i], es.slot_bank(0), es.slot_bank(1), i > 0);
       es.after_pass(i, ctx.stream);
     }
   }
-  if (w.latent_up) {
-    DeviceTensor up_in = routed;
-    if (w.latent_norm) {
-      up_in = ctx.scratch(DType::kBF16, T, D, "moe latent normed");
-      rms_norm(routed, w.latent_norm, static_cast<float>(ctx.config.rms_norm_eps), up_in, ctx.stream);
-    }
-    ctx.linear(w.latent_up, up_in, out);
-  }
-  if (w.shared.gate) {
-    const DeviceTensor shared = ctx.scratch(DType::kF32, T, out.cols, "shared expert output");
-    mlp_block(ctx, w.shared, x, shared);
-    add_rows(out, shared, ctx.stream);
-  }
-  ctx.arena.reset(mark);
+}
+
+void mlp_block(StepContext& ctx, const DeviceMlp& w, const DeviceTensor& x, const DeviceTensor& out) {
+  BlockOps ops(ctx);
+  k3::mlp_block(ops, w, x, out);
+}
+
+void moe_block(StepContext& ctx, int64_t layer, const DeviceMoe& w, const DeviceTensor& x, const DeviceTensor& out) {
+  BlockOps ops(ctx);
+  k3::moe_block(ops, ctx.config.rms_norm_eps, layer, w, x, out);
 }
 
 }  // namespace k3::cuda

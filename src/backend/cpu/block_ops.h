@@ -1,0 +1,79 @@
+// The CPU backend's Ops for the blocks of model/blocks.h: float32 activations (Tensor), weights as
+// bound in backend/cpu/weights.h, each sequence's state in host memory (model/state.h). The
+// block-specific operations live with their math: kda.cpp, mla.cpp, moe.cpp.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+
+namespace k3::cpu {
+
+struct KdaBuffers {
+  Tensor q_pre, k_pre, v_pre, f_low, f, b, g_low, g;  // projections (f → log decay, b → β in place)
+  Tensor q, k, v;                                      // after the short conv, [T, P]
+  Tensor y;                                            // gated-RMSNorm output, [T, P]
+};
+
+struct MlaBuffers {
+  Tensor qa, qa_normed, q, kv, gate;
+  Tensor o;  // attention output, [T, heads · d_v]
+};
+
+struct MlpBuffers {
+  Tensor a;  // act(gate, up)
+};
+
+using Routing = std::vector<std::vector<Route>>;  // per token, its picks
+
+// Built in place (moe_buffers returns it as a prvalue): `routed` refers to `out`, or without a
+// latent up-projection to the block's own sum.
+struct MoeBuffers {
+  MoeBuffers(const MoeWeights& w, const Tensor& x, Tensor& out);
+  MoeBuffers(const MoeBuffers&) = delete;
+  MoeBuffers& operator=(const MoeBuffers&) = delete;
+
+  Tensor logits;
+  Routing routing;
+  Tensor z;         // latent down-projection of x
+  Tensor own;       // the routed sum when it feeds the latent up-projection
+  Tensor& routed;   // Σ weight · expert(z) per token, [T, latent or hidden], zero-initialised
+  Tensor normed;    // RMSNorm of the routed sum (latent norm)
+  Tensor shared;    // shared experts' output
+};
+
+class BlockOps {
+ public:
+  BlockOps(const K3Config& config, std::span<const SeqSlice> slices) : c_(config), slices_(slices) {}
+
+  struct Scope {};
+  Scope scope() const { return {}; }
+  void linear(const Linear& w, const Tensor& x, Tensor& y) const { cpu::linear(*w, x, y); }
+  void norm(const Tensor& x, const Floats& w, double eps, Tensor& y) const { rms_norm(x, w, eps, y); }
+  void add(Tensor& acc, const Tensor& x) const { cpu::add(acc, x); }
+  bool present(const Floats& v) const { return !v.empty(); }
+
+  KdaBuffers kda_buffers(const KdaWeights& w, const Tensor& x) const;
+  void kda_short_conv(int64_t layer, const KdaWeights& w, KdaBuffers& s) const;
+  void kda_attention(int64_t layer, const KdaWeights& w, KdaBuffers& s) const;
+
+  MlaBuffers mla_buffers(const MlaWeights& w, const Tensor& x) const;
+  void mla_append_cache(int64_t layer, const MlaWeights& w, MlaBuffers& s) const;
+  void mla_attention(int64_t layer, const MlaWeights& w, MlaBuffers& s) const;
+
+  MlpBuffers mlp_buffers(const MlpWeights&, const Tensor&) const { return {}; }
+  void gated_projection(const Linear& gate, const Linear& up, const Tensor& x, Tensor& a) const {
+    cpu::gated_projection(c_.activation, *gate, *up, x, a);
+  }
+
+  MoeBuffers moe_buffers(const MoeWeights& w, const Tensor& x, Tensor& out) const { return MoeBuffers(w, x, out); }
+  void route(const Tensor& logits, const Floats& bias, Routing& routing) const;
+  void routed_experts(int64_t layer, const MoeWeights& w, const Tensor& z, const Routing& routing, Tensor& routed) const;
+
+ private:
+  const K3Config& c_;
+  std::span<const SeqSlice> slices_;
+};
+
+}  // namespace k3::cpu

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "quant/plan/plan_files.h"
 
 namespace k3::reference {
 
@@ -20,8 +21,25 @@ using WeightSource = std::function<std::vector<double>(const std::string&)>;
 // Empty, or a no-op for a parameter, means float activations.
 using ActivationRule = std::function<void(const std::string& weight, std::vector<double>& x)>;
 
+// The activation numerics of every weight of a plan whose format quantises its input, in plain
+// float64 (docs/cpu-kernels.md): ModelSlim int8 per token (dynamic) or with the static input
+// scale/offset, GGUF int8 blocks of 32 (legacy types) or 256 (k-quants) as ggml's vec_dot_type;
+// float activations elsewhere.
+ActivationRule format_activation_rule(const LoadPlan& plan, PlanFiles& files);
+
 // Logits [T, vocab], row-major.
 std::vector<double> forward(const K3Config& config, const WeightSource& weights, const std::vector<int64_t>& ids,
                             const ActivationRule& rule = {});
+
+// The blocks forward() is made of, for block-level tests. x and the result are [T][features]; the
+// mixers run one sequence of T tokens from an empty state (full prefill).
+using Rows = std::vector<std::vector<double>>;
+Rows kda_block(const K3Config& config, const WeightSource& weights, int64_t layer, const Rows& x,
+               const ActivationRule& rule = {});
+Rows mla_block(const K3Config& config, const WeightSource& weights, int64_t layer, const Rows& x,
+               const ActivationRule& rule = {});
+// The layer's feed-forward: the MoE on MoE layers, the dense MLP elsewhere.
+Rows ffn_block(const K3Config& config, const WeightSource& weights, int64_t layer, const Rows& x,
+               const ActivationRule& rule = {});
 
 }  // namespace k3::reference

@@ -70,45 +70,6 @@ std::vector<Case> all_cases() {
   return cases;
 }
 
-// The activation numerics each weight's own format defines, in plain float64 (docs/cpu-kernels.md):
-// ModelSlim int8 per token (dynamic) or with the static input scale/offset, GGUF int8 blocks of 32
-// (legacy types) or 256 (k-quants) as ggml's vec_dot_type; float activations elsewhere.
-reference::ActivationRule format_activation_rule(const LoadPlan& plan, PlanFiles& files) {
-  struct Rule {
-    int64_t block = 0;  // 0: one scale per token
-    bool is_static = false;
-    double scale = 0, offset = 0;
-  };
-  std::map<std::string, Rule> rules;
-  for (size_t i = 0; i < plan.bindings.size(); ++i) {
-    const Binding& b = plan.bindings[i];
-    const auto scalar = [&](const char* role) { return static_cast<double>(decode_source(b.part(role)->tensors.at(0), files).at(0)); };
-    if (b.scheme.kind == SchemeKind::W4A8 || b.scheme.kind == SchemeKind::W8A8) {
-      rules[b.param] = b.scheme.static_activation ? Rule{0, true, scalar("input_scale"), scalar("input_offset")} : Rule{};
-    } else if (b.scheme.kind == SchemeKind::Ggml) {
-      const std::string& t = b.scheme.storage;
-      if (t == "F32" || t == "F16" || t == "BF16") continue;
-      rules[b.param] = Rule{t.size() > 2 && t.substr(t.size() - 2) == "_K" ? 256 : 32};
-    }
-  }
-  return [rules](const std::string& weight, std::vector<double>& x) {
-    const auto it = rules.find(weight);
-    if (it == rules.end()) return;
-    const Rule& r = it->second;
-    if (r.is_static) {
-      for (double& v : x) v = (std::clamp(std::nearbyint(v / r.scale) + r.offset, -128.0, 127.0) - r.offset) * r.scale;
-      return;
-    }
-    const size_t block = r.block > 0 ? static_cast<size_t>(r.block) : x.size();
-    for (size_t b0 = 0; b0 < x.size(); b0 += block) {
-      double amax = 0;
-      for (size_t i = b0; i < b0 + block; ++i) amax = std::max(amax, std::fabs(x[i]));
-      const double step = amax / 127.0;
-      for (size_t i = b0; i < b0 + block; ++i) x[i] = amax > 0 ? std::nearbyint(x[i] / step) * step : 0.0;
-    }
-  };
-}
-
 // Engine vs reference logits for the tiny checkpoint of `seed`; nullopt when the format cannot
 // express the combination (skipped with the writer's message in `skip`).
 std::optional<double> engine_error(const Case& c, uint32_t seed, std::string& skip) {
@@ -137,7 +98,7 @@ std::optional<double> engine_error(const Case& c, uint32_t seed, std::string& sk
     const std::vector<float> v = materialize(plan.bindings[i], plan.params[i], files);
     return std::vector<double>(v.begin(), v.end());
   };
-  const std::vector<double> want = reference::forward(engine.config(), weights, ids, format_activation_rule(plan, files));
+  const std::vector<double> want = reference::forward(engine.config(), weights, ids, reference::format_activation_rule(plan, files));
   return test::relative_max_error(got, want);
 }
 

@@ -48,12 +48,13 @@ else
 fi
 
 say "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -n 1)"
-# Two invocations: the bulk-copy (TMA) variants last, so that a fault there cannot take the rest
-# down with the CUDA context.
+# Two invocations: the bulk-copy (TMA) kernels last (the KDA bulk variants, the MLA decode), so that a
+# fault there cannot take the rest down with the CUDA context.
 t0=$(date +%s)
-timeout 60 "$bin_test" --gtest_filter='*Kda*:*Mla*-*Bulk*:*bulk*' --gtest_color=no >"$logs/test.log" 2>&1
+bulk_tests='*Kda*Bulk*:*Kda*bulk*:*MlaDecode*:MlaCuda.DecodeAfterPrefill*'
+timeout 60 "$bin_test" --gtest_filter="*Kda*:*Mla*-$bulk_tests" --gtest_color=no >"$logs/test.log" 2>&1
 test_rc=$?
-timeout 45 "$bin_test" --gtest_filter='*Kda*Bulk*:*Mla*Bulk*:*Kda*bulk*:*Mla*bulk*' --gtest_color=no >"$logs/test_bulk.log" 2>&1
+timeout 45 "$bin_test" --gtest_filter="$bulk_tests" --gtest_color=no >"$logs/test_bulk.log" 2>&1
 bulk_rc=$?
 say "bulk-copy tests: exit $bulk_rc: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]+ test' "$logs/test_bulk.log" | tr '\n' ' ')"
 cat "$logs/test_bulk.log" >>"$logs/test.log"

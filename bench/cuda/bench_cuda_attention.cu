@@ -41,7 +41,7 @@ constexpr size_t kRotateBytes = size_t{256} << 20;
 using bench::g_reps;
 bool g_quick = false;
 bool g_profile = false;  // one call per kernel variant of one case per table (for ncu)
-bool g_bulk = true;      // time the bulk-copy (TMA) variants
+bool g_bulk = true;      // time the bulk-copy (TMA) kernels (the KDA variants, the MLA decode)
 bool g_kda_prefill_only = false;
 
 __device__ __forceinline__ uint64_t splitmix(uint64_t x) {
@@ -245,10 +245,13 @@ void bench_kda_decode(Arena& arena, Stream& stream) {
 // ---- MLA decode ------------------------------------------------------------------------------
 void bench_mla_decode(Arena& arena, Stream& stream, int sms) {
   std::printf("\n== MLA absorbed decode attention over the paged bf16 latent cache (576/512, page 64), split-K + combine ==\n");
+  if (!g_bulk) {
+    std::printf("   skipped (--no-bulk: the decode kernel loads its tiles with bulk copies)\n");
+    return;
+  }
   std::printf("   bytes = cache rows read (B·ctx·1152); FLOP = B·ctx·H·(576+512)·2; H = 96 is K3 on one GPU\n");
-  std::printf("   us: lane loads / ldmatrix / ldmatrix + bulk-copy (TMA) tiles; GB/s, %%, TF/s of the fastest\n");
-  std::printf("%4s %5s %6s | %6s | %8s | %8s %8s %8s | %7s %6s %6s %6s | %9s %9s\n", "H", "B", "ctx", "splits", "MB",
-              "lane", "ldsm", "tma", "GB/s", "%3.83", "%copy", "TF/s", "absorb us", "unabs us");
+  std::printf("%4s %5s %6s | %6s | %8s | %8s | %7s %6s %6s %6s | %9s %9s\n", "H", "B", "ctx", "splits", "MB", "us",
+              "GB/s", "%3.83", "%copy", "TF/s", "absorb us", "unabs us");
   struct Case {
     int H, B, ctx;
   };
@@ -289,23 +292,19 @@ void bench_mla_decode(Arena& arena, Stream& stream, int sms) {
     const int splits = mla_decode_splits(c.B, c.H, c.ctx, sms);
     void* ws = splits > 1 ? arena.alloc(mla_decode_workspace_bytes(c.B, c.H, splits), "ws") : nullptr;
     const float scale = 1.0f / std::sqrt(192.0f);
-    auto run = [&](int i, MlaLoads ldm) {
+    const double ms = time_ms(stream, [&](int i) {
       MlaPagedCache pc;
       pc.rows = cache.data, pc.page_size = page, pc.block_table = tables[static_cast<size_t>(i % copies)].as<int32_t>();
       pc.block_table_ld = pages_per_seq;
-      mla_decode_attention(q_abs, pc, lens.as<int32_t>(), c.B, c.ctx, scale, splits, ws, o_lat, stream, ldm);
-    };
-    const double ms_lane = time_ms(stream, [&](int i) { run(i, MlaLoads::kLane); });
-    const double ms_ldsm = time_ms(stream, [&](int i) { run(i, MlaLoads::kLdmatrix); });
-    const double ms_tma = g_bulk ? time_ms(stream, [&](int i) { run(i, MlaLoads::kBulk); }) : std::nan("");
-    const double ms = std::min(ms_lane, std::min(ms_ldsm, g_bulk ? ms_tma : ms_ldsm));
+      mla_decode_attention(q_abs, pc, lens.as<int32_t>(), c.B, c.ctx, scale, splits, ws, o_lat, stream);
+    });
     const double absorb = time_ms(stream, [&](int) { mla_absorb_q(q, w_uk, q_abs, stream); });
     const double unabs = time_ms(stream, [&](int) { mla_unabsorb_o(o_lat, w_uv, gate, out, stream); });
     const double bytes = static_cast<double>(cache_bytes);
     const double flop = 2.0 * c.B * static_cast<double>(c.ctx) * c.H * (kMlaRow + kMlaRank);
     const double gbs = bytes / (ms * 1e-3) / 1e9;
-    std::printf("%4d %5d %6d | %6d | %8.1f | %8.1f %8.1f %8.1f | %7.0f %5.0f%% %5.0f%% %6.1f | %9.1f %9.1f\n", c.H, c.B,
-                c.ctx, splits, bytes / 1e6, ms_lane * 1e3, ms_ldsm * 1e3, ms_tma * 1e3, gbs,
+    std::printf("%4d %5d %6d | %6d | %8.1f | %8.1f | %7.0f %5.0f%% %5.0f%% %6.1f | %9.1f %9.1f\n", c.H, c.B,
+                c.ctx, splits, bytes / 1e6, ms * 1e3, gbs,
                 100.0 * gbs / (kReadCeilingTBs * 1e3), 100.0 * gbs / (g_copy_tbs * 1e3), flop / (ms * 1e-3) / 1e12,
                 absorb * 1e3, unabs * 1e3);
     std::fflush(stdout);
@@ -317,7 +316,7 @@ void bench_mla_decode(Arena& arena, Stream& stream, int sms) {
 // ---- MLA prefill -----------------------------------------------------------------------------
 void bench_mla_prefill(Arena& arena, Stream& stream) {
   std::printf("\n== MLA prefill attention (causal, NoPE, d_qk 192 / d_v 128, output gate), one sequence ==\n");
-  std::printf("%6s %4s | %9s %8s | %9s %8s\n", "T", "H", "us", "TF/s", "us ldsm", "TF/s");
+  std::printf("%6s %4s | %9s %8s\n", "T", "H", "us", "TF/s");
   struct Case {
     int T, H;
   };
@@ -332,15 +331,12 @@ void bench_mla_prefill(Arena& arena, Stream& stream) {
     const DeviceTensor out = arena.alloc_tensor(DType::kBF16, c.T, c.H * kMlaV, "out");
     fill(q, 31), fill(kv, 32), fill(rows, 33), fill(gate, 34);
     const DeviceTensor cu = upload_i32(arena, {0, c.T}, "cu");
-    auto run = [&](MlaLoads ldm) {
+    const double ms = time_ms(stream, [&](int) {
       mla_prefill_attention(cu.as<int32_t>(), cu.as<int32_t>(), 1, c.T, q, kv, rows.col_slice(kMlaRank, kMlaRope), gate,
-                            1.0f / std::sqrt(192.0f), out, stream, ldm);
-    };
-    const double ms = time_ms(stream, [&](int) { run(MlaLoads::kLane); });
-    const double ms2 = time_ms(stream, [&](int) { run(MlaLoads::kLdmatrix); });
+                            1.0f / std::sqrt(192.0f), out, stream);
+    });
     const double flop = 2.0 * c.H * (static_cast<double>(c.T) * (c.T + 1) / 2) * (kMlaQk + kMlaV);
-    std::printf("%6d %4d | %9.1f %8.1f | %9.1f %8.1f\n", c.T, c.H, ms * 1e3, flop / (ms * 1e-3) / 1e12, ms2 * 1e3,
-                flop / (ms2 * 1e-3) / 1e12);
+    std::printf("%6d %4d | %9.1f %8.1f\n", c.T, c.H, ms * 1e3, flop / (ms * 1e-3) / 1e12);
     std::fflush(stdout);
     K3_CUDA_CHECK(cudaDeviceSynchronize());
     arena.reset(mark);

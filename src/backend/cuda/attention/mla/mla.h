@@ -8,11 +8,9 @@
 //             the cache → mla_prefill_attention (causal, flash-style, output gate fused)
 //   decode:   mla_absorb_q (q_lat = W_UKᵀ q_nope, | q_pe) → mla_decode_attention over the paged
 //             latent cache (split over the sequence + combine) → mla_unabsorb_o (W_UV, output gate)
-// bf16 operands on tensor cores (mma.sync m16n8k16), fp32 accumulation and softmax. MlaLoads picks
-// how operands reach the tensor cores: per-lane 32/16-bit shared loads (kLane), ldmatrix(.trans)
-// (kLdmatrix), or ldmatrix plus Hopper bulk copies (TMA, cp.async.bulk) of the cache tiles (kBulk;
-// decode only, the prefill treats it as kLdmatrix). The defaults are the fastest variants measured
-// on the H200 (docs/cuda-backend.md); every variant is tested.
+// bf16 operands on tensor cores (mma.sync m16n8k16, fragments through ldmatrix(.trans)), fp32
+// accumulation and softmax. The prefill brings its tiles in with cp.async, the decode its 64-row
+// cache tiles with Hopper bulk copies (cp.async.bulk); docs/decisions/mla-operand-loads.md.
 // Host-only header.
 #pragma once
 
@@ -30,8 +28,6 @@ inline constexpr int kMlaNope = 128, kMlaRope = 64, kMlaQk = 192, kMlaV = 128, k
 inline constexpr int kMlaRow = kMlaRank + kMlaRope;  // 576
 inline constexpr int kMlaDecodeTile = 64;            // tokens per decode step; pages are multiples
 
-enum class MlaLoads { kLane, kLdmatrix, kBulk };
-
 // Causal attention of packed query rows against packed key rows, per sequence s: queries
 // cu_q[s]…cu_q[s+1] are the LAST q_len of the kv_len keys cu_kv[s]…cu_kv[s+1] (q_len ≤ kv_len; a
 // prefill continuing a cached prefix has q_len < kv_len), key j visible to query i iff
@@ -44,7 +40,7 @@ enum class MlaLoads { kLane, kLdmatrix, kBulk };
 // cu_q, cu_kv: device int32 [n + 1]; max_q_len: host bound of the query lengths.
 void mla_prefill_attention(const int32_t* cu_q, const int32_t* cu_kv, int n, int max_q_len, const DeviceTensor& q,
                            const DeviceTensor& kv, const DeviceTensor& k_pe, const DeviceTensor& gate, float scale,
-                           const DeviceTensor& out, cudaStream_t stream, MlaLoads loads = MlaLoads::kLdmatrix);
+                           const DeviceTensor& out, cudaStream_t stream);
 
 // The paged latent cache: rows of 576 bf16, page p holding tokens [p·page_size, (p+1)·page_size) of
 // whichever sequence owns it; page_size % 64 == 0. block_table [B, ld] int32: sequence b's token j
@@ -70,7 +66,7 @@ int mla_decode_splits(int batch, int heads, int max_seqlen, int multiprocessors)
 size_t mla_decode_workspace_bytes(int batch, int heads, int splits);
 void mla_decode_attention(const DeviceTensor& q_abs, const MlaPagedCache& cache, const int32_t* seqlens, int batch,
                           int max_seqlen, float scale, int splits, void* workspace, const DeviceTensor& o_lat,
-                          cudaStream_t stream, MlaLoads loads = MlaLoads::kBulk);
+                          cudaStream_t stream);
 
 // out[b][h·128 + e] = (W_UV[h] o_lat[b][h])[e] · sigmoid(gate[b][h·128 + e]) (gate.data == nullptr:
 // no gate). o_lat: f32 [B, H·512]; w_uv: bf16 [H·128, 512] (the kv_b rows of v); gate: f32/bf16

@@ -2,8 +2,8 @@
 // backend/cpu/mla.cpp): all heads of one query token share the sequence's 576-wide latent rows, so
 // a CTA takes a block of 16·MT heads as the M side of two tensor-core products per 64-token tile
 //   S = Q_abs [16MT × 576] · rowsᵀ,   O += P [16MT × 64] · rows[:, :512]
-// (mma.sync m16n8k16, bf16 operands, fp32 accumulation). Tiles come from the paged cache through
-// cp.async, double-buffered. The softmax runs on S in shared memory (online max / sum per head,
+// (mma.sync m16n8k16, bf16 operands through ldmatrix, fp32 accumulation). Tiles of 64 cache rows come
+// from the paged cache through bulk copies (cp.async.bulk + mbarrier), double-buffered. The softmax runs on S in shared memory (online max / sum per head,
 // fp32; P rounded to bf16 and the sums taken over the rounded values). Grid: (head blocks, splits,
 // batch): each split covers a range of whole tiles and leaves its normalised partial O and its
 // log2-sum-exp; a combine kernel merges the splits (split-K over the sequence, as FlashDecoding).
@@ -51,7 +51,7 @@ struct DecodeArgs {
   float* lse;               // [B][splits][H]
 };
 
-template <int MT, bool kLdm, bool kTma>
+template <int MT>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(DecodeArgs a) {
   constexpr int R = 16 * MT;           // head rows
   constexpr int WPM = kWarps / MT;     // warps per 16-row m-tile
@@ -81,16 +81,6 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(DecodeArgs a) {
   }
   if (tid < R) sm.m[tid] = -INFINITY, sm.l[tid] = 0.0f;
   const int32_t* bt = a.block_table + static_cast<int64_t>(b) * a.bt_ld;
-  auto load_tile = [&](int tile, int buf) {
-    for (int idx = tid; idx < BN * (kMlaRow / 8); idx += kThreads) {
-      const int r = idx / (kMlaRow / 8), ch = idx % (kMlaRow / 8);
-      const int j = tile * BN + r;
-      const bool ok = j < len;
-      const bf16* src = a.cache;
-      if (ok) src = a.cache + (static_cast<int64_t>(bt[j / a.page_size]) * a.page_size + j % a.page_size) * kMlaRow + ch * 8;
-      cp_async16(&sm.kv[buf][r][ch * 8], src, ok ? 16 : 0);
-    }
-  };
   // Bulk-copy form: a tile is 64 consecutive rows of one page (page_size % 64 == 0), copied row by
   // row (1152 bytes) into the padded shared rows by warp 0; rows past the sequence are not copied
   // and keep earlier finite values (zeros at first), which the mask gives weight 0.
@@ -103,7 +93,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(DecodeArgs a) {
       for (int r = lane; r < rows; r += 32) bulk::copy(&sm.kv[buf][r][0], src0 + r * kMlaRow, kMlaRow * 2, &sm.bar[buf]);
     }
   };
-  if constexpr (kTma) {
+  {
     uint4* z = reinterpret_cast<uint4*>(&sm.kv[0][0][0]);
     for (int idx = tid; idx < static_cast<int>(sizeof(sm.kv) / 16); idx += kThreads) z[idx] = make_uint4(0, 0, 0, 0);
     bulk::fence_proxy_async();
@@ -115,9 +105,6 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(DecodeArgs a) {
     cp_commit();  // the Q rows
     __syncthreads();
     load_tile_tma(t_begin, 0);
-  } else {
-    load_tile(t_begin, 0);
-    cp_commit();
   }
 
   const int mt = warp / WPM, wn = warp % WPM;
@@ -127,15 +114,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(DecodeArgs a) {
 
   for (int tile = t_begin; tile < t_end; ++tile) {
     const int buf = (tile - t_begin) & 1;
-    if constexpr (kTma) {
-      if (tile + 1 < t_end) load_tile_tma(tile + 1, buf ^ 1);
-      cp_wait<0>();
-      bulk::wait(&sm.bar[buf], static_cast<unsigned>(((tile - t_begin) >> 1) & 1));
-    } else {
-      if (tile + 1 < t_end) load_tile(tile + 1, buf ^ 1);
-      cp_commit();
-      cp_wait<1>();
-    }
+    if (tile + 1 < t_end) load_tile_tma(tile + 1, buf ^ 1);
+    cp_wait<0>();
+    bulk::wait(&sm.bar[buf], static_cast<unsigned>(((tile - t_begin) >> 1) & 1));
     __syncthreads();
     // S for this warp's m-tile and NS n-tiles.
     {
@@ -145,30 +126,21 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(DecodeArgs a) {
 #pragma unroll 4
       for (int kk = 0; kk < kKSteps; ++kk) {
         uint32_t qa[4];
-        if constexpr (kLdm) {
-          load_a_ldsm(qa, &sm.q[0][0], LDR, mt * 16, kk * 16, lane);
-          if constexpr (NS % 2 == 0) {
+        load_a_ldsm(qa, &sm.q[0][0], LDR, mt * 16, kk * 16, lane);
+        if constexpr (NS % 2 == 0) {
 #pragma unroll
-            for (int i = 0; i < NS; i += 2) {
-              uint32_t bb[4];
-              load_b_nk_ldsm(bb, &sm.kv[buf][0][0], LDR, (wn * NS + i) * 8, kk * 16, lane);
-              mma_bf16(sc[i], qa, bb[0], bb[1]);
-              mma_bf16(sc[i + 1], qa, bb[2], bb[3]);
-            }
-          } else {
-#pragma unroll
-            for (int i = 0; i < NS; ++i) {
-              uint32_t b0, b1;
-              load_b_nk_ldsm1(b0, b1, &sm.kv[buf][0][0], LDR, (wn * NS + i) * 8, kk * 16, lane);
-              mma_bf16(sc[i], qa, b0, b1);
-            }
+          for (int i = 0; i < NS; i += 2) {
+            uint32_t bb[4];
+            load_b_nk_ldsm(bb, &sm.kv[buf][0][0], LDR, (wn * NS + i) * 8, kk * 16, lane);
+            mma_bf16(sc[i], qa, bb[0], bb[1]);
+            mma_bf16(sc[i + 1], qa, bb[2], bb[3]);
           }
         } else {
-          load_a(qa, &sm.q[0][0], LDR, mt * 16, kk * 16, g, t);
 #pragma unroll
           for (int i = 0; i < NS; ++i) {
-            const bf16* kr = &sm.kv[buf][(wn * NS + i) * 8 + g][kk * 16 + 2 * t];
-            mma_bf16(sc[i], qa, ld32(kr), ld32(kr + 8));
+            uint32_t b0, b1;
+            load_b_nk_ldsm1(b0, b1, &sm.kv[buf][0][0], LDR, (wn * NS + i) * 8, kk * 16, lane);
+            mma_bf16(sc[i], qa, b0, b1);
           }
         }
       }
@@ -222,22 +194,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(DecodeArgs a) {
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
         uint32_t pa[4];
-        if constexpr (kLdm) {
-          load_a_ldsm(pa, &sm.p[0][0], LDP, mt * 16, kk * 16, lane);
+        load_a_ldsm(pa, &sm.p[0][0], LDP, mt * 16, kk * 16, lane);
 #pragma unroll
-          for (int nt = 0; nt < NO; nt += 2) {
-            uint32_t bb[4];
-            load_b_kn_ldsm(bb, &sm.kv[buf][0][0], LDR, kk * 16, wn * NCOL + nt * 8, lane);
-            mma_bf16(o[nt], pa, bb[0], bb[1]);
-            mma_bf16(o[nt + 1], pa, bb[2], bb[3]);
-          }
-        } else {
-          load_a(pa, &sm.p[0][0], LDP, mt * 16, kk * 16, g, t);
-#pragma unroll
-          for (int nt = 0; nt < NO; ++nt) {
-            const bf16* vr = &sm.kv[buf][kk * 16 + 2 * t][wn * NCOL + nt * 8 + g];
-            mma_bf16(o[nt], pa, ld_pair_strided(vr, LDR), ld_pair_strided(vr + 8 * LDR, LDR));
-          }
+        for (int nt = 0; nt < NO; nt += 2) {
+          uint32_t bb[4];
+          load_b_kn_ldsm(bb, &sm.kv[buf][0][0], LDR, kk * 16, wn * NCOL + nt * 8, lane);
+          mma_bf16(o[nt], pa, bb[0], bb[1]);
+          mma_bf16(o[nt + 1], pa, bb[2], bb[3]);
         }
       }
     }
@@ -289,13 +252,13 @@ __global__ void __launch_bounds__(128) mla_combine_kernel(const float* __restric
       make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
 }
 
-template <int MT, bool kLdm, bool kTma>
+template <int MT>
 void launch(const DecodeArgs& a, int batch, cudaStream_t stream) {
   const int smem = static_cast<int>(sizeof(Smem<MT>));
-  K3_CUDA_CHECK(cudaFuncSetAttribute(mla_decode_kernel<MT, kLdm, kTma>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  K3_CUDA_CHECK(cudaFuncSetAttribute(mla_decode_kernel<MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(static_cast<unsigned>((a.heads + 16 * MT - 1) / (16 * MT)), static_cast<unsigned>(a.splits),
                   static_cast<unsigned>(batch));
-  mla_decode_kernel<MT, kLdm, kTma><<<grid, kThreads, smem, stream>>>(a);
+  mla_decode_kernel<MT><<<grid, kThreads, smem, stream>>>(a);
   K3_CUDA_CHECK_LAUNCH("mla_decode_kernel");
 }
 
@@ -327,7 +290,7 @@ size_t mla_decode_workspace_bytes(int batch, int heads, int splits) {
 
 void mla_decode_attention(const DeviceTensor& q_abs, const MlaPagedCache& cache, const int32_t* seqlens, int batch,
                           int max_seqlen, float scale, int splits, void* workspace, const DeviceTensor& o_lat,
-                          cudaStream_t stream, MlaLoads loads) {
+                          cudaStream_t stream) {
   const int64_t H = q_abs.cols / kMlaRow;
   if (q_abs.cols % kMlaRow != 0 || H == 0) throw Error("mla_decode_attention: q_abs must be [B, H·576], got " + q_abs.describe());
   expect_dtype(q_abs, DType::kBF16, "mla_decode_attention q_abs");
@@ -353,11 +316,7 @@ void mla_decode_attention(const DeviceTensor& q_abs, const MlaPagedCache& cache,
                      cache.block_table, cache.block_table_ld, seqlens, static_cast<int>(H), splits,
                      scale * 1.4426950408889634f, o_lat.as<float>(), o_lat.ld, part, lse};
   const bool small = head_rows(static_cast<int>(H)) == 16;
-  switch (loads) {
-    case MlaLoads::kLane: small ? launch<1, false, false>(a, batch, stream) : launch<2, false, false>(a, batch, stream); break;
-    case MlaLoads::kLdmatrix: small ? launch<1, true, false>(a, batch, stream) : launch<2, true, false>(a, batch, stream); break;
-    case MlaLoads::kBulk: small ? launch<1, true, true>(a, batch, stream) : launch<2, true, true>(a, batch, stream); break;
-  }
+  small ? launch<1>(a, batch, stream) : launch<2>(a, batch, stream);
   if (splits > 1) {
     mla_combine_kernel<<<dim3(static_cast<unsigned>(H), static_cast<unsigned>(batch)), kMlaRank / 4, 0, stream>>>(
         part, lse, static_cast<int>(H), splits, o_lat.as<float>(), o_lat.ld);

@@ -1,7 +1,7 @@
 // MLA prefill attention (spec §5, expanded form; CPU reference attend_expanded in
 // backend/cpu/mla.cpp), flash-attention style: one CTA per (64-query tile, head, sequence), 4 warps
 // of 16 query rows; 64-key tiles of [k_nope | k_pe] (192) and v (128) double-buffered through
-// cp.async; S = Q Kᵀ and O += P V on mma.sync m16n8k16 (bf16 operands, fp32 accumulation); online
+// cp.async; S = Q Kᵀ and O += P V on mma.sync m16n8k16 (bf16 operands through ldmatrix, fp32 accumulation); online
 // softmax in fp32 registers (exp2 with the scale folded in), P rounded to bf16 as the second
 // product's operand, and the row sums taken over those rounded values so that O / l is a proper
 // convex combination. The output gate sigmoid(g) is applied in the epilogue.
@@ -40,7 +40,7 @@ struct PrefillArgs {
   void* out; int64_t ldo;
 };
 
-template <typename Tg, typename Tout, bool kGate, bool kLdm>
+template <typename Tg, typename Tout, bool kGate>
 __global__ void __launch_bounds__(kThreads) mla_prefill_kernel(PrefillArgs a) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
@@ -98,11 +98,7 @@ __global__ void __launch_bounds__(kThreads) mla_prefill_kernel(PrefillArgs a) {
     if (j == 0) {
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk) {
-        if constexpr (kLdm) {
-          load_a_ldsm(qa[kk], &sm.q[0][0], LDK, warp * 16, kk * 16, lane);
-        } else {
-          load_a(qa[kk], &sm.q[0][0], LDK, warp * 16, kk * 16, g, t);
-        }
+        load_a_ldsm(qa[kk], &sm.q[0][0], LDK, warp * 16, kk * 16, lane);
       }
     }
     float sc[BN / 8][4];
@@ -110,20 +106,12 @@ __global__ void __launch_bounds__(kThreads) mla_prefill_kernel(PrefillArgs a) {
     for (int nt = 0; nt < BN / 8; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
-      if constexpr (kLdm) {
 #pragma unroll
-        for (int nt = 0; nt < BN / 8; nt += 2) {
-          uint32_t bb[4];
-          load_b_nk_ldsm(bb, &sm.k[buf][0][0], LDK, nt * 8, kk * 16, lane);
-          mma_bf16(sc[nt], qa[kk], bb[0], bb[1]);
-          mma_bf16(sc[nt + 1], qa[kk], bb[2], bb[3]);
-        }
-      } else {
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt) {
-          const bf16* kr = &sm.k[buf][nt * 8 + g][kk * 16 + 2 * t];
-          mma_bf16(sc[nt], qa[kk], ld32(kr), ld32(kr + 8));
-        }
+      for (int nt = 0; nt < BN / 8; nt += 2) {
+        uint32_t bb[4];
+        load_b_nk_ldsm(bb, &sm.k[buf][0][0], LDK, nt * 8, kk * 16, lane);
+        mma_bf16(sc[nt], qa[kk], bb[0], bb[1]);
+        mma_bf16(sc[nt + 1], qa[kk], bb[2], bb[3]);
       }
     }
     // Mask (causal: key ≤ off + i), scale, row max.
@@ -173,20 +161,12 @@ __global__ void __launch_bounds__(kThreads) mla_prefill_kernel(PrefillArgs a) {
       const uint32_t pa[4] = {pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16(sc[2 * kk][2], sc[2 * kk][3]),
                               pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
                               pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
-      if constexpr (kLdm) {
 #pragma unroll
-        for (int nt = 0; nt < kNTilesV; nt += 2) {
-          uint32_t bb[4];
-          load_b_kn_ldsm(bb, &sm.v[buf][0][0], LDV, kk * 16, nt * 8, lane);
-          mma_bf16(o[nt], pa, bb[0], bb[1]);
-          mma_bf16(o[nt + 1], pa, bb[2], bb[3]);
-        }
-      } else {
-#pragma unroll
-        for (int nt = 0; nt < kNTilesV; ++nt) {
-          const bf16* vr = &sm.v[buf][kk * 16 + 2 * t][nt * 8 + g];
-          mma_bf16(o[nt], pa, ld_pair_strided(vr, LDV), ld_pair_strided(vr + 8 * LDV, LDV));
-        }
+      for (int nt = 0; nt < kNTilesV; nt += 2) {
+        uint32_t bb[4];
+        load_b_kn_ldsm(bb, &sm.v[buf][0][0], LDV, kk * 16, nt * 8, lane);
+        mma_bf16(o[nt], pa, bb[0], bb[1]);
+        mma_bf16(o[nt + 1], pa, bb[2], bb[3]);
       }
     }
     __syncthreads();  // this buffer is refilled by the next iteration's prefetch
@@ -220,22 +200,13 @@ __global__ void __launch_bounds__(kThreads) mla_prefill_kernel(PrefillArgs a) {
   }
 }
 
-template <typename Tg, typename Tout, bool kGate, bool kLdm>
-void launch_variant(const PrefillArgs& a, dim3 grid, cudaStream_t stream) {
-  const int smem = static_cast<int>(sizeof(Smem));
-  K3_CUDA_CHECK(cudaFuncSetAttribute(mla_prefill_kernel<Tg, Tout, kGate, kLdm>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  mla_prefill_kernel<Tg, Tout, kGate, kLdm><<<grid, kThreads, smem, stream>>>(a);
-  K3_CUDA_CHECK_LAUNCH("mla_prefill_kernel");
-}
-
 template <typename Tg, typename Tout, bool kGate>
-void launch(const PrefillArgs& a, dim3 grid, bool ldmatrix, cudaStream_t stream) {
-  if (ldmatrix) {
-    launch_variant<Tg, Tout, kGate, true>(a, grid, stream);
-  } else {
-    launch_variant<Tg, Tout, kGate, false>(a, grid, stream);
-  }
+void launch(const PrefillArgs& a, dim3 grid, cudaStream_t stream) {
+  const int smem = static_cast<int>(sizeof(Smem));
+  K3_CUDA_CHECK(cudaFuncSetAttribute(mla_prefill_kernel<Tg, Tout, kGate>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  mla_prefill_kernel<Tg, Tout, kGate><<<grid, kThreads, smem, stream>>>(a);
+  K3_CUDA_CHECK_LAUNCH("mla_prefill_kernel");
 }
 
 bool aligned16(const DeviceTensor& t) {
@@ -246,8 +217,7 @@ bool aligned16(const DeviceTensor& t) {
 
 void mla_prefill_attention(const int32_t* cu_q, const int32_t* cu_kv, int n, int max_q_len, const DeviceTensor& q,
                            const DeviceTensor& kv, const DeviceTensor& k_pe, const DeviceTensor& gate, float scale,
-                           const DeviceTensor& out, cudaStream_t stream, MlaLoads loads) {
-  const bool ldmatrix = loads != MlaLoads::kLane;  // no bulk-copy form here (cp.async tiles)
+                           const DeviceTensor& out, cudaStream_t stream) {
   const int64_t H = q.cols / kMlaQk;
   if (q.cols % kMlaQk != 0 || H == 0) throw Error("mla_prefill_attention: q must be [T, H·192], got " + q.describe());
   expect_dtype(q, DType::kBF16, "mla_prefill_attention q");
@@ -271,21 +241,21 @@ void mla_prefill_attention(const int32_t* cu_q, const int32_t* cu_kv, int n, int
   const dim3 grid(static_cast<unsigned>((max_q_len + BM - 1) / BM), static_cast<unsigned>(H), static_cast<unsigned>(n));
   if (!has_gate) {
     if (ob) {
-      launch<float, bf16, false>(a, grid, ldmatrix, stream);
+      launch<float, bf16, false>(a, grid, stream);
     } else {
-      launch<float, float, false>(a, grid, ldmatrix, stream);
+      launch<float, float, false>(a, grid, stream);
     }
   } else if (gb) {
     if (ob) {
-      launch<bf16, bf16, true>(a, grid, ldmatrix, stream);
+      launch<bf16, bf16, true>(a, grid, stream);
     } else {
-      launch<bf16, float, true>(a, grid, ldmatrix, stream);
+      launch<bf16, float, true>(a, grid, stream);
     }
   } else {
     if (ob) {
-      launch<float, bf16, true>(a, grid, ldmatrix, stream);
+      launch<float, bf16, true>(a, grid, stream);
     } else {
-      launch<float, float, true>(a, grid, ldmatrix, stream);
+      launch<float, float, true>(a, grid, stream);
     }
   }
 }

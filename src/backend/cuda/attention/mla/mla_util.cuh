@@ -27,13 +27,6 @@ __device__ __forceinline__ void cp_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-__device__ __forceinline__ uint32_t ld32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
-// Two bf16 at p[0] (low) and p[stride] (high).
-__device__ __forceinline__ uint32_t ld_pair_strided(const bf16* p, int stride) {
-  const uint32_t lo = *reinterpret_cast<const uint16_t*>(p);
-  const uint32_t hi = *reinterpret_cast<const uint16_t*>(p + stride);
-  return lo | (hi << 16);
-}
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
   return *reinterpret_cast<const uint32_t*>(&v);
@@ -46,14 +39,6 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// A fragment of a row-major bf16 tile in shared memory: rows r0…r0+15, columns k0…k0+15, ld elements.
-__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* base, int ld, int r0, int k0, int g, int t) {
-  a[0] = ld32(base + (r0 + g) * ld + k0 + 2 * t);
-  a[1] = ld32(base + (r0 + g + 8) * ld + k0 + 2 * t);
-  a[2] = ld32(base + (r0 + g) * ld + k0 + 2 * t + 8);
-  a[3] = ld32(base + (r0 + g + 8) * ld + k0 + 2 * t + 8);
 }
 
 // ldmatrix (shared → fragments, 8×8 b16 matrices; lanes 8i…8i+7 address the rows of matrix i).

@@ -12,6 +12,8 @@
 # reused, so an old binary's checkpoints can be read by a new one:
 #   scripts/logits_fingerprint.sh old/k3 /tmp/fp > before.txt
 #   scripts/logits_fingerprint.sh new/k3 /tmp/fp > after.txt && diff before.txt after.txt
+# With K3_FP_DEVICE=cuda the logits come from the CUDA backend instead (one line per checkpoint; no
+# CPU tiers, no dequant lines).
 set -euo pipefail
 k3="${1:?usage: logits_fingerprint.sh K3_BINARY WORK_DIR [CHECKPOINT_BINARY]}"
 work="${2:?usage: logits_fingerprint.sh K3_BINARY WORK_DIR [CHECKPOINT_BINARY]}"
@@ -21,9 +23,15 @@ shared="$here/../shared"
 families=(bf16 modelopt-mixed modelopt-nvfp4 modelopt-fp8 compressed-tensors-mxfp4 fp8-block modelslim-w4a8 gguf gguf-expert-pack)
 ids=1,7,42,3,99,5,250,17,8,64,2,31
 
-tiers=(scalar)
-grep -qw avx2 /proc/cpuinfo && tiers+=(avx2)
-grep -qw avx512f /proc/cpuinfo && grep -qw avx512_vnni /proc/cpuinfo && tiers+=(avx512)
+device="${K3_FP_DEVICE:-cpu}"
+if [ "$device" = cpu ]; then
+  tiers=(scalar)
+  grep -qw avx2 /proc/cpuinfo && tiers+=(avx2)
+  grep -qw avx512f /proc/cpuinfo && grep -qw avx512_vnni /proc/cpuinfo && tiers+=(avx512)
+  modes=(weight-only checkpoint)
+else
+  tiers=("$device") modes=(default)
+fi
 
 mkdir -p "$work/ckpt" "$work/out"
 checkpoints=()
@@ -42,9 +50,13 @@ peer="$shared/fixtures/kimi-linear-peer/ckpt"
 for dir in "${checkpoints[@]}"; do
   name=$(basename "$dir"); [ "$dir" = "$peer" ] && name=kimi-linear-peer
   for tier in "${tiers[@]}"; do
-    for activations in weight-only checkpoint; do
+    for activations in "${modes[@]}"; do
       out="$work/out/$name.$tier.$activations.npy"
-      K3_CPU_ISA=$tier "$k3" logits --model "$dir" --ids "$ids" --threads 2 --activations "$activations" --out "$out" >/dev/null
+      if [ "$device" = cpu ]; then
+        K3_CPU_ISA=$tier "$k3" logits --model "$dir" --ids "$ids" --threads 2 --activations "$activations" --out "$out" >/dev/null
+      else
+        "$k3" logits --model "$dir" --ids "$ids" --device "$device" --out "$out" >/dev/null
+      fi
       echo "$name $tier $activations $(sha256sum "$out" | cut -c1-16)"
     done
   done
@@ -52,7 +64,7 @@ done
 
 # The GGUF peer fixture: every tensor of its GGUF file through k3's exact dequantizers.
 gguf="$shared/fixtures/gguf-peer/quants.gguf"
-if [ -f "$gguf" ]; then
+if [ "$device" = cpu ] && [ -f "$gguf" ]; then
   for name in $("$k3" inspect "$gguf" --json | python3 -c 'import json, sys; print(" ".join(t["name"] for t in json.load(sys.stdin)["tensors"]))'); do
     out="$work/out/gguf-peer.$name.npy"
     "$k3" inspect "$gguf" --tensor "$name" --dequant --out "$out" >/dev/null

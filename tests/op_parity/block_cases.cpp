@@ -133,7 +133,7 @@ Expectation block_reference(const BlockOp& op, const TinyId& id, int64_t layer, 
   } else if (name == "mla") {
     y = reference::mla_block(c, source, layer, in, rule);
     // The decode token takes the absorbed form: the latent meets kv_b dequantised to float
-    // (MlaWeights::w_uk / w_uv), not kv_b's kernel, so kv_b's activation rule does not apply to it.
+    // (MlaWeights::absorbed: w_uk / w_uv), not kv_b's kernel, so kv_b's activation rule does not apply to it.
     const std::string kv_b = layer_prefix(layer) + "self_attn.kv_b_proj.weight";
     const reference::ActivationRule decode_rule = [rule, kv_b](const std::string& weight, std::vector<double>& v) {
       if (rule && weight != kv_b) rule(weight, v);

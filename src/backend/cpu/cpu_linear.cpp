@@ -143,15 +143,36 @@ std::unique_ptr<WeightMatrix> fast_matrix(const Binding& b, int64_t rows, int64_
 
 namespace {
 
+// Whether fast_matrix's form of the scheme reads the checkpoint bytes in place (the formats that
+// take a KeepAlive: half, FP8, GGML blocks) rather than repacking them.
+bool reads_in_place(SchemeKind kind) {
+  switch (kind) {
+    case SchemeKind::Dense:
+    case SchemeKind::Fp8Tensor:
+    case SchemeKind::Fp8Block:
+    case SchemeKind::Ggml:
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::unique_ptr<CpuLinear> make_unwrapped_linear(const Binding& binding, const ParamSpec& spec, PlanFiles& files,
                                                  int64_t expert, const LinearOptions& options) {
   const int64_t rows = static_cast<int64_t>(spec.shape[spec.shape.size() - 2]);
   const int64_t cols = static_cast<int64_t>(spec.shape.back());
+  std::unique_ptr<CpuLinear> linear;
+  WeightBytes bytes = WeightBytes::kHostCopy;
   if (auto fast = fast_matrix(binding, rows, cols, files, expert, options, selected_isa())) {
-    return make_kernel_linear(std::move(fast));
+    linear = make_kernel_linear(std::move(fast));
+    bytes = reads_in_place(binding.scheme.kind) ? WeightBytes::kMappedView : WeightBytes::kHostCopy;
+  } else if (expert < 0) {
+    linear = make_f32_linear(materialize(binding, spec, files), rows, cols);
+  } else {
+    linear = make_f32_linear(materialize_expert(binding, spec, files, expert), rows, cols);
   }
-  if (expert < 0) return make_f32_linear(materialize(binding, spec, files), rows, cols);
-  return make_f32_linear(materialize_expert(binding, spec, files, expert), rows, cols);
+  linear->set_origin(binding.scheme.kind, bytes);
+  return linear;
 }
 
 // ActivationNumerics::Bf16Inputs: the input rounded to bf16, then the wrapped linear as usual.
@@ -166,6 +187,7 @@ class Bf16InputLinear final : public CpuLinear {
   float output_scale() const override { return inner_->output_scale(); }
   uint64_t weight_bytes() const override { return inner_->weight_bytes(); }
   std::string kernel_name() const override { return inner_->kernel_name() + "+bf16-inputs"; }
+  const CpuLinear& inner() const { return *inner_; }
 
  private:
   std::vector<float> rounded(const float* x, int64_t m) const {
@@ -181,8 +203,10 @@ class Bf16InputLinear final : public CpuLinear {
 std::unique_ptr<CpuLinear> make_cpu_linear(const Binding& binding, const ParamSpec& spec, PlanFiles& files, int64_t expert,
                                            const LinearOptions& options) {
   auto linear = make_unwrapped_linear(binding, spec, files, expert, options);
-  if (options.activation == ActivationNumerics::Bf16Inputs) return std::make_unique<Bf16InputLinear>(std::move(linear));
-  return linear;
+  if (options.activation != ActivationNumerics::Bf16Inputs) return linear;
+  auto wrapped = std::make_unique<Bf16InputLinear>(std::move(linear));
+  wrapped->set_origin(wrapped->inner().scheme(), wrapped->inner().bytes_location());
+  return wrapped;
 }
 
 }  // namespace k3::cpu

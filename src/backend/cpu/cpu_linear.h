@@ -30,6 +30,12 @@ struct LinearOptions {
   ActivationNumerics activation = ActivationNumerics::WeightOnly;
 };
 
+// Where a CpuLinear's weight bytes live.
+enum class WeightBytes : uint8_t {
+  kHostCopy,    // owned host memory: repacked or dequantised at load, or made in memory
+  kMappedView,  // read in place from the mapped checkpoint, which the handle keeps alive
+};
+
 class CpuLinear {
  public:
   virtual ~CpuLinear() = default;
@@ -47,11 +53,22 @@ class CpuLinear {
   virtual uint64_t weight_bytes() const = 0;
   virtual std::string kernel_name() const = 0;
 
+  // The scheme the weight was bound from (Dense for float weights made in memory) and where its
+  // bytes live; make_cpu_linear records both.
+  SchemeKind scheme() const { return scheme_; }
+  WeightBytes bytes_location() const { return bytes_location_; }
+  void set_origin(SchemeKind scheme, WeightBytes bytes) {
+    scheme_ = scheme;
+    bytes_location_ = bytes;
+  }
+
  protected:
   CpuLinear(int64_t rows, int64_t cols) : rows_(rows), cols_(cols) {}
 
  private:
   int64_t rows_, cols_;
+  SchemeKind scheme_ = SchemeKind::Dense;
+  WeightBytes bytes_location_ = WeightBytes::kHostCopy;
 };
 
 // The CPU form of a bound Linear parameter, or of expert `expert` of an ExpertBank.

@@ -158,9 +158,9 @@ void BlockOps::kda_short_conv(int64_t layer, const KdaWeights& w, KdaBuffers& s)
     const size_t hist = static_cast<size_t>((width - 1) * P);
     if (st.conv.empty()) st.conv.assign(3 * hist, 0.0f);
     if (st.recurrent.empty()) st.recurrent.assign(static_cast<size_t>(H * D * D), 0.0f);
-    short_conv(s.q_pre, sl.row0, sl.n, w.q_conv, width, st.conv.data(), s.q);
-    short_conv(s.k_pre, sl.row0, sl.n, w.k_conv, width, st.conv.data() + hist, s.k);
-    short_conv(s.v_pre, sl.row0, sl.n, w.v_conv, width, st.conv.data() + 2 * hist, s.v);
+    short_conv(s.q_pre, sl.row0, sl.n, w.conv.q, width, st.conv.data(), s.q);
+    short_conv(s.k_pre, sl.row0, sl.n, w.conv.k, width, st.conv.data() + hist, s.k);
+    short_conv(s.v_pre, sl.row0, sl.n, w.conv.v, width, st.conv.data() + 2 * hist, s.v);
   }
 }
 

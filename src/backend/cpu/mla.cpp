@@ -67,8 +67,8 @@ void attend_absorbed(const MlaWeights& w, const Dims& d, float scale, const Tens
 #pragma omp parallel for schedule(static)
   for (int64_t h = 0; h < d.nh; ++h) {
     const float* qh = q.row(s.row0) + h * d.dqk;
-    const float* uk = w.w_uk.data() + h * d.dn * d.r;  // [dn][r]
-    const float* uv = w.w_uv.data() + h * d.dv * d.r;  // [dv][r]
+    const float* uk = w.absorbed.w_uk.data() + h * d.dn * d.r;  // [dn][r]
+    const float* uv = w.absorbed.w_uv.data() + h * d.dv * d.r;  // [dv][r]
     std::vector<float> q_lat(static_cast<size_t>(d.r), 0.0f), o_lat(static_cast<size_t>(d.r), 0.0f),
         p(static_cast<size_t>(total));
     for (int64_t e = 0; e < d.dn; ++e) {

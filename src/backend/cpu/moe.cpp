@@ -123,7 +123,7 @@ void BlockOps::routed_experts(int64_t, const MoeWeights& w, const Tensor& z, con
     if (tokens.empty()) continue;
     Tensor in(static_cast<int64_t>(tokens.size()), z.cols), y;
     for (size_t i = 0; i < tokens.size(); ++i) std::copy_n(z.row(tokens[i].first), z.cols, in.row(static_cast<int64_t>(i)));
-    gated_mlp(c_.activation, *w.w1[e], *w.w3[e], *w.w2[e], in, y);
+    gated_mlp(c_.activation, *w.experts.w1[e], *w.experts.w3[e], *w.experts.w2[e], in, y);
     for (size_t i = 0; i < tokens.size(); ++i) {
       float* r = routed.row(tokens[i].first);
       const float* yi = y.row(static_cast<int64_t>(i));

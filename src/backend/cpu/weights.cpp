@@ -59,9 +59,9 @@ KdaWeights bind_kda(Binder& b, const K3Config& c, const std::string& p) {
   w.f_a = b.linear(p + "f_a_proj.weight");
   w.f_b = b.linear(p + "f_b_proj.weight");
   w.b = b.linear(p + "b_proj.weight");
-  w.q_conv = b.floats(p + "q_conv1d.weight");
-  w.k_conv = b.floats(p + "k_conv1d.weight");
-  w.v_conv = b.floats(p + "v_conv1d.weight");
+  w.conv.q = b.floats(p + "q_conv1d.weight");
+  w.conv.k = b.floats(p + "k_conv1d.weight");
+  w.conv.v = b.floats(p + "v_conv1d.weight");
   w.a_log = b.floats(p + "A_log");
   w.dt_bias = b.floats(p + "dt_bias");
   w.o_norm = b.floats(p + "o_norm.weight");
@@ -81,7 +81,7 @@ MlaWeights bind_mla(Binder& b, const K3Config& c, const std::string& p) {
   w.kv_a = b.linear(p + "kv_a_proj_with_mqa.weight");
   w.kv_a_norm = b.floats(p + "kv_a_layernorm.weight");
   w.kv_b = b.linear(p + "kv_b_proj.weight");
-  split_kv_b(b.floats(p + "kv_b_proj.weight"), m, w.w_uk, w.w_uv);
+  split_kv_b(b.floats(p + "kv_b_proj.weight"), m, w.absorbed.w_uk, w.absorbed.w_uv);
   w.g = b.linear_if(m.use_output_gate, p + "g_proj.weight");
   w.o = b.linear(p + "o_proj.weight");
   return w;
@@ -102,9 +102,9 @@ MoeWeights bind_moe(Binder& b, const K3Config& c, const std::string& p) {
     w.latent_up = b.linear(p + "routed_expert_up_proj.weight");
     if (m.latent_moe_use_norm) w.latent_norm = b.floats(p + "routed_expert_norm.weight");
   }
-  w.w1 = b.experts(p + "experts.w1.weight", m.num_experts);
-  w.w3 = b.experts(p + "experts.w3.weight", m.num_experts);
-  w.w2 = b.experts(p + "experts.w2.weight", m.num_experts);
+  w.experts.w1 = b.experts(p + "experts.w1.weight", m.num_experts);
+  w.experts.w3 = b.experts(p + "experts.w3.weight", m.num_experts);
+  w.experts.w2 = b.experts(p + "experts.w2.weight", m.num_experts);
   if (m.num_shared_experts > 0) w.shared = bind_mlp(b, p + "shared_experts.");
   return w;
 }

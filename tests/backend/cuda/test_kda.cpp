@@ -94,14 +94,14 @@ KdaLayer make_layer(int64_t H, bool safe, Gen& g) {
   std::vector<float> eye(static_cast<size_t>(P * P), 0.0f);
   for (int64_t i = 0; i < P; ++i) eye[i * P + i] = 1.0f;
   L.w.o = cpu::make_f32_linear(std::move(eye), P, P);
-  L.w.q_conv = g.normal(static_cast<size_t>(P * L.W), 0.5f);
-  L.w.k_conv = g.normal(static_cast<size_t>(P * L.W), 0.5f);
-  L.w.v_conv = g.normal(static_cast<size_t>(P * L.W), 0.5f);
+  L.w.conv.q = g.normal(static_cast<size_t>(P * L.W), 0.5f);
+  L.w.conv.k = g.normal(static_cast<size_t>(P * L.W), 0.5f);
+  L.w.conv.v = g.normal(static_cast<size_t>(P * L.W), 0.5f);
   // Decays from e^-2.5 to ~1 per step: short and long memories in every head.
   L.w.a_log = safe ? g.uniform(static_cast<size_t>(H), -0.5f, 0.5f) : g.uniform(static_cast<size_t>(H), -3.0f, 0.0f);
   L.w.dt_bias = g.uniform(static_cast<size_t>(P), -6.0f, safe ? -1.0f : 0.0f);
   L.w.o_norm = g.uniform(static_cast<size_t>(kD), 0.5f, 1.5f);
-  for (const Floats* c : {&L.w.q_conv, &L.w.k_conv, &L.w.v_conv}) L.conv_w.insert(L.conv_w.end(), c->begin(), c->end());
+  for (const Floats* c : {&L.w.conv.q, &L.w.conv.k, &L.w.conv.v}) L.conv_w.insert(L.conv_w.end(), c->begin(), c->end());
   return L;
 }
 

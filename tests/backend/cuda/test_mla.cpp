@@ -90,12 +90,12 @@ MlaLayer make_layer(int64_t H, Gen& g) {
     for (int64_t e = 0; e < kMlaNope; ++e) {
       const float* uk = kv_b.data() + (h * 256 + e) * kMlaRank;
       const float* uv = kv_b.data() + (h * 256 + kMlaNope + e) * kMlaRank;
-      L.w.w_uk.insert(L.w.w_uk.end(), uk, uk + kMlaRank);
-      L.w.w_uv.insert(L.w.w_uv.end(), uv, uv + kMlaRank);
+      L.w.absorbed.w_uk.insert(L.w.absorbed.w_uk.end(), uk, uk + kMlaRank);
+      L.w.absorbed.w_uv.insert(L.w.absorbed.w_uv.end(), uv, uv + kMlaRank);
     }
   }
-  L.w_uk_rows = L.w.w_uk;
-  L.w_uv_rows = L.w.w_uv;
+  L.w_uk_rows = L.w.absorbed.w_uk;
+  L.w_uv_rows = L.w.absorbed.w_uv;
   L.w.kv_b = cpu::make_f32_linear(std::move(kv_b), H * 256, kMlaRank);
   L.w.g = lin(H * kMlaV, L.hidden, 1.5f);
   std::vector<float> eye(static_cast<size_t>(L.hidden * L.hidden), 0.0f);

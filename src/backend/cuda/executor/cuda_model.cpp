@@ -170,10 +170,10 @@ class CudaExecutor final : public Executor {
       experts_->allocate(arena_, o.expert_cache_bytes);
       stats_.streaming = true;
     }
-    stats_.weight_bytes = weights_.bytes;
+    stats_.weight_bytes = weights_.backend_extras.bytes;
     for (const DeviceLayer& l : weights_.layers) {
-      stats_.packed_expert_banks += l.moe.w13.packed() + l.moe.w2.packed();
-      stats_.ggml_kv_b_layers += l.mla.k_b.data != nullptr;
+      stats_.packed_expert_banks += l.moe.experts.w13.packed() + l.moe.experts.w2.packed();
+      stats_.ggml_kv_b_layers += l.mla.absorbed.k_b.data != nullptr;
     }
     cudaDeviceProp prop{};
     K3_CUDA_CHECK(cudaGetDeviceProperties(&prop, o.device));

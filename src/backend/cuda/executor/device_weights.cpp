@@ -131,15 +131,15 @@ class Uploader final : public WeightFiller {
     const Binding& b = plan_.bindings[index(name)];
     if (b.scheme.kind == SchemeKind::GgmlSplitKvB && mla_fast_geometry(m)) {  // stays in its GGML blocks
       const int64_t nh = m.num_heads;
-      w.k_b = split_bank(b, "k_b", nh, m.kv_lora_rank, m.qk_nope_head_dim, name + " k_b");
-      w.v_b = split_bank(b, "v_b", nh, m.v_head_dim, m.kv_lora_rank, name + " v_b");
+      w.absorbed.k_b = split_bank(b, "k_b", nh, m.kv_lora_rank, m.qk_nope_head_dim, name + " k_b");
+      w.absorbed.v_b = split_bank(b, "v_b", nh, m.v_head_dim, m.kv_lora_rank, name + " v_b");
       return;
     }
     std::vector<float> uk, uv;
     split_kv_b(floats(name), m, uk, uv);
     const int64_t nh = m.num_heads, dn = m.qk_nope_head_dim, dv = m.v_head_dim, r = m.kv_lora_rank;
-    w.w_uk = matrix_bf16(uk, nh * dn, r, name + " W_UK");
-    w.w_uv = matrix_bf16(uv, nh * dv, r, name + " W_UV");
+    w.absorbed.w_uk = matrix_bf16(uk, nh * dn, r, name + " W_UK");
+    w.absorbed.w_uv = matrix_bf16(uv, nh * dv, r, name + " W_UV");
   }
 
   DeviceTensor embedding(const std::string& name) override { return param_bf16(index(name), name); }
@@ -415,8 +415,8 @@ DeviceMoe moe_weights(WeightFiller& f, const K3Config& c, const std::string& p, 
     w.latent_up = f.linear(p + "routed_expert_up_proj.weight");
     if (m.latent_moe_use_norm) w.latent_norm = f.vector(p + "routed_expert_norm.weight", VectorRole::kNormWeight);
   }
-  w.w13 = expert_bank(f, arena, sink, layer, 0, p + "experts.w1.weight", p + "experts.w3.weight", streamed);
-  w.w2 = expert_bank(f, arena, sink, layer, 1, p + "experts.w2.weight", "", streamed);
+  w.experts.w13 = expert_bank(f, arena, sink, layer, 0, p + "experts.w1.weight", p + "experts.w3.weight", streamed);
+  w.experts.w2 = expert_bank(f, arena, sink, layer, 1, p + "experts.w2.weight", "", streamed);
   if (m.num_shared_experts > 0) w.shared = mlp_weights(f, p + "shared_experts.");
   return w;
 }
@@ -459,7 +459,7 @@ DeviceWeights build_weights(WeightFiller& f, const K3Config& config, Arena* aren
   } else {
     w.lm_head = f.bf16_linear("lm_head.weight");
   }
-  w.bytes = f.bytes() - streamed;  // the device bytes that stay
+  w.backend_extras.bytes = f.bytes() - streamed;  // the device bytes that stay
   return w;
 }
 

@@ -1,5 +1,5 @@
-// The model's weights on the GPU, uploaded once from the LoadPlan into the arena in the layouts the
-// CUDA kernels read. Per scheme (docs/cuda-backend.md "Device weights"):
+// The model's weights on the GPU: model/weight_tree.h's tree over DeviceHandles, uploaded once from
+// the LoadPlan into the arena in the layouts the CUDA kernels read. Per scheme (docs/cuda-backend.md "Device weights"):
 //   BF16 / F16 / F32 dense     → bf16 (cuBLASLt BF16 GEMM)
 //   FP8 128×128 block          → e4m3 codes + cuBLASLt BLK128x128 scales (FP8_PB_WO GEMM)
 //   FP8 per tensor + input_scale → e4m3 codes + multiplier, static activation scale (ModelOpt FP8)
@@ -22,12 +22,14 @@
 #include "quant/formats/modelslim/cuda/moe_w4a8.h"
 #include "backend/cuda/core/tensor.h"
 #include "model/config.h"
+#include "model/weight_tree.h"
 #include "quant/plan/load_plan.h"
 #include "quant/plan/materialize.h"
 
 namespace k3::cuda {
 
-// One linear layer y = x·Wᵀ, W [n, k], in the form its GEMM wants.
+// One linear layer y = x·Wᵀ, W [n, k], in the form its GEMM wants (`kind`: the scheme's GEMM form);
+// its bytes live in the device arena the weights were built in.
 struct DeviceLinear {
   enum class Kind : uint8_t { kNone, kBf16, kFp8Block, kFp8Tensor };
   Kind kind = Kind::kNone;
@@ -42,24 +44,12 @@ struct DeviceLinear {
 
 using DeviceVector = const float*;  // f32 on the device; nullptr when absent
 
-struct DeviceKda {
-  DeviceLinear q, k, v, o, g, g_a, g_b, f_a, f_b, b;
-  DeviceVector conv = nullptr;  // [3P][W]: the q, k and v conv weights stacked (kda_short_conv's layout)
-  DeviceVector a_log = nullptr, dt_bias = nullptr, o_norm = nullptr;
-};
-
-struct DeviceMla {
-  DeviceLinear q_a, q_b, q, kv_a, kv_b, g, o;
-  DeviceVector q_a_norm = nullptr, kv_a_norm = nullptr;
+struct DeviceMlaAbsorbed {
   DeviceTensor w_uk, w_uv;  // bf16 [H·d_nope, r] and [H·d_v, r] (mla.h's absorbed decode)
   // A split GGUF kv_b (ExpertPack: k_b Q4_0 [H, r, d_nope], v_b Q2_K [H, d_v, r]) kept in its blocks
   // for the absorbed decode (mla_absorb_q_ggml / mla_unabsorb_o_ggml) instead of w_uk / w_uv; the
   // expanded (prefill) path still multiplies kv_b dequantised. Empty (data nullptr) otherwise.
   MoeGgmlBank k_b, v_b;
-};
-
-struct DeviceMlp {
-  DeviceLinear gate, up, down;
 };
 
 // A routed-expert bank, stacked per expert: bf16 rows, or kept packed in its checkpoint format for the
@@ -80,32 +70,31 @@ struct DeviceExperts {
   bool packed() const { return kind != Kind::kBf16; }
 };
 
-struct DeviceMoe {
-  DeviceLinear router;                    // bf16, f32 logits
-  DeviceVector correction_bias = nullptr;  // [E] (zeros without one)
-  DeviceLinear latent_down, latent_up;
-  DeviceVector latent_norm = nullptr;
+// A MoE layer's routed experts as the grouped GEMMs read them.
+struct DeviceExpertBanks {
   DeviceExperts w13;  // [E·2I, D]: per expert [w1 (I rows) ; w3 (I rows)]
   DeviceExperts w2;   // [E·D, I]
-  DeviceMlp shared;
 };
 
-struct DeviceLayer {
-  DeviceVector input_norm = nullptr, post_attention_norm = nullptr;
-  DeviceVector attn_res_c = nullptr, mlp_res_c = nullptr;
-  DeviceKda kda;
-  DeviceMla mla;
-  DeviceMlp mlp;
-  DeviceMoe moe;
+// The CUDA backend's handle traits for WeightTree: every handle points into the device arena.
+struct DeviceHandles {
+  using Linear = DeviceLinear;     // Kind::kNone when absent
+  using Vector = DeviceVector;     // nullptr when absent
+  using Embedding = DeviceTensor;  // bf16 [vocab, hidden]
+  using KdaConv = DeviceVector;    // [3P][W]: q, k and v conv weights stacked (kda_short_conv's layout)
+  using MlaAbsorbed = DeviceMlaAbsorbed;
+  using Experts = DeviceExpertBanks;
+  struct ModelExtras {
+    uint64_t bytes = 0;  // device bytes of the weights that stay on the device (streamed banks excluded)
+  };
 };
 
-struct DeviceWeights {
-  DeviceTensor embed;  // bf16 [vocab, hidden]
-  std::vector<DeviceLayer> layers;
-  DeviceVector final_norm = nullptr, output_res_c = nullptr;
-  DeviceLinear lm_head;
-  uint64_t bytes = 0;  // device bytes of all weights
-};
+using DeviceKda = KdaTree<DeviceHandles>;
+using DeviceMla = MlaTree<DeviceHandles>;
+using DeviceMlp = MlpTree<DeviceHandles>;
+using DeviceMoe = MoeTree<DeviceHandles>;
+using DeviceLayer = LayerTree<DeviceHandles>;
+using DeviceWeights = WeightTree<DeviceHandles>;
 
 // What a vector parameter is, for a filler that makes values instead of reading them.
 enum class VectorRole : uint8_t { kNormWeight, kALog, kDtBias, kCorrectionBias };
@@ -131,7 +120,8 @@ class WeightFiller {
   virtual DeviceVector res_score(const std::string& prefix) = 0;
   // The q, k and v conv weights of the KDA layer whose parameters start with `prefix`, stacked [3P][W].
   virtual DeviceVector kda_conv(const std::string& prefix) = 0;
-  // Sets w.w_uk and w.w_uv from kv_b [H·(d_nope + d_v), r] (`name`, already in w.kv_b) split per head.
+  // Sets w.absorbed from kv_b [H·(d_nope + d_v), r] (`name`, already in w.kv_b): w_uk and w_uv split
+  // per head, or a split GGUF kv_b's k_b and v_b kept in their blocks.
   virtual void absorb_kv_b(const std::string& name, const MlaConfig& m, DeviceMla& w) = 0;
 
   uint64_t bytes() const { return bytes_; }
@@ -143,7 +133,7 @@ class WeightFiller {
 // Expert streaming (expert_stream.h): takes each routed-expert bank of MoE layer `layer` (role 0 =
 // w13, 1 = w2) right after the filler made it on the device, and returns the device bytes it held;
 // build_weights then gives the bank's memory back to the arena and leaves only its form (kind, no
-// pointers) in DeviceMoe.
+// pointers) in DeviceMoe::experts.
 class ExpertBankSink {
  public:
   virtual ~ExpertBankSink() = default;

@@ -193,7 +193,7 @@ void BlockOps::routed_experts(int64_t layer, const DeviceMoe& w, const DeviceTen
     ctx.arena.reset(pass_mark);
   };
   if (ctx.experts == nullptr) {
-    pass(routing.ids, w.w13, w.w2, false);
+    pass(routing.ids, w.experts.w13, w.experts.w2, false);
   } else {
     // Expert streaming (expert_stream.h): the passes over the slot banks, each after the copies it
     // needs; every pick runs in exactly one pass.

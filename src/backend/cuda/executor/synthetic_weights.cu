@@ -120,12 +120,13 @@ class Generator final : public WeightFiller {
   // the prefill see the same weights.
   void absorb_kv_b(const std::string& name, const MlaConfig& m, DeviceMla& w) override {
     const int64_t heads = m.num_heads, dn = m.qk_nope_head_dim, dv = m.v_head_dim, r = m.kv_lora_rank;
-    w.w_uk = alloc(DType::kBF16, heads * dn, r, name + " W_UK");
-    w.w_uv = alloc(DType::kBF16, heads * dv, r, name + " W_UV");
+    w.absorbed.w_uk = alloc(DType::kBF16, heads * dn, r, name + " W_UK");
+    w.absorbed.w_uv = alloc(DType::kBF16, heads * dv, r, name + " W_UV");
     const size_t row = static_cast<size_t>(r) * sizeof(uint16_t), head_pitch = (dn + dv) * row;
     const char* kv_b = static_cast<const char*>(w.kv_b.bf16.data);
-    K3_CUDA_CHECK(cudaMemcpy2DAsync(w.w_uk.data, dn * row, kv_b, head_pitch, dn * row, heads, cudaMemcpyDeviceToDevice));
-    K3_CUDA_CHECK(cudaMemcpy2DAsync(w.w_uv.data, dv * row, kv_b + dn * row, head_pitch, dv * row, heads,
+    K3_CUDA_CHECK(cudaMemcpy2DAsync(w.absorbed.w_uk.data, dn * row, kv_b, head_pitch, dn * row, heads,
+                                    cudaMemcpyDeviceToDevice));
+    K3_CUDA_CHECK(cudaMemcpy2DAsync(w.absorbed.w_uv.data, dv * row, kv_b + dn * row, head_pitch, dv * row, heads,
                                     cudaMemcpyDeviceToDevice));
   }
 

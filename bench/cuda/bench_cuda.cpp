@@ -52,6 +52,7 @@
 #include "backend/cuda/core/upload.h"
 #include "backend/cuda/gemm/gemm.h"
 #include "backend/cuda/ops/ops.h"
+#include "backend/cuda/ops/ops_tuning.h"
 #include "bench_cuda_moe.h"
 #include "bench_cuda_util.h"
 #include "quant/formats/ggml/cuda/moe_ggml.h"

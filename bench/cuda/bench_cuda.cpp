@@ -56,6 +56,7 @@
 #include "bench_cuda_moe.h"
 #include "bench_cuda_util.h"
 #include "quant/formats/ggml/cuda/moe_ggml.h"
+#include "quant/formats/ggml/cuda/moe_ggml_tuning.h"
 
 namespace k3::cuda::bench {
 namespace {

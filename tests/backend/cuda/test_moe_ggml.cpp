@@ -28,6 +28,7 @@
 #include "backend/cpu/kernels/weight_matrix.h"
 #include "backend/cuda/moe/moe.h"
 #include "quant/formats/ggml/cuda/moe_ggml.h"
+#include "quant/formats/ggml/cuda/moe_ggml_tuning.h"
 #include "quant/formats/ggml/cuda/moe_ggml_blocks.h"
 #include "backend/cuda/core/upload.h"
 #include "core/numeric.h"

@@ -30,6 +30,7 @@
 #include "backend/cuda/core/kernel_util.cuh"
 #include "quant/formats/ggml/cuda/moe_ggml.h"
 #include "quant/formats/ggml/cuda/moe_ggml_blocks.h"
+#include "quant/formats/ggml/cuda/moe_ggml_tuning.h"
 #include "backend/cuda/moe/moe_tile.cuh"
 
 namespace k3::cuda {
@@ -361,6 +362,16 @@ void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, cons
   rows_per_warp = check_gemv(acts, bank, d, ys, rows_per_warp);
   moe_ggml_quantize(xs, acts, stream);
   moe_grouped_gemv_ggml(acts, bank, d, ys, stream, rows_per_warp);
+}
+
+void moe_grouped_gemv_ggml(const MoeGgmlActs& acts, const MoeGgmlBank& bank, const MoeDispatch& d,
+                           const DeviceTensor& ys, cudaStream_t stream) {
+  moe_grouped_gemv_ggml(acts, bank, d, ys, stream, 0);
+}
+
+void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
+                           const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream) {
+  moe_grouped_gemv_ggml(xs, bank, d, acts, ys, stream, 0);
 }
 
 }  // namespace k3::cuda

@@ -603,7 +603,7 @@ void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool, c
           const MoeGgmlActs& a = g.gemm == 1 ? b.a1 : b.a2;
           const std::string name(ggml_type_name(b.type));
           const MoeTile model_tile = moe_ggml_tile_for(b.type, g.R, E, w.n);
-          for (int rw : {1, 2, 3, 4, 8}) {
+          for (int rw : {2, 3, 4}) {
             if (!moe_ggml_gemv_supports(b.type, rw)) continue;
             const bool is_auto = model_tile == MoeTile::kM16 && rw == moe_ggml_gemv_rows_per_warp(b.type, w.k);
             const std::string label = " rw" + std::to_string(rw) + (is_auto ? " (auto)" : "");

@@ -15,7 +15,8 @@ namespace k3::cuda {
 // The decode GEMV: each warp's rows stream through its own cp.async ring in shared memory, a stage
 // holding up to whole rows, each part's codes and scales unpacked once per row and step for all
 // tokens. True when it takes `type` (every type moe_ggml_supported accepts) at `rows_per_warp`
-// weight rows per warp (1, 2, 3, 4 or 8; a CTA takes 128 weight rows, 120 at 3).
+// weight rows per warp (2, 3 or 4; a CTA takes 128 weight rows, 120 at 3; 1 and 8 were slower for
+// every type: docs/decisions/gguf-gemv-rows-per-warp.md).
 bool moe_ggml_gemv_supports(GgmlType type, int rows_per_warp);
 // The default rows per warp for a bank of `type` with K columns: the most of 4, 3, 2 at which two ring
 // stages of whole rows fit, else 2 (Kimi-K3 GEMM 1: Q2_K / Q3_K 4, Q4_K / Q4_0 3, Q5_K / Q6_K / Q8_0 2;

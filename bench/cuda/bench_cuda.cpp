@@ -25,7 +25,7 @@
 // and the speed-up over bf16. --quick: T = 1 … 512 only.
 //
 // GGUF experts (quant/formats/ggml/cuda/moe_ggml.h, --moe-ggml: this section only): the decode grouped GEMV over
-// Q4_K, Q2_K, Q3_K, Q4_0 and Q8_0 banks at the Kimi-K3 layer shapes, T = 1, 8, 64, with 1, 2, 3, 4 and 8
+// Q4_K, Q2_K, Q3_K, Q4_0 and Q8_0 banks at the Kimi-K3 layer shapes, T = 1, 8, 64, with 2, 3 and 4
 // weight rows per warp; TB/s on the packed GGUF bytes of the experts hit (target 2.5).
 //
 // ModelSlim W4A8 experts (quant/formats/modelslim/cuda/moe_w4a8.h, --moe-w4a8): the same Kimi-K3 layer with int4 banks
@@ -52,9 +52,11 @@
 #include "backend/cuda/core/upload.h"
 #include "backend/cuda/gemm/gemm.h"
 #include "backend/cuda/ops/ops.h"
+#include "backend/cuda/ops/ops_tuning.h"
 #include "bench_cuda_moe.h"
 #include "bench_cuda_util.h"
 #include "quant/formats/ggml/cuda/moe_ggml.h"
+#include "quant/formats/ggml/cuda/moe_ggml_tuning.h"
 
 namespace k3::cuda::bench {
 namespace {

@@ -26,6 +26,7 @@
 #include "backend/cuda/core/device.h"
 #include "backend/cuda/attention/kda/kda.h"
 #include "backend/cuda/attention/kda/kda_internal.h"
+#include "backend/cuda/attention/kda/kda_tuning.h"
 #include "backend/cuda/attention/mla/mla.h"
 #include "backend/cuda/core/stream.h"
 #include "backend/cuda/core/upload.h"
@@ -114,10 +115,10 @@ void bench_copy(Arena& arena, Stream& stream) {
 void bench_kda_prefill(Arena& arena, Stream& stream) {
   std::printf("\n== KDA chunked prefill, one sequence, D = 128, bf16 q/k/v/f/b in, bf16 o out, fp32 state ==\n");
   std::printf("   intra = gates + norms + in-chunk WY (SIMT fp32); inter = sequential chunk pass (kda_prefill − intra):\n"
-              "   fp32 FMA with 16 / 32 state columns per CTA (bulk copies), FMA with the default columns and\n"
-              "   16-byte cp.async, tf32 WMMA (bulk); total = kda_prefill with its defaults (FMA, bulk, auto columns)\n");
-  std::printf("%6s %4s | %8s | %8s %8s %8s %8s | %9s %7s | %8s %8s\n", "T", "H", "intra us", "fma16", "fma32",
-              "fma cp", "tf32", "total us", "TF/s", "conv us", "norm us");
+              "   16 / 32 state columns per CTA (bulk copies), the default columns with 16-byte cp.async;\n"
+              "   total = kda_prefill with bulk copies and the default columns\n");
+  std::printf("%6s %4s | %8s | %8s %8s %8s | %9s %7s | %8s %8s\n", "T", "H", "intra us", "cols16", "cols32",
+              "cp.async", "total us", "TF/s", "conv us", "norm us");
   struct Case {
     int T, H;
   };
@@ -158,22 +159,20 @@ void bench_kda_prefill(Arena& arena, Stream& stream) {
                                1.0f / std::sqrt(128.0f), static_cast<int>(H), pool.recurrent,
                                static_cast<float*>(ws), o.data, o.ld};
     const double intra = time_ms(stream, [&](int) { kda_detail::launch_chunk_intra(pa, true, stream); });
-    auto prefill = [&](KdaInterMath math, KdaLoads loads, KdaInterCols cols) {
-      return time_ms(stream, [&](int) { kda_prefill(batch, q, k, v, f, b, gate, pool, ws, o, stream, math, loads, cols); });
+    auto prefill = [&](KdaLoads loads, KdaInterCols cols) {
+      return time_ms(stream, [&](int) { kda_prefill(batch, q, k, v, f, b, gate, pool, ws, o, stream, loads, cols); });
     };
     const KdaLoads dflt = g_bulk ? KdaLoads::kBulk : KdaLoads::kCpAsync;
-    const double inter[4] = {prefill(KdaInterMath::kSimt, dflt, KdaInterCols::k16) - intra,
-                             prefill(KdaInterMath::kSimt, dflt, KdaInterCols::k32) - intra,
-                             prefill(KdaInterMath::kSimt, KdaLoads::kCpAsync, KdaInterCols::kAuto) - intra,
-                             prefill(KdaInterMath::kTf32, dflt, KdaInterCols::kAuto) - intra};
-    const double total = prefill(KdaInterMath::kSimt, dflt, KdaInterCols::kAuto);
+    const double inter[3] = {prefill(dflt, KdaInterCols::k16) - intra, prefill(dflt, KdaInterCols::k32) - intra,
+                             prefill(KdaLoads::kCpAsync, KdaInterCols::kAuto) - intra};
+    const double total = prefill(dflt, KdaInterCols::kAuto);
     const double conv = time_ms(stream, [&](int) { kda_short_conv(batch, x, conv_w.as<float>(), pool, y, stream); });
     const double norm = time_ms(stream, [&](int) { kda_gated_rms_norm(o, g, onorm.as<float>(), 1e-5f, out, stream); });
     // FLOPs per (chunk, head): intra A/Aqk 2·2·(C(C+1)/2)·D + solve 2·(C(C−1)/2)·2D; inter 6·C·D² + C²·D.
     const double C = 64, D = 128, chunks = std::ceil(T / C);
     const double flop = chunks * H * (4 * (C * (C + 1) / 2) * D + 2 * (C * (C - 1) / 2) * 2 * D + 6 * C * D * D + C * C * D);
-    std::printf("%6d %4d | %8.1f | %8.1f %8.1f %8.1f %8.1f | %9.1f %7.1f | %8.1f %8.1f\n", c.T, c.H, intra * 1e3,
-                inter[0] * 1e3, inter[1] * 1e3, inter[2] * 1e3, inter[3] * 1e3, total * 1e3, flop / (total * 1e-3) / 1e12,
+    std::printf("%6d %4d | %8.1f | %8.1f %8.1f %8.1f | %9.1f %7.1f | %8.1f %8.1f\n", c.T, c.H, intra * 1e3,
+                inter[0] * 1e3, inter[1] * 1e3, inter[2] * 1e3, total * 1e3, flop / (total * 1e-3) / 1e12,
                 conv * 1e3, norm * 1e3);
     if (c.T == 2048 && c.H == 12) std::printf("   FlashKDA (H100, published): %.0f us; ours %.1f us\n", kFlashKdaUs, total * 1e3);
     std::fflush(stdout);

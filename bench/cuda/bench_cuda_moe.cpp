@@ -14,10 +14,14 @@
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/core/upload.h"
 #include "backend/cuda/moe/moe.h"
+#include "backend/cuda/moe/moe_tiles.h"
 #include "backend/cuda/moe/moe_w4.h"
+#include "backend/cuda/moe/moe_w4_tuning.h"
 #include "backend/cuda/ops/ops.h"
 #include "quant/formats/ggml/cuda/moe_ggml.h"
+#include "quant/formats/ggml/cuda/moe_ggml_tuning.h"
 #include "quant/formats/modelslim/cuda/moe_w4a8.h"
+#include "quant/formats/modelslim/cuda/moe_w4a8_tuning.h"
 #include "quant/formats/nvfp4/cuda/moe_nvfp4_act.h"
 
 namespace k3::cuda::bench {
@@ -322,7 +326,7 @@ std::string tile_label(MoeTile tile, MoeTile chosen) {
   return tile == MoeTile::kAuto ? "auto=" + std::string(tile_name(chosen)) : std::string(tile_name(tile));
 }
 
-constexpr MoeTile kAllTiles[] = {MoeTile::kAuto, MoeTile::kM16, MoeTile::kM64, MoeTile::kM128};
+constexpr MoeTile kW4a8Tiles[] = {MoeTile::kAuto, MoeTile::kM16, MoeTile::kM64};
 
 }  // namespace
 
@@ -368,7 +372,7 @@ void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool, boo
       // auto, the decode kernel (10 and 5 stages), the tile kernels (m16 = the register-prefetch
       // decode-class kernel it replaces where it fits).
       for (W4Kernel kernel : {W4Kernel::kAuto, W4Kernel::kDecode8, W4Kernel::kDecode, W4Kernel::kDecode3, W4Kernel::kM16,
-                              W4Kernel::kM64, W4Kernel::kM128, W4Kernel::kWgmma}) {
+                              W4Kernel::kM64, W4Kernel::kWgmma}) {
         const std::string name =
             kernel == W4Kernel::kAuto
                 ? "auto=" + std::string(w4_kernel_name(moe_w4_kernel_for(MoeTile::kAuto, b.f, g.R, E, g.K)))
@@ -538,7 +542,7 @@ void bench_moe_w4a8(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
         for (const Banks& b : banks) {
           const MoeW4A8Bank& w = g.gemm == 1 ? b.g1 : b.g2;
           const std::string scheme = w4a8_scheme(b.group_size);
-          for (MoeTile tile : kAllTiles) {
+          for (MoeTile tile : kW4a8Tiles) {
             vs.push_back({scheme + " " + tile_label(tile, moe_w4a8_tile_for(g.R, E, w.groups() > 1)),
                           g.rt.hit * g.N * g.K * (0.5 + 4.0 / static_cast<double>(w.group())),
                           [&, w, tile](int i) { moe_grouped_gemm_w4a8(inq, w, g.rt.d[i % kRoutings], g.out, stream, tile); }});
@@ -599,7 +603,7 @@ void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool, c
           const MoeGgmlActs& a = g.gemm == 1 ? b.a1 : b.a2;
           const std::string name(ggml_type_name(b.type));
           const MoeTile model_tile = moe_ggml_tile_for(b.type, g.R, E, w.n);
-          for (int rw : {1, 2, 3, 4, 8}) {
+          for (int rw : {2, 3, 4}) {
             if (!moe_ggml_gemv_supports(b.type, rw)) continue;
             const bool is_auto = model_tile == MoeTile::kM16 && rw == moe_ggml_gemv_rows_per_warp(b.type, w.k);
             const std::string label = " rw" + std::to_string(rw) + (is_auto ? " (auto)" : "");

@@ -24,7 +24,7 @@ void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool, boo
 void bench_moe_w4a8(Arena& arena, Stream& stream, const RandomPool& bf16_pool);
 
 // GGUF routed experts (quant/formats/ggml/cuda/moe_ggml.h) of the formats `types`: the decode grouped
-// GEMV (quantisation of the sorted rows included) at 1, 2, 3, 4 and 8 weight rows per warp, the
+// GEMV (quantisation of the sorted rows included) at 2, 3 and 4 weight rows per warp, the
 // quantisation alone, and from 512 tokens on the prefill GEMM (moe_grouped_gemm_ggml, both tile
 // heights; "auto" marks the model's choice), banks of random bytes (the values do not change the
 // kernels' work), T = 1, 8, 64 (--tokens: others); target >= 2.5 TB/s on the packed bytes of the

@@ -12,8 +12,6 @@
 //     and in the exponentials (the A/Aqk phase uses __expf, ≤ 2^-21 relative for the arguments
 //     here), and the chunked form reassociates the recurrence: the CPU's own chunked-vs-recurrent
 //     test holds 2e-5 of the magnitude.
-//   f32 I/O, tf32 tensor cores: 2e-3 [3.1e-4]. tf32 keeps 10 mantissa bits (2^-11 relative per
-//     operand); products over 64–192 terms of mixed sign land near 3e-4.
 //   bf16 I/O: 1e-2 [4.1e-3]. Inputs (q/k/v/f/b/g), the conv output, o and y are rounded to bf16
 //     (2^-9 relative each); the norms and gates are smooth, so the output moves by a few 2^-9.
 // The conv state holds raw inputs: with f32 I/O it must equal the CPU's bit for bit.
@@ -32,6 +30,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/attention/kda/kda.h"
+#include "backend/cuda/attention/kda/kda_tuning.h"
 #include "backend/cuda/core/upload.h"
 #include "cuda_test_util.h"
 
@@ -177,8 +176,8 @@ struct GpuKda {
 
   // Conv → chunked prefill → gated norm over packed sequences; returns y [T, P].
   std::vector<float> prefill(const KdaLayer& L, const Proj& p, const std::vector<int>& lens,
-                             const std::vector<int32_t>& slots, DType io, KdaInterMath math,
-                             KdaLoads loads = KdaLoads::kCpAsync, KdaInterCols cols = KdaInterCols::kAuto) {
+                             const std::vector<int32_t>& slots, DType io, KdaLoads loads = KdaLoads::kCpAsync,
+                             KdaInterCols cols = KdaInterCols::kAuto) {
     Arena& a = test::arena();
     const int64_t T = p.q.rows, P = L.P;
     std::vector<int32_t> cu{0};
@@ -202,7 +201,7 @@ struct GpuKda {
     poison(o);
     void* ws = a.alloc(kda_prefill_workspace_bytes(batch, L.H), "kda workspace");
     kda_prefill(batch, y.col_slice(0, P), y.col_slice(P, P), y.col_slice(2 * P, P), f, b, gate, pool, ws, o, nullptr,
-                math, loads, cols);
+                loads, cols);
     const DeviceTensor out = a.alloc_tensor(io, T, P, "y");
     poison(out);
     kda_gated_rms_norm(o, g, o_norm.as<float>(), eps, out, nullptr);
@@ -264,14 +263,12 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& ref, 
 struct KdaCase {
   bool safe;
   DType io;
-  KdaInterMath math;
   KdaLoads loads;
   KdaInterCols cols;
 };
 
 double out_tol(const KdaCase& c) {
-  if (c.io == DType::kBF16) return 1e-2;
-  return c.math == KdaInterMath::kTf32 ? 2e-3 : 2e-5;
+  return c.io == DType::kBF16 ? 1e-2 : 2e-5;
 }
 
 class KdaPipeline : public ::testing::TestWithParam<KdaCase> {};
@@ -280,7 +277,7 @@ TEST_P(KdaPipeline, PrefillContinuedPrefillAndDecodeMatchCpu) {
   K3_REQUIRE_GPU();
   test::ArenaScope scope;
   const KdaCase c = GetParam();
-  const uint64_t seed = seed_or(1000 + (c.safe ? 1 : 0) + (c.io == DType::kBF16 ? 2 : 0) + (c.math == KdaInterMath::kTf32 ? 4 : 0) +
+  const uint64_t seed = seed_or(1000 + (c.safe ? 1 : 0) + (c.io == DType::kBF16 ? 2 : 0) +
                                 (c.loads == KdaLoads::kBulk ? 8 : 0) + (c.cols == KdaInterCols::k16 ? 16 : 0));
   SCOPED_TRACE("seed " + std::to_string(seed));
   Gen g(seed);
@@ -312,14 +309,14 @@ TEST_P(KdaPipeline, PrefillContinuedPrefillAndDecodeMatchCpu) {
   Tensor x1(rows, L.hidden);
   x1.data = g.normal(x1.data.size(), 1.0f);
   const Tensor ref1 = cpu_mixer(L, x1, lens1, st, which);
-  expect_close(gpu.prefill(L, project(L, x1), lens1, slots, c.io, c.math, c.loads, c.cols), ref1.data, tol, "prefill");
+  expect_close(gpu.prefill(L, project(L, x1), lens1, slots, c.io, c.loads, c.cols), ref1.data, tol, "prefill");
   check_states("after prefill");
 
   rows = std::accumulate(lens2.begin(), lens2.end(), int64_t{0});
   Tensor x2(rows, L.hidden);
   x2.data = g.normal(x2.data.size(), 1.0f);
   const Tensor ref2 = cpu_mixer(L, x2, lens2, st, which);
-  expect_close(gpu.prefill(L, project(L, x2), lens2, slots, c.io, c.math, c.loads, c.cols), ref2.data, tol, "continued prefill");
+  expect_close(gpu.prefill(L, project(L, x2), lens2, slots, c.io, c.loads, c.cols), ref2.data, tol, "continued prefill");
   check_states("after the continued prefill");
 
   const std::vector<int> ones(lens1.size(), 1);
@@ -335,17 +332,15 @@ TEST_P(KdaPipeline, PrefillContinuedPrefillAndDecodeMatchCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, KdaPipeline,
-                         ::testing::Values(KdaCase{true, DType::kF32, KdaInterMath::kSimt, KdaLoads::kCpAsync, KdaInterCols::k32},
-                                           KdaCase{true, DType::kF32, KdaInterMath::kSimt, KdaLoads::kBulk, KdaInterCols::k16},
-                                           KdaCase{false, DType::kF32, KdaInterMath::kSimt, KdaLoads::kBulk, KdaInterCols::k32},
-                                           KdaCase{false, DType::kF32, KdaInterMath::kSimt, KdaLoads::kCpAsync, KdaInterCols::k16},
-                                           KdaCase{true, DType::kBF16, KdaInterMath::kSimt, KdaLoads::kBulk, KdaInterCols::kAuto},
-                                           KdaCase{true, DType::kF32, KdaInterMath::kTf32, KdaLoads::kBulk, KdaInterCols::kAuto},
-                                           KdaCase{false, DType::kBF16, KdaInterMath::kTf32, KdaLoads::kCpAsync, KdaInterCols::kAuto}),
+                         ::testing::Values(KdaCase{true, DType::kF32, KdaLoads::kCpAsync, KdaInterCols::k32},
+                                           KdaCase{true, DType::kF32, KdaLoads::kBulk, KdaInterCols::k16},
+                                           KdaCase{false, DType::kF32, KdaLoads::kBulk, KdaInterCols::k32},
+                                           KdaCase{false, DType::kF32, KdaLoads::kCpAsync, KdaInterCols::k16},
+                                           KdaCase{true, DType::kBF16, KdaLoads::kBulk, KdaInterCols::kAuto},
+                                           KdaCase{false, DType::kBF16, KdaLoads::kCpAsync, KdaInterCols::kAuto}),
                          [](const ::testing::TestParamInfo<KdaCase>& info) {
                            const KdaCase& c = info.param;
                            return std::string(c.safe ? "k3gate" : "softplus") + (c.io == DType::kBF16 ? "_bf16" : "_f32") +
-                                  (c.math == KdaInterMath::kTf32 ? "_tf32" : "_fma") +
                                   (c.loads == KdaLoads::kBulk ? "_bulk" : "_cpasync") +
                                   (c.cols == KdaInterCols::k16 ? "_cols16" : c.cols == KdaInterCols::k32 ? "_cols32" : "");
                          });
@@ -385,9 +380,9 @@ TEST(KdaCuda, DecodeAfterPrefillEqualsLongerBulkPrefill) {
   }
   GpuKda gpu(L, 2 * n);
   const std::vector<int32_t> slots_a = {0, 1, 2, 3}, slots_b = {7, 6, 5, 4};
-  gpu.prefill(L, ps, lens, slots_a, DType::kF32, KdaInterMath::kSimt);
+  gpu.prefill(L, ps, lens, slots_a, DType::kF32);
   const std::vector<float> dec = gpu.decode(L, pl, slots_a, DType::kF32);
-  const std::vector<float> full = gpu.prefill(L, p_long, longer, slots_b, DType::kF32, KdaInterMath::kSimt, KdaLoads::kBulk);
+  const std::vector<float> full = gpu.prefill(L, p_long, longer, slots_b, DType::kF32, KdaLoads::kBulk);
   std::vector<float> last;
   int64_t end = 0;
   for (int i = 0; i < n; ++i) {
@@ -417,7 +412,7 @@ TEST(KdaCuda, StateSaveRestoreAndZero) {
   x.data = g.normal(x.data.size(), 1.0f);
   GpuKda gpu(L, 4);
   GpuKda saved(L, 4);
-  gpu.prefill(L, project(L, x), lens, slots, DType::kF32, KdaInterMath::kSimt);
+  gpu.prefill(L, project(L, x), lens, slots, DType::kF32);
   const DeviceTensor src = upload_i32(slots, "src"), dst = upload_i32({0, 2}, "dst");
   kda_state_copy(gpu.pool, src.as<int32_t>(), saved.pool, dst.as<int32_t>(), 2, nullptr);
   Tensor xd(2, L.hidden);

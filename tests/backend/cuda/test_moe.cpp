@@ -19,6 +19,7 @@
 #include <numeric>
 
 #include "backend/cuda/moe/moe.h"
+#include "backend/cuda/moe/moe_tiles.h"
 #include "backend/cuda/ops/ops.h"
 #include "backend/cuda/core/stream.h"
 #include "backend/cuda/core/upload.h"

@@ -1,6 +1,6 @@
 // GGUF expert kernels (quant/formats/ggml/cuda/moe_ggml.h) on fresh random inputs (the seed is printed;
 // K3_TEST_SEED replays one). The GPU tests skip without a device (passed on the H200, 2026-11-29;
-// 2026-12-01 with the ring kernel at 1/2/4/8 rows per warp; 3 rows added 2026-12-02).
+// the ring kernel at 2/3/4 rows per warp 2026-12-02).
 //
 // Without a GPU (these run in CI): the block traits (moe_ggml_blocks.h), compiled here for the host,
 //   - value(): bit-identical to the exact CPU dequantisation (quant/formats/ggml) for every element of random
@@ -28,6 +28,7 @@
 #include "backend/cpu/kernels/weight_matrix.h"
 #include "backend/cuda/moe/moe.h"
 #include "quant/formats/ggml/cuda/moe_ggml.h"
+#include "quant/formats/ggml/cuda/moe_ggml_tuning.h"
 #include "quant/formats/ggml/cuda/moe_ggml_blocks.h"
 #include "backend/cuda/core/upload.h"
 #include "core/numeric.h"
@@ -214,8 +215,8 @@ TEST(MoeGgmlBank, GeometryAndRejectedShapes) {
 TEST(MoeGgmlBank, KernelsAndRowsPerWarp) {
   for (GgmlType type : kTypes) {
     SCOPED_TRACE(ggml_type_name(type));
-    for (int rw : {1, 2, 3, 4, 8}) EXPECT_TRUE(moe_ggml_gemv_supports(type, rw)) << rw;
-    for (int rw : {0, 5, 6, 16, -4}) EXPECT_FALSE(moe_ggml_gemv_supports(type, rw)) << rw;
+    for (int rw : {2, 3, 4}) EXPECT_TRUE(moe_ggml_gemv_supports(type, rw)) << rw;
+    for (int rw : {0, 1, 5, 6, 8, 16, -4}) EXPECT_FALSE(moe_ggml_gemv_supports(type, rw)) << rw;
     EXPECT_TRUE(moe_ggml_gemv_supports(type, moe_ggml_gemv_rows_per_warp(type, 3584)));
   }
   // Kimi-K3: the most rows per warp (4, 3, 2) at which two stages of whole rows fit, else 2.
@@ -257,7 +258,7 @@ TEST(MoeGgmlBank, KernelsAndRowsPerWarp) {
     moe_grouped_gemv_ggml(xs, b, d, acts, ys, nullptr, 5);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "moe_grouped_gemv_ggml: rows per warp must be 1, 2, 3, 4 or 8, got 5");
+    EXPECT_STREQ(e.what(), "moe_grouped_gemv_ggml: rows per warp must be 2, 3 or 4, got 5");
   }
 }
 
@@ -368,7 +369,7 @@ TEST_P(MoeGgmlGemvTest, MatchesFloat64WithTheCpuActivationContract) {
 
     const test::MoeReference ref = test::moe_reference(
         s.off, N, K, [&](int64_t r, int64_t i) { return ha.value(r, i); }, w, [](int64_t, int64_t) { return 1.0; });
-    for (int rows_per_warp : {1, 2, 3, 4, 8}) {
+    for (int rows_per_warp : {2, 3, 4}) {
       ASSERT_TRUE(moe_ggml_gemv_supports(type, rows_per_warp));
       for (DType out : {DType::kF32, DType::kBF16}) {
         SCOPED_TRACE(std::string("out ") + dtype_name(out) + ", rows per warp " + std::to_string(rows_per_warp));

@@ -25,6 +25,7 @@
 
 #include "backend/cuda/moe/moe.h"
 #include "backend/cuda/moe/moe_w4.h"
+#include "backend/cuda/moe/moe_w4_tuning.h"
 #include "backend/cuda/moe/moe_w4_layout.h"
 #include "backend/cuda/ops/ops.h"
 #include "backend/cuda/core/tensor_map.h"
@@ -427,7 +428,7 @@ TEST_P(MoeW4GemmTest, MatchesFloat64OverExactDequant) {
         [&](int64_t e, int64_t n) { return static_cast<double>(out_scale[static_cast<size_t>(e * c.parts + n / (N / c.parts))]); });
     // Every kernel, and the tile classes' choice (MoeTile overload).
     for (W4Kernel kernel : {W4Kernel::kAuto, W4Kernel::kDecode, W4Kernel::kDecode3, W4Kernel::kDecode8, W4Kernel::kM16,
-                            W4Kernel::kM64, W4Kernel::kM128, W4Kernel::kWgmma}) {
+                            W4Kernel::kM64, W4Kernel::kWgmma}) {
       for (DType out : {DType::kBF16, DType::kF32}) {
         SCOPED_TRACE(std::string("kernel ") + w4_kernel_name(kernel) + ", out " + dtype_name(out));
         const DeviceTensor ys = a.alloc_tensor(out, R, N, "ys");

@@ -13,6 +13,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/ops/ops.h"
+#include "backend/cuda/ops/ops_tuning.h"
 #include "backend/cuda/core/upload.h"
 #include "cuda_test_util.h"
 

@@ -11,6 +11,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/ops/ops.h"
+#include "backend/cuda/ops/ops_tuning.h"
 #include "backend/cuda/core/upload.h"
 #include "cuda_test_util.h"
 #include "model/config.h"

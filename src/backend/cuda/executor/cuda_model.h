@@ -55,7 +55,7 @@ struct CudaExecutorStats {
   int64_t ggml_kv_b_layers = 0;     // MLA layers whose absorbed decode reads a split GGUF kv_b in its blocks
   int64_t graph_replays = 0, graph_captures = 0, eager_steps = 0;
   int64_t fused_gemm1_calls = 0;    // MoE layer calls whose GEMM 1 ran fused (CudaOptions::fused_moe_activation), graph replays not counted
-  int64_t ggml_prefill_gemms = 0;   // GGUF expert GEMMs run by the prefill GEMM (moe_ggml_tile_for), graph replays not counted
+  int64_t ggml_prefill_gemms = 0;   // GGUF expert GEMMs run by the prefill GEMM (moe_ggml_prefill_gemm), graph replays not counted
   // Expert streaming (zero when off): cache slots (experts), pinned host bytes of the experts,
   // lookups, waves and passes, MoE layer calls (and those needing more than one wave), host→device
   // bytes and the copy stream's time in them.

@@ -61,19 +61,17 @@ DeviceTensor w4_input(StepContext& ctx, const ExpertInput& in, const DeviceExper
 
 // ys = in · W_eᵀ per sorted row in the bank's own kernel; W4A8 and GGUF's decode GEMV first quantise
 // the input under the checkpoint's activation contract (int8 per row / 8-bit blocks; GGUF prefill
-// multiplies bf16 rows: moe_ggml_tile_for), and NVFP4 under W4A4 (CudaOptions::w4a4) to its FP4
-// values, into step scratch.
-// `model_experts`: the E the kernel is chosen for — the model's, also when the dispatch runs over
-// streaming's slot bank, so a streamed layer runs the same kernels as a resident one.
+// multiplies bf16 rows: moe_ggml_prefill_gemm), and NVFP4 under W4A4 (CudaOptions::w4a4) to its FP4
+// values, into step scratch. The kernels follow the dispatch's choice E (MoeDispatch::choice_experts).
 void expert_gemm(StepContext& ctx, const ExpertInput& in, const DeviceExperts& w, const MoeDispatch& d,
-                 const DeviceTensor& ys, int64_t model_experts) {
+                 const DeviceTensor& ys) {
   const int64_t R = d.rows(), K = in.rows.cols;
   switch (w.kind) {
     case DeviceExperts::Kind::kBf16:
-      moe_grouped_gemm_bf16(bf16_rows(ctx, in), w.bf16, d, ys, ctx.stream, moe_tile_for(R, model_experts));
+      moe_grouped_gemm_bf16(bf16_rows(ctx, in), w.bf16, d, ys, ctx.stream);
       break;
     case DeviceExperts::Kind::kW4:
-      moe_grouped_gemm_w4(w4_input(ctx, in, w, d), w.w4, d, ys, ctx.stream, moe_w4_tile_for(R, model_experts));
+      moe_grouped_gemm_w4(w4_input(ctx, in, w, d), w.w4, d, ys, ctx.stream);
       break;
     case DeviceExperts::Kind::kW4A8: {
       const Int8Rows q{ctx.scratch(DType::kU8, R, K, "moe int8 rows"),
@@ -83,13 +81,12 @@ void expert_gemm(StepContext& ctx, const ExpertInput& in, const DeviceExperts& w
       } else {
         moe_quantize_int8_rows(in.rows, q, ctx.stream);
       }
-      moe_grouped_gemm_w4a8(q, w.w4a8, d, ys, ctx.stream, moe_w4a8_tile_for(R, model_experts, w.w4a8.groups() > 1));
+      moe_grouped_gemm_w4a8(q, w.w4a8, d, ys, ctx.stream);
       break;
     }
     case DeviceExperts::Kind::kGgml: {
-      const MoeTile tile = moe_ggml_tile_for(w.ggml.type, R, model_experts, w.ggml.n);
-      if (tile != MoeTile::kM16) {
-        moe_grouped_gemm_ggml(bf16_rows(ctx, in), w.ggml, d, ys, ctx.stream, tile);
+      if (moe_ggml_prefill_gemm(w.ggml, d)) {
+        moe_grouped_gemm_ggml(bf16_rows(ctx, in), w.ggml, d, ys, ctx.stream);
         ++ctx.ggml_prefill_gemms;
         break;
       }
@@ -110,13 +107,9 @@ void expert_gemm(StepContext& ctx, const ExpertInput& in, const DeviceExperts& w
 // activation in its epilogue (4-bit banks on the warpgroup-MMA prefill kernel: moe_grouped_gemm_w4_gated);
 // false when it has not (nothing ran).
 bool fused_gemm1(StepContext& ctx, const DeviceTensor& xs, const DeviceExperts& w13, const MoeDispatch& d,
-                 const GatedActivation& act, const DeviceTensor& out, int64_t model_experts) {
-  if (w13.kind != DeviceExperts::Kind::kW4) return false;
-  const int64_t R = d.rows();
-  const W4Kernel kernel =
-      moe_w4_kernel_for(moe_w4_tile_for(R, model_experts), w13.w4.format, R, model_experts, w13.w4.k);
-  if (kernel != W4Kernel::kWgmma) return false;
-  return moe_grouped_gemm_w4_gated(w4_input(ctx, ExpertInput::of_rows(xs), w13, d), w13.w4, d, act, out, ctx.stream, kernel);
+                 const GatedActivation& act, const DeviceTensor& out) {
+  if (w13.kind != DeviceExperts::Kind::kW4 || !moe_w4_gated_runs(w13.w4, d)) return false;
+  return moe_grouped_gemm_w4_gated(w4_input(ctx, ExpertInput::of_rows(xs), w13, d), w13.w4, d, act, out, ctx.stream);
 }
 
 }  // namespace
@@ -166,9 +159,11 @@ void BlockOps::routed_experts(int64_t layer, const DeviceMoe& w, const DeviceTen
   const int64_t D = z.cols, R = T * k;
   // One pass of dispatch → gather → GEMM 1 → activation → GEMM 2 → combine over `bank` (E_bank
   // experts) for the picks `pick_ids` names (−1: skipped).
+  // The kernels are chosen for the model's E also over streaming's slot bank, so a streamed layer
+  // runs the kernels of a resident one.
   const int64_t E_bank = ctx.experts != nullptr ? ctx.experts->slots() : E;
-  const MoeDispatch d =
-      moe_dispatch_view(ctx.arena.alloc(moe_dispatch_bytes(T, k, E_bank), "moe dispatch"), T, k, E_bank);
+  MoeDispatch d = moe_dispatch_view(ctx.arena.alloc(moe_dispatch_bytes(T, k, E_bank), "moe dispatch"), T, k, E_bank);
+  d.choice_experts = E;
   const DeviceTensor xs = scratch(DType::kBF16, R, D, "moe sorted rows");
   const DeviceTensor gate_up = scratch(DType::kBF16, R, 2 * I, "moe gate|up");
   const DeviceTensor a = scratch(DType::kBF16, R, I, "moe activation");
@@ -181,13 +176,13 @@ void BlockOps::routed_experts(int64_t layer, const DeviceMoe& w, const DeviceTen
     const MoeDispatch weighted = moe_weighted(d, row_weight);  // GEMM 2 applies the routing weights
     moe_gather(z, d, xs, ctx.stream);
     const GatedActivation act = gated_activation_params(ctx.config.activation);
-    if (ctx.fused_moe_activation && fused_gemm1(ctx, xs, w13, d, act, a, E)) {
+    if (ctx.fused_moe_activation && fused_gemm1(ctx, xs, w13, d, act, a)) {
       ++ctx.fused_gemm1_calls;
-      expert_gemm(ctx, ExpertInput::of_rows(a), w2, weighted, ys, E);
+      expert_gemm(ctx, ExpertInput::of_rows(a), w2, weighted, ys);
     } else {
-      expert_gemm(ctx, ExpertInput::of_rows(xs), w13, d, gate_up, E);
+      expert_gemm(ctx, ExpertInput::of_rows(xs), w13, d, gate_up);
       expert_gemm(ctx, ExpertInput::activated(act, gate_up.col_slice(0, I), gate_up.col_slice(I, I), a), w2, weighted,
-                  ys, E);
+                  ys);
     }
     moe_combine(ys, d, DeviceTensor(), routed, accumulate, ctx.stream);  // the rows carry their weights
     ctx.arena.reset(pass_mark);

@@ -29,11 +29,15 @@ struct MoeDispatch {
   int32_t* expert_offsets = nullptr;  // [E + 1]: expert e owns sorted rows [off[e], off[e+1])
   int32_t* sorted_token = nullptr;    // [R]: the token whose row sits at each sorted position
   int32_t* pick_row = nullptr;        // [T·k]: the sorted position of pick (t, j), index t·k + j
-  void* tiles = nullptr;              // the grouped GEMMs' tile maps (moe_tile_map reads them)
+  void* tiles = nullptr;              // the grouped GEMMs' tile maps (moe_tiles.h)
   // [R] or null: when set, every grouped GEMM over this dispatch multiplies sorted row r's output by
   // row_weight[r] in its epilogue — GEMM 2 over moe_weighted(d, …) applies the routing weights, and
   // moe_combine then sums the rows as they are.
   const float* row_weight = nullptr;
+  // The E the grouped GEMMs choose their kernels for, from the shapes alone (never the counts):
+  // `experts` (moe_dispatch_view), or the model's when the dispatch runs over a bank of
+  // expert-streaming slots, so that a streamed layer runs the kernels of a resident one.
+  int64_t choice_experts = 0;
 
   int64_t rows() const { return tokens * top_k; }
 };
@@ -46,26 +50,6 @@ inline MoeDispatch moe_weighted(MoeDispatch d, const float* row_weight) {
   d.row_weight = row_weight;
   return d;
 }
-
-// Grouped-GEMM tile heights: the rows of one expert one CTA computes. moe_dispatch builds the tile
-// map of every height, so each GEMM may run any of them. kAuto = moe_tile_for(T·k, E).
-enum class MoeTile { kAuto, kM16, kM64, kM128 };
-inline constexpr int kMoeTileHeights = 3;  // kM16, kM64, kM128
-int moe_tile_rows(MoeTile tile);           // 16, 64, 128 (kAuto: throws)
-// The host-side choice from the shapes alone (never the counts): small tiles stream each expert's
-// weights once when experts see few rows (decode), tall tiles reuse them when they see many.
-MoeTile moe_tile_for(int64_t rows, int64_t experts);
-
-// One tile map of a dispatch, in device memory: *count tiles, ordered by expert, then row; tile i is
-// tiles[4i .. 4i+3] = {expert, first sorted row, the expert's first tile, the expert's tile count}
-// and covers rows [first, min(first + height, off[expert + 1])). bound: the upper bound on *count
-// that grids are sized with, min(E, R) + R / height.
-struct MoeTileMap {
-  const int32_t* count = nullptr;
-  const int32_t* tiles = nullptr;
-  int64_t bound = 0;
-};
-MoeTileMap moe_tile_map(const MoeDispatch& d, MoeTile tile);
 
 // Bytes of the dispatch's device buffers for T tokens, top-k, E experts (all of MoeDispatch).
 size_t moe_dispatch_bytes(int64_t tokens, int64_t top_k, int64_t experts);
@@ -86,9 +70,9 @@ void moe_gather(const DeviceTensor& x, const MoeDispatch& d, const DeviceTensor&
 // Grouped GEMM over the dispatch: for every expert e and sorted row r of e,
 //   ys[r] = xs[r] · W_eᵀ,  W_e = w rows [e·N, (e+1)·N) of the stacked bank w: bf16 [E·N, K].
 // xs: bf16 [R, K]; ys: bf16 or f32 [R, N]. fp32 accumulation on tensor cores. K % 8 == 0, N % 8 == 0,
-// rows 16-byte aligned. `tile` forces a tile height (tests and the bench run each).
+// rows 16-byte aligned. The tile height follows the rows per expert (moe_tiles.h).
 void moe_grouped_gemm_bf16(const DeviceTensor& xs, const DeviceTensor& w, const MoeDispatch& d, const DeviceTensor& ys,
-                           cudaStream_t stream, MoeTile tile = MoeTile::kAuto);
+                           cudaStream_t stream);
 
 // out[t] = Σ_j weights[t, j] · ys[pick_row[t·k + j]]  (+ out[t] when accumulate): ys f32 or bf16
 // [R, N]; weights f32 [T, k], or empty (no data) when ys already carries them (GEMM 2 over

@@ -20,6 +20,7 @@
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/core/kernel_util.cuh"
 #include "backend/cuda/moe/moe.h"
+#include "backend/cuda/moe/moe_tiles.h"
 
 namespace k3::cuda {
 namespace {
@@ -312,7 +313,7 @@ MoeTile moe_tile_for(int64_t rows, int64_t experts) {
 
 MoeTileMap moe_tile_map(const MoeDispatch& d, MoeTile tile) {
   check_dispatch(d, "moe_tile_map");
-  if (tile == MoeTile::kAuto) tile = moe_tile_for(d.rows(), d.experts);
+  if (tile == MoeTile::kAuto) tile = moe_tile_for(d.rows(), moe_choice_experts(d));
   const int h = static_cast<int>(tile) - static_cast<int>(MoeTile::kM16);
   const Layout l = layout(d.tokens, d.top_k, d.experts);
   const char* base = static_cast<const char*>(d.tiles) - l.counts;
@@ -333,7 +334,7 @@ MoeDispatch moe_dispatch_view(void* buffer, int64_t tokens, int64_t top_k, int64
   const Layout l = layout(tokens, top_k, experts);
   char* b = static_cast<char*>(buffer);
   MoeDispatch d;
-  d.tokens = tokens, d.top_k = top_k, d.experts = experts;
+  d.tokens = tokens, d.top_k = top_k, d.experts = experts, d.choice_experts = experts;
   d.expert_offsets = reinterpret_cast<int32_t*>(b + l.offsets);
   d.sorted_token = reinterpret_cast<int32_t*>(b + l.sorted);
   d.pick_row = reinterpret_cast<int32_t*>(b + l.pick);

@@ -1,6 +1,7 @@
 // Grouped bf16 GEMM over a MoE dispatch (moe.h): the mma.sync grouped GEMM of moe_grouped_gemm.cuh
 // over a bf16 bank (weight tiles by cp.async).
 #include "backend/cuda/moe/moe_grouped_gemm.cuh"
+#include "backend/cuda/moe/moe_tiles.h"
 
 namespace k3::cuda {
 namespace {
@@ -36,7 +37,7 @@ void moe_grouped_gemm_bf16(const DeviceTensor& xs, const DeviceTensor& w, const 
   for (const DeviceTensor* t : {&xs, &w, &ys}) {
     if (!rows_aligned16(*t)) throw Error("moe_grouped_gemm_bf16: needs 16-byte aligned rows, got " + t->describe());
   }
-  if (tile == MoeTile::kAuto) tile = moe_tile_for(R, d.experts);
+  if (tile == MoeTile::kAuto) tile = moe_tile_for(R, moe_choice_experts(d));
   const MoeTileMap map = moe_tile_map(d, tile);
   if (R == 0) return;
   const GemmArgs<Bf16Bank> a{xs.as<const bf16>(), xs.ld, {w.as<const bf16>(), w.ld}, ys.data, ys.ld, static_cast<int>(N),
@@ -48,6 +49,11 @@ void moe_grouped_gemm_bf16(const DeviceTensor& xs, const DeviceTensor& w, const 
   } else {
     throw Error("moe_grouped_gemm_bf16: ys must be f32 or bf16, got " + ys.describe());
   }
+}
+
+void moe_grouped_gemm_bf16(const DeviceTensor& xs, const DeviceTensor& w, const MoeDispatch& d, const DeviceTensor& ys,
+                           cudaStream_t stream) {
+  moe_grouped_gemm_bf16(xs, w, d, ys, stream, MoeTile::kAuto);
 }
 
 }  // namespace k3::cuda

@@ -31,6 +31,7 @@
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/attention/mla/mla_util.cuh"
 #include "backend/cuda/moe/moe.h"
+#include "backend/cuda/moe/moe_tiles.h"
 #include "backend/cuda/moe/moe_tile.cuh"
 
 namespace k3::cuda::grouped_gemm {

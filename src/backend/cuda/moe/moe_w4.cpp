@@ -154,7 +154,6 @@ const char* w4_kernel_name(W4Kernel k) {
     case W4Kernel::kDecode8: return "dec8";
     case W4Kernel::kM16: return "m16";
     case W4Kernel::kM64: return "m64";
-    case W4Kernel::kM128: return "m128";
     case W4Kernel::kWgmma: return "wg";
   }
   return "?";
@@ -213,8 +212,8 @@ W4Kernel moe_w4_kernel_for(MoeTile tile, W4Format f, int64_t rows, int64_t exper
   if (tile == MoeTile::kAuto) tile = moe_w4_tile_for(rows, experts);
   switch (tile) {
     // H200, Kimi-K3 layer (k3_bench_cuda --moe-w4, 2026-12-01): at T = 4096 (73 rows per expert) the
-    // warpgroup-MMA kernel runs 227–242 TFLOP/s, kM128 182–188; at T = 2048 (37 rows) kM64 137–140,
-    // the warpgroup-MMA kernel 123–129.
+    // warpgroup-MMA kernel runs 227–242 TFLOP/s (the mma.sync m128 tile 182–188); at T = 2048 (37 rows)
+    // kM64 137–140, the warpgroup-MMA kernel 123–129.
     case MoeTile::kM64: return W4Kernel::kM64;
     case MoeTile::kM128: return W4Kernel::kWgmma;
     default: break;
@@ -231,7 +230,12 @@ W4Kernel moe_w4_kernel_for(MoeTile tile, W4Format f, int64_t rows, int64_t exper
 
 void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
                          cudaStream_t stream, MoeTile tile) {
-  moe_grouped_gemm_w4(xs, w, d, ys, stream, moe_w4_kernel_for(tile, w.format, d.rows(), d.experts, w.k));
+  moe_grouped_gemm_w4(xs, w, d, ys, stream, moe_w4_kernel_for(tile, w.format, d.rows(), moe_choice_experts(d), w.k));
+}
+
+void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
+                         cudaStream_t stream) {
+  moe_grouped_gemm_w4(xs, w, d, ys, stream, W4Kernel::kAuto);
 }
 
 namespace {
@@ -266,6 +270,9 @@ w4::GemmArgs gemm_args(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDisp
           static_cast<int>(w.n / w.parts), static_cast<int>(w.parts), d.expert_offsets, d.row_weight};
 }
 
+// Whether a bank has the gated kernel's form: [w1 | w3] with N/2 a multiple of its output columns.
+bool gated_form(const MoeW4Bank& w) { return w.parts == 2 && (w.n / 2) % w4::kWgmmaGatedCols == 0; }
+
 // The warpgroup-MMA kernel, plain (gated == nullptr) or with the activation in its epilogue.
 void launch_wgmma(const DeviceTensor& xs, const MoeW4Bank& w, const GatedActivation* gated, const w4::GemmArgs& a,
                   const MoeTileMap& map, bool f32, cudaStream_t stream) {
@@ -284,7 +291,7 @@ void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDi
                          cudaStream_t stream, W4Kernel kernel) {
   check_operands("moe_grouped_gemm_w4", xs, w, d, ys, w.n);
   const int64_t R = d.rows(), K = w.k;
-  if (kernel == W4Kernel::kAuto) kernel = moe_w4_kernel_for(MoeTile::kAuto, w.format, R, d.experts, K);
+  if (kernel == W4Kernel::kAuto) kernel = moe_w4_kernel_for(MoeTile::kAuto, w.format, R, moe_choice_experts(d), K);
   const bool decode = kernel == W4Kernel::kDecode || kernel == W4Kernel::kDecode3 || kernel == W4Kernel::kDecode8;
   if (decode && !moe_w4_decode_fits(w.format, K, kernel)) {
     throw Error(std::string("moe_grouped_gemm_w4: the ") + w4_kernel_name(kernel) + " kernel needs " +
@@ -292,9 +299,9 @@ void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDi
                 " bytes of shared memory for K " + std::to_string(K) + ", more than the device's " +
                 std::to_string(max_block_smem()));
   }
-  const MoeTile tile = kernel == W4Kernel::kM64                                    ? MoeTile::kM64
-                       : kernel == W4Kernel::kM128 || kernel == W4Kernel::kWgmma ? MoeTile::kM128
-                                                                                  : MoeTile::kM16;
+  const MoeTile tile = kernel == W4Kernel::kM64     ? MoeTile::kM64
+                       : kernel == W4Kernel::kWgmma ? MoeTile::kM128
+                                                    : MoeTile::kM16;
   const MoeTileMap map = moe_tile_map(d, tile);
   if (R == 0) return;
   const w4::GemmArgs a = gemm_args(xs, w, d, ys);
@@ -318,14 +325,24 @@ bool moe_grouped_gemm_w4_gated(const DeviceTensor& xs, const MoeW4Bank& w, const
                                const GatedActivation& act, const DeviceTensor& out, cudaStream_t stream,
                                W4Kernel kernel) {
   const int64_t R = d.rows();
-  if (kernel == W4Kernel::kAuto) kernel = moe_w4_kernel_for(MoeTile::kAuto, w.format, R, d.experts, w.k);
-  if (kernel != W4Kernel::kWgmma || w.parts != 2 || (w.n / 2) % w4::kWgmmaGatedCols != 0) return false;
+  if (kernel == W4Kernel::kAuto) kernel = moe_w4_kernel_for(MoeTile::kAuto, w.format, R, moe_choice_experts(d), w.k);
+  if (kernel != W4Kernel::kWgmma || !gated_form(w)) return false;
   check_operands("moe_grouped_gemm_w4_gated", xs, w, d, out, w.n / 2);
   if (act.situ && !(act.beta > 0.0f)) throw Error("moe_grouped_gemm_w4_gated: SiTU beta must be > 0");
   const MoeTileMap map = moe_tile_map(d, MoeTile::kM128);
   if (R == 0) return true;
   launch_wgmma(xs, w, &act, gemm_args(xs, w, d, out), map, out.dtype == DType::kF32, stream);
   return true;
+}
+
+bool moe_w4_gated_runs(const MoeW4Bank& w, const MoeDispatch& d) {
+  return gated_form(w) &&
+         moe_w4_kernel_for(MoeTile::kAuto, w.format, d.rows(), moe_choice_experts(d), w.k) == W4Kernel::kWgmma;
+}
+
+bool moe_grouped_gemm_w4_gated(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d,
+                               const GatedActivation& act, const DeviceTensor& out, cudaStream_t stream) {
+  return moe_grouped_gemm_w4_gated(xs, w, d, act, out, stream, W4Kernel::kAuto);
 }
 
 }  // namespace k3::cuda

@@ -14,7 +14,7 @@
 //     (GEMM1 [w1|w3]: parts = 2, gate then up) and 1 for MXFP4; a caller folding an alpha (a1·scale_2,
 //     spec §3.2) stores the product instead. Nothing else is applied.
 //
-// Kernels (W4Kernel), chosen from shapes by moe_w4_kernel_for. In all of them the weight tile is the
+// Kernels (W4Kernel, moe_w4_tuning.h), chosen from shapes by moe_w4_kernel_for. In all of them the weight tile is the
 // mma A operand (rows of W on the m16 side, tokens on the n8 side), so each packed byte is read from
 // HBM once per expert and met by all of that expert's rows:
 //   kDecode  decode class (moe_w4_decode.cuh): persistent grid, one CTA of 16 warps per SM over equal
@@ -26,12 +26,12 @@
 //          rows takes two passes over its weights; K ≤ 4224): chosen while experts average ≤ 2 rows;
 //   kM16   the tile kernel of the decode class (moe_w4_gemm.cuh): ≤ 16 rows of one expert per CTA,
 //          128 weight rows per CTA, weights prefetched into registers — the fallback for larger K;
-//   kM64, kM128  prefill class on mma.sync: 64 / 128 rows of one expert per CTA, same dequantisation,
-//          tensor cores busy (n8 fragments past the expert's rows are skipped);
+//   kM64   prefill class on mma.sync: 64 rows of one expert per CTA, same dequantisation, tensor
+//          cores busy (n8 fragments past the expert's rows are skipped); 17–48 rows per expert;
 //   kWgmma the prefill class on Hopper warpgroup MMA (moe_w4_wgmma.cuh): persistent warp-specialised
 //          CTAs over items of ≤ 128 rows of one expert × 128 weight rows; codes, scales and activations
 //          by TMA into mbarrier rings, the A operand dequantised in registers, wgmma N = the item's
-//          rows rounded up to 16.
+//          rows rounded up to 16; above 48 rows per expert.
 // No host synchronisation, grids sized by the dispatch's bounds: graph-capturable (moe.h).
 // Host-only header.
 #pragma once
@@ -83,37 +83,21 @@ void moe_w4_upload_rows(const MoeW4Bank& bank, int64_t row0, const uint8_t* code
 // out_scale from the host: [E·parts] floats.
 void moe_w4_upload_out_scale(const MoeW4Bank& bank, const float* host);
 
-// The host-side tile class from the shapes alone (never the counts): kM16 (decode class) while
-// experts see few rows, then the prefill-class tile heights.
-MoeTile moe_w4_tile_for(int64_t rows, int64_t experts);
-
-enum class W4Kernel : uint8_t { kAuto, kDecode, kDecode3, kDecode8, kM16, kM64, kM128, kWgmma };
-// "dec", "dec3", "dec8", "m16", "m64", "m128", "wg" ("auto" for kAuto)
-const char* w4_kernel_name(W4Kernel k);
-// Whether a decode kernel (kDecode / kDecode3 / kDecode8) fits K on the current device.
-bool moe_w4_decode_fits(W4Format f, int64_t k, W4Kernel kernel = W4Kernel::kDecode);
-// The kernel of a tile class: kM16 → kDecode where it fits K (else kDecode3, else kM16); kM64 → kM64;
-// kM128 → kWgmma; kAuto → moe_w4_tile_for's class first.
-W4Kernel moe_w4_kernel_for(MoeTile tile, W4Format f, int64_t rows, int64_t experts, int64_t k);
-
 // ys[r] = out_scale(e, part) · xs[r] · dequant(W_e)ᵀ for every expert e and sorted row r of e:
-// xs bf16 [R, K] (moe_gather), ys bf16 or f32 [R, N], 16-byte aligned rows. `tile` picks the class
-// (moe_w4_kernel_for); the W4Kernel overload forces one kernel (tests, bench).
+// xs bf16 [R, K] (moe_gather), ys bf16 or f32 [R, N], 16-byte aligned rows. The kernel follows the
+// shapes (moe_w4_tuning.h: moe_w4_kernel_for over the dispatch's choice E).
 void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
-                         cudaStream_t stream, MoeTile tile = MoeTile::kAuto);
-void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
-                         cudaStream_t stream, W4Kernel kernel);
+                         cudaStream_t stream);
 
 // GEMM 1 with the gated activation fused into the kWgmma kernel's epilogue: for a [w1 | w3] bank
 // (parts = 2: gate rows [0, N/2), up rows [N/2, N) of each expert),
 //   out[r] = act(gate_r, up_r),  gate_r / up_r = columns [0, N/2) / [N/2, N) of ys[r] as
 //   moe_grouped_gemm_w4 computes them (out_scale of each part applied), then act's alphas (ops.h).
 // The gate and up values stay fp32 into the activation (the unfused path rounds them to ys's dtype
-// first). out: f32 or bf16 [R, N/2]. Runs only where the kernel for the shapes (`kernel`, kAuto: the
-// tile class's choice) is kWgmma and N/2 % 64 == 0; returns false otherwise, having launched nothing
-// (the caller runs moe_grouped_gemm_w4 and gated_activation).
+// first). out: f32 or bf16 [R, N/2]. Runs only where moe_w4_gated_runs(w, d); returns false
+// otherwise, having launched nothing (the caller runs moe_grouped_gemm_w4 and gated_activation).
+bool moe_w4_gated_runs(const MoeW4Bank& w, const MoeDispatch& d);
 bool moe_grouped_gemm_w4_gated(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d,
-                               const GatedActivation& act, const DeviceTensor& out, cudaStream_t stream,
-                               W4Kernel kernel = W4Kernel::kAuto);
+                               const GatedActivation& act, const DeviceTensor& out, cudaStream_t stream);
 
 }  // namespace k3::cuda

@@ -278,15 +278,14 @@ void launch_cfg(const GemmArgs& a, const MoeTileMap& map, cudaStream_t stream) {
 // kM16: decode class, 6 chunks (384 columns) ahead: 3 KB of codes in flight per warp, 16 warps per SM.
 using CfgDecode = Cfg<16, 1, 8, 6, 3, 2>;
 using CfgPrefill64 = Cfg<64, 2, 4, 2, 3, 2>;
-using CfgPrefill128 = Cfg<128, 2, 4, 2, 2, 2>;
 
 template <W4Format F, typename Tout>
 void launch_tile(MoeTile tile, const GemmArgs& a, const MoeTileMap& map, cudaStream_t stream) {
   switch (tile) {
     case MoeTile::kM16: launch_cfg<F, CfgDecode, Tout>(a, map, stream); break;
     case MoeTile::kM64: launch_cfg<F, CfgPrefill64, Tout>(a, map, stream); break;
-    case MoeTile::kM128: launch_cfg<F, CfgPrefill128, Tout>(a, map, stream); break;
-    case MoeTile::kAuto: throw Error("moe_grouped_gemm_w4: unresolved tile");
+    case MoeTile::kM128:  // the warpgroup-MMA kernel's class (moe_w4_wgmma.cuh)
+    case MoeTile::kAuto: throw Error("moe_grouped_gemm_w4: no mma.sync kernel for this tile");
   }
 }
 

@@ -9,8 +9,8 @@
 
 #include <cstdint>
 
-#include "backend/cuda/moe/moe.h"
 #include "backend/cuda/moe/moe_w4.h"
+#include "backend/cuda/moe/moe_w4_tuning.h"
 #include "backend/cuda/moe/moe_w4_layout.h"
 #include "backend/cuda/ops/ops.h"
 
@@ -29,7 +29,7 @@ struct GemmArgs {
   const float* row_weight;  // [R] or null: each sorted row's output scaled by it (MoeDispatch::row_weight)
 };
 
-// Launches the kernel of `tile` (kM16 / kM64 / kM128) for format F over the tile map.
+// Launches the mma.sync tile kernel of `tile` (kM16 / kM64) for format F over the tile map.
 template <W4Format F>
 void launch_gemm(MoeTile tile, bool f32_out, const GemmArgs& a, const MoeTileMap& map, cudaStream_t stream);
 

@@ -21,6 +21,7 @@
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/core/kernel_util.cuh"
 #include "backend/cuda/ops/ops.h"
+#include "backend/cuda/ops/ops_tuning.h"
 
 namespace k3::cuda {
 namespace {
@@ -335,6 +336,11 @@ void attn_res_mix_norm(std::span<const DeviceTensor> candidates, const float* c,
   if (xf && !yf) launch<float, bf16>(candidates, c, norm_w, eps, y, stream, algo);
   if (!xf && yf) launch<bf16, float>(candidates, c, norm_w, eps, y, stream, algo);
   if (!xf && !yf) launch<bf16, bf16>(candidates, c, norm_w, eps, y, stream, algo);
+}
+
+void attn_res_mix_norm(std::span<const DeviceTensor> candidates, const float* c, const float* norm_w, float eps,
+                       const DeviceTensor& y, cudaStream_t stream) {
+  attn_res_mix_norm(candidates, c, norm_w, eps, y, stream, AttnResAlgo::kOnePass);
 }
 
 }  // namespace k3::cuda

@@ -31,13 +31,10 @@ void rms_norm(const DeviceTensor& x, const float* w, float eps, const DeviceTens
 // with r(v) = 1/sqrt(mean(v²) + eps) (the same eps for scoring and the final norm, as the CPU path).
 // candidates: 1..kMaxAttnResCandidates tensors of one dtype (f32 or bf16), each [rows, n]; c and
 // norm_w: f32 [n] on the device; y: f32 or bf16 [rows, n].
-// algo: kOnePass reads each candidate once (online softmax; rows up to 8192, wider rows fall back to
-// kTwoPass), kTwoPass reads them twice (the second time mostly from L2). Both are tested; the
-// default is the faster on the H200 (docs/cuda-backend.md).
+// Each candidate is read once (online softmax) for rows up to 8192 wide, twice above (ops_tuning.h).
 inline constexpr int kMaxAttnResCandidates = 16;
-enum class AttnResAlgo { kOnePass, kTwoPass };
 void attn_res_mix_norm(std::span<const DeviceTensor> candidates, const float* c, const float* norm_w, float eps,
-                       const DeviceTensor& y, cudaStream_t stream, AttnResAlgo algo = AttnResAlgo::kOnePass);
+                       const DeviceTensor& y, cudaStream_t stream);
 
 // ---- activation.cu ------------------------------------------------------------------------------
 // out = act(g, u) elementwise with g = gate·gate_alpha, u = up·up_alpha, as the CPU MoE/MLP
@@ -78,13 +75,11 @@ struct RouterParams {
   float scaling = 1.0f;
 };
 RouterParams router_params(const MoeConfig& m);
-// kAuto: one warp per token when there is no group restriction and E <= 1024 (Kimi-K3), else one CTA
-// per token; kBlock / kWarp force one (tests run both).
-enum class RouterKernel { kAuto, kBlock, kWarp };
 // logits: f32 [T, E]; bias: f32 [E] on the device (nullptr: no bias); ids: i32 [T, k] in pick
-// order; weights: f32 [T, k].
+// order; weights: f32 [T, k]. One warp per token when there is no group restriction and E <= 1024
+// (Kimi-K3), else one CTA per token (ops_tuning.h).
 void moe_route(const RouterParams& p, const DeviceTensor& logits, const float* bias, const DeviceTensor& ids,
-               const DeviceTensor& weights, cudaStream_t stream, RouterKernel kernel = RouterKernel::kAuto);
+               const DeviceTensor& weights, cudaStream_t stream);
 
 // ---- fp8_quant.cu -------------------------------------------------------------------------------
 // Per-token 1×128 FP8 E4M3 quantisation of activations (the FP8_PB_WO GEMM's A side):

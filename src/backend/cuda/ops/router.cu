@@ -14,6 +14,7 @@
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/core/kernel_util.cuh"
 #include "backend/cuda/ops/ops.h"
+#include "backend/cuda/ops/ops_tuning.h"
 
 namespace k3::cuda {
 namespace {
@@ -306,6 +307,11 @@ void moe_route(const RouterParams& p, const DeviceTensor& logits, const float* b
   route_kernel<<<static_cast<unsigned>(logits.rows), kThreads, smem, stream>>>(
       p, logits.as<const float>(), logits.ld, bias, ids.as<int32_t>(), ids.ld, weights.as<float>(), weights.ld);
   K3_CUDA_CHECK_LAUNCH("route_kernel");
+}
+
+void moe_route(const RouterParams& p, const DeviceTensor& logits, const float* bias, const DeviceTensor& ids,
+               const DeviceTensor& weights, cudaStream_t stream) {
+  moe_route(p, logits, bias, ids, weights, stream, RouterKernel::kAuto);
 }
 
 }  // namespace k3::cuda

@@ -73,19 +73,12 @@ void kda_short_conv(const KdaBatch& batch, const DeviceTensor& x, const float* w
 // one buffer); f: raw forget-gate logits f_b(f_a(x)) [rows, P]; b: raw β logits [rows, H] (f32 or
 // bf16). o: the delta-rule output before the gated norm, [rows, P], f32 or bf16. q and k are
 // L2-normalised here (q also scaled by D^-½). Workspace: kda_prefill_workspace_bytes(batch, H).
-// Inter-chunk pass variants (all tested; the defaults were the fastest on the H200, see
-// docs/cuda-backend.md): the products in fp32 FMA or on tensor cores in tf32 (WMMA), the tiles by
-// 16-byte cp.async or by Hopper bulk copies, and the state columns per CTA of the sequential pass
-// (kAuto: 16 when sequences·heads·8 CTAs fit one wave of the SMs, else 32; tf32: 32 only).
-enum class KdaInterMath { kSimt, kTf32 };
-enum class KdaLoads { kAuto, kCpAsync, kBulk };  // kAuto: cp.async with 16 columns, else bulk
-enum class KdaInterCols { kAuto, k16, k32 };
+// The inter-chunk pass's tile loads and state columns per CTA follow the shapes
+// (kda_tuning.h).
 size_t kda_prefill_workspace_bytes(const KdaBatch& batch, int64_t heads);
 void kda_prefill(const KdaBatch& batch, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                  const DeviceTensor& f, const DeviceTensor& b, const KdaGate& gate, const KdaStatePool& pool,
-                 void* workspace, const DeviceTensor& o, cudaStream_t stream,
-                 KdaInterMath math = KdaInterMath::kSimt, KdaLoads loads = KdaLoads::kAuto,
-                 KdaInterCols cols = KdaInterCols::kAuto);
+                 void* workspace, const DeviceTensor& o, cudaStream_t stream);
 
 // One token per sequence (rows = batch.n, cu_seqlens ignored): gates, L2 norm, the delta-rule
 // update S ← diag(α)S; u = β(v − Sᵀk); S += k uᵀ; o = Sᵀq (spec §6.5), the state read and written

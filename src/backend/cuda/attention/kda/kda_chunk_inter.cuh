@@ -1,5 +1,4 @@
-// KDA chunked prefill, part 2 (included by kda_chunk_inter.cu and kda_chunk_inter_tf32.cu, each
-// instantiating one variant): the sequential pass over the chunks of a sequence for one head and
+// KDA chunked prefill, part 2 (included by kda_chunk_inter.cu): the sequential pass over the chunks of a sequence for one head and
 // a block of VB = 16 or 32 state columns (the delta rule acts on the columns of S independently),
 // from the slot's state, which is written back at the end. Per chunk (spec §6.6):
 //   V' = U − W S            [C × VB]
@@ -7,16 +6,12 @@
 //   S  = diag(gC) S + Kdᵀ V'
 // The chunk's W / Qg+Aqk / Kd+gC arrive by cp.async in three groups, each issued as soon as the
 // previous chunk is done with its buffer, so the loads overlap the other two products.
-// kTf32 = false: fp32 FMA (register tiles 4×2 / 4×VB/8, the state block also held in registers;
+// The products in fp32 FMA (register tiles 4×2 / 4×VB/8, the state block also held in registers;
 // with VB = 16 the [C × VB] products split their K range over two thread halves, so every thread
-// keeps a 4×2 tile, and the halves meet in shared memory);
-// kTf32 = true (VB = 32 only): WMMA m16n16k8 tensor cores with tf32 operands and fp32 accumulation (the state stays
-// fp32 in shared memory; only the operands of each product are rounded to tf32).
+// keeps a 4×2 tile, and the halves meet in shared memory).
 // kBulk = true: the three groups come by Hopper bulk copies (one cp.async.bulk per block, completing
 // on one mbarrier per group, phase = chunk parity) instead of 16-byte cp.async by every thread.
 #pragma once
-
-#include <mma.h>
 
 #include "backend/cuda/core/bulk_copy.cuh"
 #include "backend/cuda/core/check.h"
@@ -38,7 +33,7 @@ struct Smem {
   float gc[D];
   float s[D * VB];    // the state block S[:, vb·VB …]
   float vp[C * VB];   // V'
-  float ot[C * VB];   // O staging (tf32 variant), K-half partial sums (FMA variant, VB = 16)
+  float ot[C * VB];   // K-half partial sums (VB = 16)
   uint64_t bar[3];    // bulk-copy barriers of the W, Qg+Aqk and Kd+gC groups
 };
 
@@ -79,18 +74,16 @@ __device__ __forceinline__ void st_vec(float* p, const float (&v)[N]) {
 __device__ __forceinline__ void store_out(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_out(bf16* p, float v) { *p = __float2bfloat16_rn(v); }
 
-template <int VB, bool kTf32, bool kBulk, typename Tout>
+template <int VB, bool kBulk, typename Tout>
 __global__ void __launch_bounds__(kThreads, 1) chunk_inter_kernel(PrefillArgs a) {
-  using namespace nvcuda;
   static_assert(VB == 16 || VB == 32);
-  static_assert(!kTf32 || VB == 32, "the WMMA tiling covers 32 columns");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Smem<VB>& sm = *reinterpret_cast<Smem<VB>*>(smem_raw);
   const int vb = blockIdx.x, h = blockIdx.y, s = blockIdx.z;
   const int seq0 = a.batch.cu_seqlens[s], len = a.batch.cu_seqlens[s + 1] - seq0;
   if (len <= 0) return;
   const int nch = (len + C - 1) / C;
-  const int tid = threadIdx.x, warp = tid >> 5;
+  const int tid = threadIdx.x;
   float* state = a.state + static_cast<int64_t>(a.batch.slots[s]) * a.heads * D * D + static_cast<int64_t>(h) * D * D +
                  vb * VB;
   Tout* out = static_cast<Tout*>(a.o);
@@ -99,7 +92,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_inter_kernel(PrefillArgs a)
     return a.ws + (slot * a.heads + h) * static_cast<int64_t>(kFloatsPerChunkHead);
   };
 
-  // Thread tiles of the FMA variant: (a, b) 4 rows × 2 columns of [C × VB] over K part ks of KS;
+  // Thread tiles: (a, b) 4 rows × 2 columns of [C × VB] over K part ks of KS;
   // (c) 4 × CC of [D × VB].
   constexpr int KS = 32 / VB, TPK = kThreads / KS, CC = VB / 8;
   const int ks = tid / TPK, tk = tid % TPK;
@@ -200,46 +193,20 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_inter_kernel(PrefillArgs a)
     __syncthreads();  // W(c) landed; S(c) in shared memory
 
     // (a) V' = U − W S
-    if constexpr (!kTf32) {
-      float acc[4][2] = {};
+    float wsacc[4][2] = {};
 #pragma unroll 4
-      for (int kk = ks * (D / KS); kk < (ks + 1) * (D / KS); ++kk) {
-        const float4 w4 = *reinterpret_cast<const float4*>(&sm.wt[kk * C + 4 * rg]);
-        const float2 s2 = *reinterpret_cast<const float2*>(&sm.s[kk * VB + cp2]);
-        const float w[4] = {w4.x, w4.y, w4.z, w4.w};
+    for (int kk = ks * (D / KS); kk < (ks + 1) * (D / KS); ++kk) {
+      const float4 w4 = *reinterpret_cast<const float4*>(&sm.wt[kk * C + 4 * rg]);
+      const float2 s2 = *reinterpret_cast<const float2*>(&sm.s[kk * VB + cp2]);
+      const float w[4] = {w4.x, w4.y, w4.z, w4.w};
 #pragma unroll
-        for (int r = 0; r < 4; ++r) acc[r][0] = fmaf(w[r], s2.x, acc[r][0]), acc[r][1] = fmaf(w[r], s2.y, acc[r][1]);
-      }
-      join_parts(acc);
-      if (ks == 0) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          *reinterpret_cast<float2*>(&sm.vp[(4 * rg + r) * VB + cp2]) = make_float2(u[r][0] - acc[r][0], u[r][1] - acc[r][1]);
-        }
-      }
-    } else {
-      const int it = warp >> 1, jt = warp & 1;
-      wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;
-      wmma::fill_fragment(acc, 0.0f);
-      for (int kk = 0; kk < D; kk += 8) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> fa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fb;
-        wmma::load_matrix_sync(fa, sm.wt + kk * C + it * 16, C);
-        wmma::load_matrix_sync(fb, sm.s + kk * VB + jt * 16, VB);
-#pragma unroll
-        for (int e = 0; e < fa.num_elements; ++e) fa.x[e] = wmma::__float_to_tf32(fa.x[e]);
-#pragma unroll
-        for (int e = 0; e < fb.num_elements; ++e) fb.x[e] = wmma::__float_to_tf32(fb.x[e]);
-        wmma::mma_sync(acc, fa, fb, acc);
-      }
-      wmma::store_matrix_sync(sm.vp + it * 16 * VB + jt * 16, acc, VB, wmma::mem_row_major);
-      __syncwarp();
-      __syncthreads();
+      for (int r = 0; r < 4; ++r) wsacc[r][0] = fmaf(w[r], s2.x, wsacc[r][0]), wsacc[r][1] = fmaf(w[r], s2.y, wsacc[r][1]);
+    }
+    join_parts(wsacc);
+    if (ks == 0) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        float2* p = reinterpret_cast<float2*>(&sm.vp[(4 * rg + r) * VB + cp2]);
-        const float2 ws2 = *p;
-        *p = make_float2(u[r][0] - ws2.x, u[r][1] - ws2.y);
+        *reinterpret_cast<float2*>(&sm.vp[(4 * rg + r) * VB + cp2]) = make_float2(u[r][0] - wsacc[r][0], u[r][1] - wsacc[r][1]);
       }
     }
     __syncthreads();  // V' complete; W free
@@ -253,70 +220,31 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_inter_kernel(PrefillArgs a)
     __syncthreads();  // Qg, Aqk landed
 
     // (b) O = Qg S + Aqk V'   (Aqk is zero above the diagonal: rows i use V'_j for j ≤ i only)
-    if constexpr (!kTf32) {
-      float acc[4][2] = {};
+    float oacc[4][2] = {};
 #pragma unroll 4
-      for (int kk = ks * (D / KS); kk < (ks + 1) * (D / KS); ++kk) {
-        const float4 q4 = *reinterpret_cast<const float4*>(&sm.qgt[kk * C + 4 * rg]);
-        const float2 s2 = *reinterpret_cast<const float2*>(&sm.s[kk * VB + cp2]);
-        const float q[4] = {q4.x, q4.y, q4.z, q4.w};
+    for (int kk = ks * (D / KS); kk < (ks + 1) * (D / KS); ++kk) {
+      const float4 q4 = *reinterpret_cast<const float4*>(&sm.qgt[kk * C + 4 * rg]);
+      const float2 s2 = *reinterpret_cast<const float2*>(&sm.s[kk * VB + cp2]);
+      const float q[4] = {q4.x, q4.y, q4.z, q4.w};
 #pragma unroll
-        for (int r = 0; r < 4; ++r) acc[r][0] = fmaf(q[r], s2.x, acc[r][0]), acc[r][1] = fmaf(q[r], s2.y, acc[r][1]);
-      }
-      const int jend = 4 * rg + 4;
-      for (int j = ks; j < jend; j += KS) {
-        const float4 q4 = *reinterpret_cast<const float4*>(&sm.aqkt[j * C + 4 * rg]);
-        const float2 v2 = *reinterpret_cast<const float2*>(&sm.vp[j * VB + cp2]);
-        const float q[4] = {q4.x, q4.y, q4.z, q4.w};
+      for (int r = 0; r < 4; ++r) oacc[r][0] = fmaf(q[r], s2.x, oacc[r][0]), oacc[r][1] = fmaf(q[r], s2.y, oacc[r][1]);
+    }
+    const int jend = 4 * rg + 4;
+    for (int j = ks; j < jend; j += KS) {
+      const float4 q4 = *reinterpret_cast<const float4*>(&sm.aqkt[j * C + 4 * rg]);
+      const float2 v2 = *reinterpret_cast<const float2*>(&sm.vp[j * VB + cp2]);
+      const float q[4] = {q4.x, q4.y, q4.z, q4.w};
 #pragma unroll
-        for (int r = 0; r < 4; ++r) acc[r][0] = fmaf(q[r], v2.x, acc[r][0]), acc[r][1] = fmaf(q[r], v2.y, acc[r][1]);
-      }
-      join_parts(acc);
+      for (int r = 0; r < 4; ++r) oacc[r][0] = fmaf(q[r], v2.x, oacc[r][0]), oacc[r][1] = fmaf(q[r], v2.y, oacc[r][1]);
+    }
+    join_parts(oacc);
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int i = 4 * rg + r;
-        if (ks == 0 && i < n) {
-          Tout* o = out + (row0 + i) * a.ldo + h * D + vb * VB + cp2;
-          store_out(o, acc[r][0]);
-          store_out(o + 1, acc[r][1]);
-        }
-      }
-    } else {
-      const int it = warp >> 1, jt = warp & 1;
-      wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;
-      wmma::fill_fragment(acc, 0.0f);
-      for (int kk = 0; kk < D; kk += 8) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> fa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fb;
-        wmma::load_matrix_sync(fa, sm.qgt + kk * C + it * 16, C);
-        wmma::load_matrix_sync(fb, sm.s + kk * VB + jt * 16, VB);
-#pragma unroll
-        for (int e = 0; e < fa.num_elements; ++e) fa.x[e] = wmma::__float_to_tf32(fa.x[e]);
-#pragma unroll
-        for (int e = 0; e < fb.num_elements; ++e) fb.x[e] = wmma::__float_to_tf32(fb.x[e]);
-        wmma::mma_sync(acc, fa, fb, acc);
-      }
-      for (int j = 0; j < (it + 1) * 16; j += 8) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> fa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fb;
-        wmma::load_matrix_sync(fa, sm.aqkt + j * C + it * 16, C);
-        wmma::load_matrix_sync(fb, sm.vp + j * VB + jt * 16, VB);
-#pragma unroll
-        for (int e = 0; e < fa.num_elements; ++e) fa.x[e] = wmma::__float_to_tf32(fa.x[e]);
-#pragma unroll
-        for (int e = 0; e < fb.num_elements; ++e) fb.x[e] = wmma::__float_to_tf32(fb.x[e]);
-        wmma::mma_sync(acc, fa, fb, acc);
-      }
-      wmma::store_matrix_sync(sm.ot + it * 16 * VB + jt * 16, acc, VB, wmma::mem_row_major);
-      __syncthreads();
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int i = 4 * rg + r;
-        if (i < n) {
-          Tout* o = out + (row0 + i) * a.ldo + h * D + vb * VB + cp2;
-          store_out(o, sm.ot[i * VB + cp2]);
-          store_out(o + 1, sm.ot[i * VB + cp2 + 1]);
-        }
+    for (int r = 0; r < 4; ++r) {
+      const int i = 4 * rg + r;
+      if (ks == 0 && i < n) {
+        Tout* o = out + (row0 + i) * a.ldo + h * D + vb * VB + cp2;
+        store_out(o, oacc[r][0]);
+        store_out(o + 1, oacc[r][1]);
       }
     }
     __syncthreads();  // Qg, Aqk free; every read of S(c) done
@@ -330,60 +258,29 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_inter_kernel(PrefillArgs a)
     __syncthreads();  // Kd, gC landed
 
     // (c) S = diag(gC) S + Kdᵀ V'
-    if constexpr (!kTf32) {
-      float g[4];
+    float g[4];
 #pragma unroll
-      for (int r = 0; r < 4; ++r) g[r] = sm.gc[4 * dg + r];
+    for (int r = 0; r < 4; ++r) g[r] = sm.gc[4 * dg + r];
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < 4; ++r) {
 #pragma unroll
-        for (int e = 0; e < CC; ++e) sreg[r][e] *= g[r];
-      }
-#pragma unroll 4
-      for (int j = 0; j < C; ++j) {
-        const float4 k4 = *reinterpret_cast<const float4*>(&sm.kd[j * D + 4 * dg]);
-        const float kk[4] = {k4.x, k4.y, k4.z, k4.w};
-        float vv[CC];
-        ld_vec(&sm.vp[j * VB + cc], vv);
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-#pragma unroll
-          for (int e = 0; e < CC; ++e) sreg[r][e] = fmaf(kk[r], vv[e], sreg[r][e]);
-        }
-      }
-      __syncthreads();  // Kd and V' reads done before S is overwritten (S reads ended above)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) st_vec(&sm.s[(4 * dg + r) * VB + cc], sreg[r]);
-    } else {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        float4* p = reinterpret_cast<float4*>(&sm.s[(4 * dg + r) * VB + cc]);
-        const float g = sm.gc[4 * dg + r];
-        float4 v4 = *p;
-        v4.x *= g, v4.y *= g, v4.z *= g, v4.w *= g;
-        *p = v4;
-      }
-      __syncthreads();
-#pragma unroll
-      for (int t = 0; t < 2; ++t) {
-        float* sp = sm.s + warp * 16 * VB + t * 16;
-        wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;
-        wmma::load_matrix_sync(acc, sp, VB, wmma::mem_row_major);
-        for (int j = 0; j < C; j += 8) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> fa;
-          wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fb;
-          wmma::load_matrix_sync(fa, sm.kd + j * D + warp * 16, D);
-          wmma::load_matrix_sync(fb, sm.vp + j * VB + t * 16, VB);
-#pragma unroll
-          for (int e = 0; e < fa.num_elements; ++e) fa.x[e] = wmma::__float_to_tf32(fa.x[e]);
-#pragma unroll
-          for (int e = 0; e < fb.num_elements; ++e) fb.x[e] = wmma::__float_to_tf32(fb.x[e]);
-          wmma::mma_sync(acc, fa, fb, acc);
-        }
-        wmma::store_matrix_sync(sp, acc, VB, wmma::mem_row_major);
-      }
-      __syncthreads();  // Kd and V' reads done
+      for (int e = 0; e < CC; ++e) sreg[r][e] *= g[r];
     }
+#pragma unroll 4
+    for (int j = 0; j < C; ++j) {
+      const float4 k4 = *reinterpret_cast<const float4*>(&sm.kd[j * D + 4 * dg]);
+      const float kk[4] = {k4.x, k4.y, k4.z, k4.w};
+      float vv[CC];
+      ld_vec(&sm.vp[j * VB + cc], vv);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+#pragma unroll
+        for (int e = 0; e < CC; ++e) sreg[r][e] = fmaf(kk[r], vv[e], sreg[r][e]);
+      }
+    }
+    __syncthreads();  // Kd and V' reads done before S is overwritten (S reads ended above)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) st_vec(&sm.s[(4 * dg + r) * VB + cc], sreg[r]);
     if (wsn != nullptr) issue_kd(wsn);
     cp_commit();
   }
@@ -391,26 +288,25 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_inter_kernel(PrefillArgs a)
   __syncthreads();
   // The advanced state block back to the slot.
   for (int r = 0; r < 4; ++r) {
-    if constexpr (kTf32) ld_vec(&sm.s[(4 * dg + r) * VB + cc], sreg[r]);
     st_vec(state + (4 * dg + r) * D + cc, sreg[r]);
   }
 }
 
-template <int VB, bool kTf32, bool kBulk, typename Tout>
+template <int VB, bool kBulk, typename Tout>
 void launch_variant(const PrefillArgs& a, cudaStream_t stream) {
   const int smem = static_cast<int>(sizeof(Smem<VB>));
   const dim3 grid(D / VB, static_cast<unsigned>(a.heads), static_cast<unsigned>(a.batch.n));
-  K3_CUDA_CHECK(cudaFuncSetAttribute(chunk_inter_kernel<VB, kTf32, kBulk, Tout>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  chunk_inter_kernel<VB, kTf32, kBulk, Tout><<<grid, kThreads, smem, stream>>>(a);
+  K3_CUDA_CHECK(cudaFuncSetAttribute(chunk_inter_kernel<VB, kBulk, Tout>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  chunk_inter_kernel<VB, kBulk, Tout><<<grid, kThreads, smem, stream>>>(a);
   K3_CUDA_CHECK_LAUNCH("chunk_inter_kernel");
 }
 
-template <int VB, bool kTf32>
+template <int VB>
 void launch(const PrefillArgs& a, bool out_bf16, bool bulk_copy, cudaStream_t stream) {
   if (bulk_copy) {
-    out_bf16 ? launch_variant<VB, kTf32, true, bf16>(a, stream) : launch_variant<VB, kTf32, true, float>(a, stream);
+    out_bf16 ? launch_variant<VB, true, bf16>(a, stream) : launch_variant<VB, true, float>(a, stream);
   } else {
-    out_bf16 ? launch_variant<VB, kTf32, false, bf16>(a, stream) : launch_variant<VB, kTf32, false, float>(a, stream);
+    out_bf16 ? launch_variant<VB, false, bf16>(a, stream) : launch_variant<VB, false, float>(a, stream);
   }
 }
 

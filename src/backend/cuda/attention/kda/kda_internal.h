@@ -1,5 +1,5 @@
 // Private to the KDA kernels (kda_*.cu): the prefill workspace layout shared by the intra-chunk
-// kernel and the two inter-chunk variants, and their launchers. Host-only header.
+// kernel and the inter-chunk kernel, and their launchers. Host-only header.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -47,11 +47,9 @@ struct PrefillArgs {
   void* o; int64_t ldo;
 };
 
-// Launchers (kda_chunk_intra.cu, kda_chunk_inter.cu, kda_chunk_inter_tf32.cu). in_bf16: q, k, v, f
-// and b are bf16 (else f32); out_bf16 likewise for o. cols: state columns per CTA, 16 or 32 (the
-// tf32 variant: 32).
+// Launchers (kda_chunk_intra.cu, kda_chunk_inter.cu). in_bf16: q, k, v, f and b are bf16 (else
+// f32); out_bf16 likewise for o. cols: state columns per CTA, 16 or 32.
 void launch_chunk_intra(const PrefillArgs& a, bool in_bf16, cudaStream_t stream);
-void launch_chunk_inter_simt(const PrefillArgs& a, bool out_bf16, bool bulk_copy, int cols, cudaStream_t stream);
-void launch_chunk_inter_tf32(const PrefillArgs& a, bool out_bf16, bool bulk_copy, cudaStream_t stream);
+void launch_chunk_inter(const PrefillArgs& a, bool out_bf16, bool bulk_copy, int cols, cudaStream_t stream);
 
 }  // namespace k3::cuda::kda_detail

@@ -1,11 +1,12 @@
 // KDA chunked prefill: argument checks and the two passes (kda_chunk_intra.cu, then
-// kda_chunk_inter.cu or kda_chunk_inter_tf32.cu) over the workspace of kda_internal.h.
+// kda_chunk_inter.cu) over the workspace of kda_internal.h.
 #include <cmath>
 #include <string>
 
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/attention/kda/kda.h"
 #include "backend/cuda/attention/kda/kda_internal.h"
+#include "backend/cuda/attention/kda/kda_tuning.h"
 #include "core/error.h"
 
 namespace k3::cuda {
@@ -31,8 +32,7 @@ size_t kda_prefill_workspace_bytes(const KdaBatch& batch, int64_t heads) {
 
 void kda_prefill(const KdaBatch& batch, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                  const DeviceTensor& f, const DeviceTensor& b, const KdaGate& gate, const KdaStatePool& pool,
-                 void* workspace, const DeviceTensor& o, cudaStream_t stream, KdaInterMath math, KdaLoads loads,
-                 KdaInterCols cols) {
+                 void* workspace, const DeviceTensor& o, cudaStream_t stream, KdaLoads loads, KdaInterCols cols) {
   if (pool.head_dim != D) throw Error("kda_prefill: head dim " + std::to_string(pool.head_dim) + " is not built (128)");
   if (batch.cu_seqlens == nullptr) throw Error("kda_prefill: needs cu_seqlens");
   const int64_t H = pool.heads, P = pool.proj_dim(), T = batch.total_rows;
@@ -51,20 +51,21 @@ void kda_prefill(const KdaBatch& batch, const DeviceTensor& q, const DeviceTenso
   }
   if (gate.a_log == nullptr || gate.dt_bias == nullptr) throw Error("kda_prefill: gate parameters missing");
   if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) throw Error("kda_prefill: workspace must be 16-byte aligned");
-  if (math == KdaInterMath::kTf32 && cols == KdaInterCols::k16) throw Error("kda_prefill: the tf32 inter pass takes 32 columns");
   if (batch.n == 0 || T == 0) return;
   PrefillArgs a{batch, q.data, q.ld, k.data, k.ld, v.data, v.ld, f.data, f.ld, b.data, b.ld, gate,
                 1.0f / std::sqrt(static_cast<float>(D)), static_cast<int>(H), pool.recurrent,
                 static_cast<float*>(workspace), o.data, o.ld};
   launch_chunk_intra(a, t == DType::kBF16, stream);
-  if (math == KdaInterMath::kTf32) {
-    launch_chunk_inter_tf32(a, o.dtype == DType::kBF16, loads != KdaLoads::kCpAsync, stream);
-  } else {
-    const int ncols = inter_cols(cols, batch.n * H);
-    // kAuto: cp.async tiles with 16 columns (T = 2048, H = 12: 321 vs 330 µs), bulk copies with 32 (~1 % ahead).
-    const bool bulk_copy = loads == KdaLoads::kBulk || (loads == KdaLoads::kAuto && ncols == 32);
-    launch_chunk_inter_simt(a, o.dtype == DType::kBF16, bulk_copy, ncols, stream);
-  }
+  const int ncols = inter_cols(cols, batch.n * H);
+  // kAuto: cp.async tiles with 16 columns (T = 2048, H = 12: 321 vs 330 µs), bulk copies with 32 (~1 % ahead).
+  const bool bulk_copy = loads == KdaLoads::kBulk || (loads == KdaLoads::kAuto && ncols == 32);
+  launch_chunk_inter(a, o.dtype == DType::kBF16, bulk_copy, ncols, stream);
+}
+
+void kda_prefill(const KdaBatch& batch, const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
+                 const DeviceTensor& f, const DeviceTensor& b, const KdaGate& gate, const KdaStatePool& pool,
+                 void* workspace, const DeviceTensor& o, cudaStream_t stream) {
+  kda_prefill(batch, q, k, v, f, b, gate, pool, workspace, o, stream, KdaLoads::kAuto, KdaInterCols::kAuto);
 }
 
 }  // namespace k3::cuda

@@ -12,6 +12,7 @@
 #include "backend/cuda/core/launch.h"
 #include "quant/formats/ggml/cuda/moe_ggml_blocks.h"
 #include "quant/formats/ggml/cuda/moe_ggml_mma.h"
+#include "quant/formats/ggml/cuda/moe_ggml_tuning.h"
 #include "backend/cuda/core/upload.h"
 
 namespace k3::cuda {
@@ -220,7 +221,7 @@ void moe_grouped_gemm_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, cons
   check_rows16(xs, "moe_grouped_gemm_ggml xs");
   check_rows16(ys, "moe_grouped_gemm_ggml ys");
   if (tile == MoeTile::kAuto) {
-    tile = moe_ggml_tile_for(bank.type, R, d.experts, N) == MoeTile::kM128 ? MoeTile::kM128 : MoeTile::kM64;
+    tile = moe_ggml_tile_for(bank.type, R, moe_choice_experts(d), N) == MoeTile::kM128 ? MoeTile::kM128 : MoeTile::kM64;
   }
   if (tile == MoeTile::kM16) {
     throw Error("moe_grouped_gemm_ggml: no kM16 tile (the decode class runs moe_grouped_gemv_ggml)");
@@ -233,6 +234,15 @@ void moe_grouped_gemm_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, cons
   gb::visit(bank.type, [&](auto trait) {
     ggml_mma::launch<decltype(trait)::kType>(tile, f32_out, a, map, stream);
   });
+}
+
+void moe_grouped_gemm_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
+                           const DeviceTensor& ys, cudaStream_t stream) {
+  moe_grouped_gemm_ggml(xs, bank, d, ys, stream, MoeTile::kAuto);
+}
+
+bool moe_ggml_prefill_gemm(const MoeGgmlBank& bank, const MoeDispatch& d) {
+  return moe_ggml_tile_for(bank.type, d.rows(), moe_choice_experts(d), bank.n) != MoeTile::kM16;
 }
 
 }  // namespace k3::cuda

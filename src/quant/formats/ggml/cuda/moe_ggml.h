@@ -85,40 +85,26 @@ void moe_ggml_quantize(const DeviceTensor& xs, const MoeGgmlActs& acts, cudaStre
 void moe_ggml_quantize_activation(const GatedActivation& act, const DeviceTensor& gate, const DeviceTensor& up,
                                   const MoeGgmlActs& acts, cudaStream_t stream);
 
-// The decode GEMV: each warp's rows stream through its own cp.async ring in shared memory, a stage
-// holding up to whole rows, each part's codes and scales unpacked once per row and step for all
-// tokens. True when it takes `type` (every type moe_ggml_supported accepts) at `rows_per_warp`
-// weight rows per warp (1, 2, 3, 4 or 8; a CTA takes 128 weight rows, 120 at 3).
-bool moe_ggml_gemv_supports(GgmlType type, int rows_per_warp);
-// The default rows per warp for a bank of `type` with K columns: the most of 4, 3, 2 at which two ring
-// stages of whole rows fit, else 2 (Kimi-K3 GEMM 1: Q2_K / Q3_K 4, Q4_K / Q4_0 3, Q5_K / Q6_K / Q8_0 2;
-// H200, k3_bench_cuda --moe-ggml, 2026-12-02, docs/performance.md).
-int moe_ggml_gemv_rows_per_warp(GgmlType type, int64_t k);
-
 // Decode: ys[r] = xs[r] · W_eᵀ for every expert e and sorted row r of e, xs quantised into `acts`
 // first (moe_ggml_quantize; acts sized for R = d.rows() rows and the bank's K). xs bf16 or f32 [R, K];
 // ys f32 or bf16 [R, N]. Any number of rows per expert (experts with more than 16 take several tiles,
-// each reading the expert's weights again: meant for few rows per expert). rows_per_warp: weight rows
-// a warp streams at once (0: moe_ggml_gemv_rows_per_warp); the results do not depend on it beyond
-// fp32 summation order.
+// each reading the expert's weights again: meant for few rows per expert). Each warp's weight rows
+// stream through its own cp.async ring in shared memory (moe_ggml_tuning.h: rows per warp).
 void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
-                           const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp = 0);
+                           const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream);
 // The same over activations already quantised (moe_ggml_quantize or moe_ggml_quantize_activation).
 void moe_grouped_gemv_ggml(const MoeGgmlActs& acts, const MoeGgmlBank& bank, const MoeDispatch& d,
-                           const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp = 0);
+                           const DeviceTensor& ys, cudaStream_t stream);
 
 // Prefill: ys[r] = xs[r] · bf16(W_e)ᵀ for every expert e and sorted row r of e. xs bf16 [R, K]; ys bf16
-// or f32 [R, N]; N % 8 == 0; 16-byte aligned rows. tile: kM64 or kM128 (kAuto: kM128 where
-// moe_ggml_tile_for picks it, else kM64); kM16 is the decode class (moe_grouped_gemv_ggml) and throws.
+// or f32 [R, N]; N % 8 == 0; 16-byte aligned rows. Tile kM64 or kM128 from a per-type table
+// (moe_ggml_tuning.h).
 void moe_grouped_gemm_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
-                           const DeviceTensor& ys, cudaStream_t stream, MoeTile tile = MoeTile::kAuto);
+                           const DeviceTensor& ys, cudaStream_t stream);
 
-// Which kernel the model runs for `rows` sorted rows over `experts` experts of a bank of `type` with N
-// output columns, from the shapes alone: kM16 = the decode GEMV (moe_grouped_gemv_ggml), kM64 / kM128
-// = the prefill GEMM at that tile height (moe_grouped_gemm_ggml; needs N % 8 == 0, else the GEMV).
-// Crossovers measured on the H200 at Kimi-K3's shapes (2026-12-02, docs/performance.md): kM64 beats
-// the GEMV from 12–24 rows per expert depending on the type (at 18 already for Q2_K, Q3_K, Q6_K,
-// Q8_0; at 37 for every type, 1.6–2.9×), kM128 beats kM64 from 62–86 (a per-type table in moe_ggml.cu).
-MoeTile moe_ggml_tile_for(GgmlType type, int64_t rows, int64_t experts, int64_t n);
+// Whether the model multiplies a dispatch over `bank` with the prefill GEMM (moe_grouped_gemm_ggml,
+// bf16 rows) rather than the decode GEMV (moe_grouped_gemv_ggml, quantised rows): from the shapes
+// alone, the rows per expert of the dispatch's choice E (moe_ggml_tile_for).
+bool moe_ggml_prefill_gemm(const MoeGgmlBank& bank, const MoeDispatch& d);
 
 }  // namespace k3::cuda

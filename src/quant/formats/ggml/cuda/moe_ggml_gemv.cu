@@ -30,6 +30,7 @@
 #include "backend/cuda/core/kernel_util.cuh"
 #include "quant/formats/ggml/cuda/moe_ggml.h"
 #include "quant/formats/ggml/cuda/moe_ggml_blocks.h"
+#include "quant/formats/ggml/cuda/moe_ggml_tuning.h"
 #include "backend/cuda/moe/moe_tile.cuh"
 
 namespace k3::cuda {
@@ -309,7 +310,7 @@ int check_gemv(const MoeGgmlActs& acts, const MoeGgmlBank& bank, const MoeDispat
   if (ys.dtype != DType::kF32 && ys.dtype != DType::kBF16) throw Error("moe_grouped_gemv_ggml: ys must be f32 or bf16");
   if (rows_per_warp == 0) rows_per_warp = moe_ggml_gemv_rows_per_warp(bank.type, K);
   if (!moe_ggml_gemv_supports(bank.type, rows_per_warp)) {
-    throw Error("moe_grouped_gemv_ggml: rows per warp must be 1, 2, 3, 4 or 8, got " + std::to_string(rows_per_warp));
+    throw Error("moe_grouped_gemv_ggml: rows per warp must be 2, 3 or 4, got " + std::to_string(rows_per_warp));
   }
   return rows_per_warp;
 }
@@ -318,7 +319,7 @@ int check_gemv(const MoeGgmlActs& acts, const MoeGgmlBank& bank, const MoeDispat
 
 bool moe_ggml_gemv_supports(GgmlType type, int rows_per_warp) {
   return gb::visit(type, [](auto) {}) &&
-         (rows_per_warp == 1 || rows_per_warp == 2 || rows_per_warp == 3 || rows_per_warp == 4 || rows_per_warp == 8);
+         (rows_per_warp == 2 || rows_per_warp == 3 || rows_per_warp == 4);
 }
 
 int moe_ggml_gemv_rows_per_warp(GgmlType type, int64_t k) {
@@ -348,11 +349,9 @@ void moe_grouped_gemv_ggml(const MoeGgmlActs& acts, const MoeGgmlBank& bank, con
                    d.expert_offsets, d.row_weight};
   const bool f32_out = ys.dtype == DType::kF32;
   const auto grid = static_cast<unsigned>(blocks);
-  if (rows_per_warp == 1) launch<1>(bank.type, f32_out, a, n_slices, grid, map, stream);
   if (rows_per_warp == 2) launch<2>(bank.type, f32_out, a, n_slices, grid, map, stream);
   if (rows_per_warp == 3) launch<3>(bank.type, f32_out, a, n_slices, grid, map, stream);
   if (rows_per_warp == 4) launch<4>(bank.type, f32_out, a, n_slices, grid, map, stream);
-  if (rows_per_warp == 8) launch<8>(bank.type, f32_out, a, n_slices, grid, map, stream);
   K3_CUDA_CHECK_LAUNCH("moe_ggml gemv_kernel");
 }
 
@@ -361,6 +360,16 @@ void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, cons
   rows_per_warp = check_gemv(acts, bank, d, ys, rows_per_warp);
   moe_ggml_quantize(xs, acts, stream);
   moe_grouped_gemv_ggml(acts, bank, d, ys, stream, rows_per_warp);
+}
+
+void moe_grouped_gemv_ggml(const MoeGgmlActs& acts, const MoeGgmlBank& bank, const MoeDispatch& d,
+                           const DeviceTensor& ys, cudaStream_t stream) {
+  moe_grouped_gemv_ggml(acts, bank, d, ys, stream, 0);
+}
+
+void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
+                           const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream) {
+  moe_grouped_gemv_ggml(xs, bank, d, acts, ys, stream, 0);
 }
 
 }  // namespace k3::cuda

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "backend/cuda/moe/moe.h"
+#include "backend/cuda/moe/moe_tiles.h"
 #include "io/ggml_types.h"
 
 namespace k3::cuda::ggml_mma {

@@ -10,6 +10,7 @@
 #include "backend/cuda/core/check.h"
 #include "quant/formats/modelslim/cuda/moe_w4a8_internal.h"
 #include "quant/formats/modelslim/cuda/moe_w4a8_layout.h"
+#include "quant/formats/modelslim/cuda/moe_w4a8_tuning.h"
 #include "backend/cuda/core/upload.h"
 #include "quant/formats/modelslim/modelslim.h"
 
@@ -139,13 +140,19 @@ void moe_grouped_gemm_w4a8(const Int8Rows& xs, const MoeW4A8Bank& w, const MoeDi
   if (ys.dtype != DType::kF32 && ys.dtype != DType::kBF16) {
     throw Error("moe_grouped_gemm_w4a8: ys must be f32 or bf16, got " + ys.describe());
   }
-  if (tile == MoeTile::kAuto) tile = moe_w4a8_tile_for(R, d.experts, w.groups() > 1);
+  if (tile == MoeTile::kAuto) tile = moe_w4a8_tile_for(R, moe_choice_experts(d), w.groups() > 1);
+  if (tile == MoeTile::kM128) throw Error("moe_grouped_gemm_w4a8: no kM128 kernel");
   const MoeTileMap map = moe_tile_map(d, tile);
   if (R == 0) return;
   const w4a8::GemmArgs a{static_cast<const int8_t*>(xs.codes.data), xs.codes.ld, xs.scale, w.codes, w.scales,
                          w.out_scale, ys.data, ys.ld, static_cast<int>(N), static_cast<int>(K), static_cast<int>(w.group()),
                          static_cast<int>(N / w.parts), static_cast<int>(w.parts), d.expert_offsets, d.row_weight};
   w4a8::launch_gemm(tile, ys.dtype == DType::kF32, w.groups() > 1, a, map, stream);
+}
+
+void moe_grouped_gemm_w4a8(const Int8Rows& xs, const MoeW4A8Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
+                           cudaStream_t stream) {
+  moe_grouped_gemm_w4a8(xs, w, d, ys, stream, MoeTile::kAuto);
 }
 
 }  // namespace k3::cuda

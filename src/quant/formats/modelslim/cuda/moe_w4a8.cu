@@ -247,11 +247,9 @@ void launch_variant(bool f32_out, bool grouped, const GemmArgs& a, const MoeTile
 }
 
 // Starting points taken from moe_w4_gemm.cuh (int8 halves the activation bytes per stage); not yet
-// tuned on a GPU. kM16: 6 chunks (384 columns) of codes in flight per warp. kM128 keeps one 16-row
-// group per warp: int32 and fp32 accumulators for 16 n8 fragments already take 128 registers.
+// tuned on a GPU. kM16: 6 chunks (384 columns) of codes in flight per warp.
 using CfgDecode = Cfg<16, 1, 8, 6, 3, 2>;
 using CfgPrefill64 = Cfg<64, 2, 4, 2, 3, 2>;
-using CfgPrefill128 = Cfg<128, 1, 8, 2, 3, 1>;
 
 }  // namespace
 
@@ -260,8 +258,8 @@ void launch_gemm(MoeTile tile, bool f32_out, bool grouped, const GemmArgs& a, co
   switch (tile) {
     case MoeTile::kM16: launch_variant<CfgDecode>(f32_out, grouped, a, map, stream); break;
     case MoeTile::kM64: launch_variant<CfgPrefill64>(f32_out, grouped, a, map, stream); break;
-    case MoeTile::kM128: launch_variant<CfgPrefill128>(f32_out, grouped, a, map, stream); break;
-    case MoeTile::kAuto: throw Error("moe_grouped_gemm_w4a8: unresolved tile");
+    case MoeTile::kM128:  // slower than kM64 at every size (docs/decisions/w4a8-tile-choice.md)
+    case MoeTile::kAuto: throw Error("moe_grouped_gemm_w4a8: no kernel for this tile");
   }
 }
 

@@ -18,10 +18,10 @@
 // acc = fma(float(sum), scale, acc), then acc · s_r, then · out_scale — the CPU int8_dot order; out_scale
 // is 1 for ModelSlim (a caller may fold an alpha into it, as moe_w4.h's out_scale).
 //
-// Kernels (moe_w4a8.cu), chosen by moe_w4a8_tile_for:
+// Kernels (moe_w4a8.cu), chosen by moe_w4a8_tile_for (moe_w4a8_tuning.h):
 //   kM16   ≤ 16 sorted rows of one expert per CTA, 128 weight rows per CTA; the weights are the mma A
 //          operand straight from registers, so each packed byte is read once per expert;
-//   kM64, kM128  64 / 128 rows of one expert per CTA (n8 fragments past them skipped).
+//   kM64   64 rows of one expert per CTA (n8 fragments past them skipped).
 // No host synchronisation, grids sized by the dispatch's bounds: graph-capturable (moe.h).
 // Host-only header.
 #pragma once
@@ -88,15 +88,10 @@ void moe_quantize_int8_rows(const DeviceTensor& x, const Int8Rows& q, cudaStream
 void moe_quantize_int8_activation(const GatedActivation& act, const DeviceTensor& gate, const DeviceTensor& up,
                                   const Int8Rows& q, cudaStream_t stream);
 
-// The host-side kernel choice from the shapes alone (never the counts), measured on the H200 for the
-// Kimi-K3 layer (k3_bench_cuda --moe-w4a8, 2026-11-29): per-channel banks take kM64 at every size (1.3×
-// kM16 at decode, 1.7× kM128 at 4096 tokens); grouped banks kM16 up to 16 rows per expert, else kM64.
-MoeTile moe_w4a8_tile_for(int64_t rows, int64_t experts, bool grouped);
-
 // ys[r] = the scale contract above for every expert e and sorted row r of e: xs from
 // moe_quantize_int8_rows over the sorted rows [R, K]; ys bf16 or f32 [R, N], 16-byte aligned rows.
-// `tile` forces a kernel.
+// The tile follows the shapes (moe_w4a8_tuning.h).
 void moe_grouped_gemm_w4a8(const Int8Rows& xs, const MoeW4A8Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
-                           cudaStream_t stream, MoeTile tile = MoeTile::kAuto);
+                           cudaStream_t stream);
 
 }  // namespace k3::cuda

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "backend/cuda/moe/moe.h"
+#include "backend/cuda/moe/moe_tiles.h"
 
 namespace k3::cuda::w4a8 {
 
@@ -24,7 +24,7 @@ struct GemmArgs {
   const float* row_weight;  // [R] or null: each sorted row's output scaled by it (MoeDispatch::row_weight)
 };
 
-// Launches the kernel of `tile` (kM16 / kM64 / kM128) over the tile map; grouped: K/group > 1.
+// Launches the kernel of `tile` (kM16 / kM64) over the tile map; grouped: K/group > 1.
 void launch_gemm(MoeTile tile, bool f32_out, bool grouped, const GemmArgs& a, const MoeTileMap& map,
                  cudaStream_t stream);
 

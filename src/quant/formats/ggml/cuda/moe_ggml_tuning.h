@@ -1,0 +1,46 @@
+// The GGUF expert kernels' variants and choices (moe_ggml.h): the decode GEMV's rows per warp and the
+// prefill GEMM's tile, with the entry points that force them, for the kernels, the tests and the
+// benchmarks. Host-only header.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/moe/moe_tiles.h"
+#include "quant/formats/ggml/cuda/moe_ggml.h"
+
+namespace k3::cuda {
+
+// The decode GEMV: each warp's rows stream through its own cp.async ring in shared memory, a stage
+// holding up to whole rows, each part's codes and scales unpacked once per row and step for all
+// tokens. True when it takes `type` (every type moe_ggml_supported accepts) at `rows_per_warp`
+// weight rows per warp (2, 3 or 4; a CTA takes 128 weight rows, 120 at 3; 1 and 8 were slower for
+// every type: docs/decisions/gguf-gemv-rows-per-warp.md).
+bool moe_ggml_gemv_supports(GgmlType type, int rows_per_warp);
+// The default rows per warp for a bank of `type` with K columns: the most of 4, 3, 2 at which two ring
+// stages of whole rows fit, else 2 (Kimi-K3 GEMM 1: Q2_K / Q3_K 4, Q4_K / Q4_0 3, Q5_K / Q6_K / Q8_0 2;
+// H200, k3_bench_cuda --moe-ggml, 2026-12-02, docs/performance.md).
+int moe_ggml_gemv_rows_per_warp(GgmlType type, int64_t k);
+
+// moe_grouped_gemv_ggml with `rows_per_warp` weight rows a warp streams at once (0:
+// moe_ggml_gemv_rows_per_warp); the results do not depend on it beyond fp32 summation order.
+void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
+                           const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp);
+void moe_grouped_gemv_ggml(const MoeGgmlActs& acts, const MoeGgmlBank& bank, const MoeDispatch& d,
+                           const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp);
+
+// moe_grouped_gemm_ggml at a forced tile: kM64 or kM128 (kAuto: kM128 where moe_ggml_tile_for picks
+// it for the dispatch's choice E, else kM64); kM16 is the decode class (moe_grouped_gemv_ggml) and throws.
+void moe_grouped_gemm_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
+                           const DeviceTensor& ys, cudaStream_t stream, MoeTile tile);
+
+// Which kernel the model runs for `rows` sorted rows over `experts` experts of a bank of `type` with N
+// output columns, from the shapes alone: kM16 = the decode GEMV (moe_grouped_gemv_ggml), kM64 / kM128
+// = the prefill GEMM at that tile height (moe_grouped_gemm_ggml; needs N % 8 == 0, else the GEMV).
+// Crossovers measured on the H200 at Kimi-K3's shapes (2026-12-02, docs/performance.md): kM64 beats
+// the GEMV from 12–24 rows per expert depending on the type (at 18 already for Q2_K, Q3_K, Q6_K,
+// Q8_0; at 37 for every type, 1.6–2.9×), kM128 beats kM64 from 62–86 (a per-type table in moe_ggml.cu).
+MoeTile moe_ggml_tile_for(GgmlType type, int64_t rows, int64_t experts, int64_t n);
+
+}  // namespace k3::cuda

@@ -74,4 +74,42 @@ inline constexpr BlockTolerance kMoeTolerance{1e-5, 2e-3, 1e-2};
 // dense MLP in a 4-bit format).
 inline constexpr BlockTolerance kMlpTolerance{1e-5, 2e-3, 1e-2};
 
+// ---- the CUDA target (tests/op_parity/cuda/) --------------------------------------------------
+// The CUDA backend keeps activations in bf16 between its GEMMs (8 significant bits: RNE relative error
+// ≤ 2^-9 per value), uploads every weight that is not FP8 or a packed expert bank dequantised to bf16
+// (≤ 2^-9 relative per weight), and its FP8 GEMMs quantise activations to e4m3 (3 mantissa bits:
+// ≤ 2^-4 relative per value). Its allowances are therefore set by these formats, not by fp32
+// arithmetic; a wrong formula, layout or state still moves results by ≥ 1e-1 of their magnitude.
+// linear, bf16 GEMM: x and W each rounded to bf16 (2^-9 each), fp32 accumulation, f32 output:
+// |y − Σ w·x| ≤ (2^-8 + K·2^-24)·Σ|w·x| ≤ 4.0e-3·Σ|w·x| for K ≤ 2048.
+inline constexpr double kCudaLinearBf16 = 5e-3;
+// linear, FP8 GEMMs: bf16 x (2^-9), then e4m3 per 1×128 block or static scale (2^-4), bf16 output
+// (2^-9 of |y| ≤ Σ|w·x|); the e4m3 subnormal step adds ≤ amax·2^-10/448 per value (kFp8SubnormalStep).
+inline constexpr double kCudaLinearFp8 = 7e-2;
+inline constexpr double kFp8SubnormalStep = 1.0 / (448.0 * 1024.0);
+// The pointwise kernels take the cases' f32 rows as f32 (they accept f32 or bf16; bf16 inputs would
+// only measure the input rounding) and compute in fp32 with the fast intrinsics (rsqrtf, __expf, tanh
+// approximations: a few ulp, relative error growing with |argument|) and warp/CTA reductions in
+// another order than the CPU's.
+// rms_norm: rsqrtf (≤ 2 ulp) and a tree-ordered sum of squares.
+inline constexpr double kCudaRmsNormTolerance = 1e-5;
+// attn_res_mix_norm: scores through rsqrtf and dots (|score|·2^-22), online softmax with __expf,
+// then rms_norm.
+inline constexpr double kCudaAttnResMixNormTolerance = 5e-5;
+// gated activation: __expf / tanh of arguments up to ~40 (relative error ~|x|·2^-21).
+inline constexpr double kCudaGatedActivationTolerance = 5e-5;
+// route: sigmoid / softmax through __expf and the renormalisation; the picks must be identical (the
+// cases' margins ≥ kRouteMinMargin stay far above fp32 rounding).
+inline constexpr double kCudaRouteTolerance = 2e-5;
+// Block ops on the tiny checkpoints (cuda_blocks.cpp: upload_weights, then the executor's block):
+// bf16 activations into every GEMM and between them (a handful of 2^-9 roundings per value along a
+// chain of 3–5 linears and norms), bf16 weights, FP8 e4m3 activations where the family stores FP8
+// (2^-4 per value, averaging over a row to ~1e-2 of its max), int8 activations in the packed W4A8 /
+// GGUF expert kernels (1/254 of a block's max); KDA's fp32 recurrence over 38 tokens and MLA's softmax
+// add fp32 rounding only. Per row: max |Δ| ≤ tolerance · max |reference|.
+inline constexpr double kCudaKdaTolerance = 5e-2;
+inline constexpr double kCudaMlaTolerance = 5e-2;
+inline constexpr double kCudaMoeTolerance = 5e-2;
+inline constexpr double kCudaMlpTolerance = 5e-2;
+
 }  // namespace k3::op_parity

@@ -34,6 +34,14 @@ double tolerance(const BlockTolerance& t, ActClass c) {
   return c == ActClass::Int8 ? t.int8 : c == ActClass::Fixed16 ? t.fixed16 : t.float_acts;
 }
 
+// The CUDA contract of a block in these formats (tolerances.h, CudaBlockTolerance).
+double cuda_tolerance(const CudaBlockTolerance& t, const std::vector<std::string>& formats) {
+  for (const std::string& f : formats) {
+    if (f == "fp8-block" || f == "fp8-tensor") return t.fp8;
+  }
+  return act_class(formats) == ActClass::Int8 ? t.int8 : t.bf16;
+}
+
 const char* class_name(ActClass c) {
   return c == ActClass::Int8 ? "int8 activations (rule applied)" : c == ActClass::Fixed16 ? "16-bit fixed-point activations"
                                                                                           : "float activations";
@@ -80,14 +88,14 @@ struct BlockOp {
   bool (*pick)(const K3Config&, int64_t);       // the layers of this op
   const char* module;                           // parameter prefix under the layer
   const BlockTolerance* tol;
-  double cuda_tol;                              // tolerances.h kCuda*Tolerance
+  const CudaBlockTolerance* cuda_tol;
 };
 
 const BlockOp kOps[] = {
-    {"kda", true, [](const K3Config& c, int64_t l) { return c.is_kda(l); }, "self_attn.", &kKdaTolerance, kCudaKdaTolerance},
-    {"mla", true, [](const K3Config& c, int64_t l) { return !c.is_kda(l); }, "self_attn.", &kMlaTolerance, kCudaMlaTolerance},
-    {"moe", false, [](const K3Config& c, int64_t l) { return c.is_moe(l); }, "block_sparse_moe.", &kMoeTolerance, kCudaMoeTolerance},
-    {"mlp", false, [](const K3Config& c, int64_t l) { return !c.is_moe(l); }, "mlp.", &kMlpTolerance, kCudaMlpTolerance},
+    {"kda", true, [](const K3Config& c, int64_t l) { return c.is_kda(l); }, "self_attn.", &kKdaTolerance, &kCudaKdaTolerance},
+    {"mla", true, [](const K3Config& c, int64_t l) { return !c.is_kda(l); }, "self_attn.", &kMlaTolerance, &kCudaMlaTolerance},
+    {"moe", false, [](const K3Config& c, int64_t l) { return c.is_moe(l); }, "block_sparse_moe.", &kMoeTolerance, &kCudaMoeTolerance},
+    {"mlp", false, [](const K3Config& c, int64_t l) { return !c.is_moe(l); }, "mlp.", &kMlpTolerance, &kCudaMlpTolerance},
 };
 
 // The op's output on the target: mixers prefill kPrefill rows then decode one, feed-forward `rows`.
@@ -183,7 +191,7 @@ std::vector<OpCase> block_cases() {
         } else if (layer < 0) {
           c.skip = id.label() + " has no " + op.op + " layer";
         }
-        c.cuda_tolerance = op.cuda_tol;
+        c.cuda_tolerance = cuda_tolerance(*op.cuda_tol, formats);
         const BlockOp* o = &op;
         c.reference = [o, id, layer, rows, cls] { return block_reference(*o, id, layer, rows, cls); };
         c.run = [o, id, layer, rows](const Target& target) { return run_block(*o, id, layer, rows, target); };

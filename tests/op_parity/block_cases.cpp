@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "backend/cpu/forward.h"
+#include "cuda_ops.h"
 #include "fixtures.h"
 #include "tolerances.h"
 
@@ -31,6 +32,14 @@ ActClass act_class(const std::vector<std::string>& formats) {
 
 double tolerance(const BlockTolerance& t, ActClass c) {
   return c == ActClass::Int8 ? t.int8 : c == ActClass::Fixed16 ? t.fixed16 : t.float_acts;
+}
+
+// The CUDA contract of a block in these formats (tolerances.h, CudaBlockTolerance).
+double cuda_tolerance(const CudaBlockTolerance& t, const std::vector<std::string>& formats) {
+  for (const std::string& f : formats) {
+    if (f == "fp8-block" || f == "fp8-tensor") return t.fp8;
+  }
+  return act_class(formats) == ActClass::Int8 ? t.int8 : t.bf16;
 }
 
 const char* class_name(ActClass c) {
@@ -79,18 +88,23 @@ struct BlockOp {
   bool (*pick)(const K3Config&, int64_t);       // the layers of this op
   const char* module;                           // parameter prefix under the layer
   const BlockTolerance* tol;
+  const CudaBlockTolerance* cuda_tol;
 };
 
 const BlockOp kOps[] = {
-    {"kda", true, [](const K3Config& c, int64_t l) { return c.is_kda(l); }, "self_attn.", &kKdaTolerance},
-    {"mla", true, [](const K3Config& c, int64_t l) { return !c.is_kda(l); }, "self_attn.", &kMlaTolerance},
-    {"moe", false, [](const K3Config& c, int64_t l) { return c.is_moe(l); }, "block_sparse_moe.", &kMoeTolerance},
-    {"mlp", false, [](const K3Config& c, int64_t l) { return !c.is_moe(l); }, "mlp.", &kMlpTolerance},
+    {"kda", true, [](const K3Config& c, int64_t l) { return c.is_kda(l); }, "self_attn.", &kKdaTolerance, &kCudaKdaTolerance},
+    {"mla", true, [](const K3Config& c, int64_t l) { return !c.is_kda(l); }, "self_attn.", &kMlaTolerance, &kCudaMlaTolerance},
+    {"moe", false, [](const K3Config& c, int64_t l) { return c.is_moe(l); }, "block_sparse_moe.", &kMoeTolerance, &kCudaMoeTolerance},
+    {"mlp", false, [](const K3Config& c, int64_t l) { return !c.is_moe(l); }, "mlp.", &kMlpTolerance, &kCudaMlpTolerance},
 };
 
 // The op's output on the target: mixers prefill kPrefill rows then decode one, feed-forward `rows`.
 std::vector<float> run_block(const BlockOp& op, const TinyId& id, int64_t layer, int64_t rows, const Target& target) {
   const K3Config& c = tiny(id).config;
+  if (target.kind == TargetKind::Cuda) {
+    Tiny& t = tiny(id);
+    return cuda_ops()->block(op.op, c, t.plan, *t.files, layer, block_input(c, rows), rows, op.mixer ? kPrefill : rows);
+  }
   const LayerWeights& lw = bound_weights(id, target).layers.at(static_cast<size_t>(layer));
   Backend& be = cpu_backend();
   const std::vector<float> x = block_input(c, rows);
@@ -177,6 +191,7 @@ std::vector<OpCase> block_cases() {
         } else if (layer < 0) {
           c.skip = id.label() + " has no " + op.op + " layer";
         }
+        c.cuda_tolerance = cuda_tolerance(*op.cuda_tol, formats);
         const BlockOp* o = &op;
         c.reference = [o, id, layer, rows, cls] { return block_reference(*o, id, layer, rows, cls); };
         c.run = [o, id, layer, rows](const Target& target) { return run_block(*o, id, layer, rows, target); };

@@ -1,5 +1,7 @@
 #include "harness.h"
 
+#include "cuda_ops.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <ostream>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 namespace k3::op_parity {
 
@@ -20,13 +23,26 @@ const std::vector<Target>& targets() {
   static const std::vector<Target> all = [] {
     std::vector<Target> out;
     for (cpu::CpuIsa isa : cpu::runnable_isas()) out.push_back({cpu::isa_name(isa), TargetKind::Cpu, isa});
-    // A CUDA target would be appended here when a device is present (see harness.h).
+    if (cuda_absent_reason().empty()) out.push_back({"cuda", TargetKind::Cuda, cpu::CpuIsa::Scalar});
     return out;
   }();
   return all;
 }
 
+std::string cuda_absent_reason() {
+  static const std::string reason = []() -> std::string {
+    if (cuda_ops() == nullptr) return "not built (configure with -DK3_CUDA=ON)";
+    if (cuda_ops()->device().empty()) return "no CUDA device at run time";
+    return "";
+  }();
+  return reason;
+}
+
 ScopedTarget::ScopedTarget(const Target& target) {
+  if (target.kind != TargetKind::Cpu) {
+    cpu_ = false;
+    return;
+  }
   const char* old = std::getenv("K3_CPU_ISA");
   had_ = old != nullptr;
   if (had_) previous_ = old;
@@ -34,6 +50,7 @@ ScopedTarget::ScopedTarget(const Target& target) {
 }
 
 ScopedTarget::~ScopedTarget() {
+  if (!cpu_) return;
   if (had_) {
     ::setenv("K3_CPU_ISA", previous_.c_str(), 1);
   } else {
@@ -107,6 +124,13 @@ Verdict agree(const Expectation& e, const std::vector<float>& a, const std::vect
   return check(e, std::vector<double>(b.begin(), b.end()), a, "vs first target");
 }
 
+Expectation with_tolerance(Expectation e, double tolerance, const std::string& why) {
+  e.bound.clear();
+  e.tolerance = tolerance;
+  e.note += "; CUDA allowance " + number(tolerance) + " of the row's max (" + why + ")";
+  return e;
+}
+
 // ---- running ----------------------------------------------------------------------------------
 
 const std::vector<OpCase>& all_cases() {
@@ -125,7 +149,7 @@ namespace {
 
 // Per case: the reference and each target's output, evaluated once.
 struct CaseResults {
-  std::optional<Expectation> expectation;
+  std::optional<Expectation> expectation, cuda_expectation;
   std::map<size_t, std::vector<float>> outputs;
 };
 
@@ -147,22 +171,46 @@ const std::vector<float>& output_of(size_t index, size_t target) {
 
 }  // namespace
 
-void run_case(size_t index, size_t target) {
+namespace {
+
+// The expectation `target` is checked against, and whether it is also checked against the first target.
+const Expectation& expectation_for(size_t index, const Target& target, bool* agreement) {
   const OpCase& c = all_cases().at(index);
-  if (!c.skip.empty()) GTEST_SKIP() << c.skip;
   CaseResults& r = results(index);
   if (!r.expectation) r.expectation = c.reference();
-  const Expectation& e = *r.expectation;
+  *agreement = true;
+  if (target.kind != TargetKind::Cuda) return *r.expectation;
+  if (!r.cuda_expectation) {
+    if (c.cuda_reference) {
+      r.cuda_expectation = c.cuda_reference();
+    } else {
+      if (c.cuda_tolerance <= 0) throw std::logic_error(c.op + " " + c.name + ": no CUDA allowance");
+      r.cuda_expectation = with_tolerance(*r.expectation, c.cuda_tolerance, "tolerances.h, CUDA");
+    }
+  }
+  *agreement = !c.cuda_reference;
+  return *r.cuda_expectation;
+}
+
+}  // namespace
+
+void run_case(size_t index, size_t target) {
+  const OpCase& c = all_cases().at(index);
+  const Target& t = targets().at(target);
+  if (!c.skip.empty()) GTEST_SKIP() << c.skip;
+  if (t.kind == TargetKind::Cuda && !c.cuda_skip.empty()) GTEST_SKIP() << c.cuda_skip;
+  bool agreement = true;
+  const Expectation& e = expectation_for(index, t, &agreement);
   const std::vector<float>& got = output_of(index, target);
   const Verdict vs_ref = compare(e, got);
   ::testing::Test::RecordProperty("error_over_allowance", number(vs_ref.worst_ratio));
   ::testing::Test::RecordProperty("relative_error", number(vs_ref.worst_relative));
-  EXPECT_TRUE(vs_ref.failure.empty()) << c.op << " " << c.name << " on " << targets()[target].name << " from "
-                                      << c.source << ": " << vs_ref.failure << "\n  reference: " << e.note;
-  if (target == 0) return;
+  EXPECT_TRUE(vs_ref.failure.empty()) << c.op << " " << c.name << " on " << t.name << " from " << c.source << ": "
+                                      << vs_ref.failure << "\n  reference: " << e.note;
+  if (target == 0 || !agreement) return;
   const Verdict vs_first = agree(e, got, output_of(index, 0));
-  EXPECT_TRUE(vs_first.failure.empty()) << c.op << " " << c.name << ": " << targets()[target].name << " vs "
-                                        << targets()[0].name << ": " << vs_first.failure;
+  EXPECT_TRUE(vs_first.failure.empty()) << c.op << " " << c.name << ": " << t.name << " vs " << targets()[0].name
+                                        << ": " << vs_first.failure;
 }
 
 // ---- coverage ---------------------------------------------------------------------------------
@@ -201,6 +249,32 @@ std::string compact_shapes(const std::vector<std::string>& shapes) {
   return out;
 }
 
+// The cases the CUDA target skips, per reason: the ops and the case names.
+void print_cuda_skips(std::ostream& out, const std::vector<OpCase>& cases) {
+  std::vector<std::string> reasons;
+  std::map<std::string, std::vector<std::string>> cases_of;
+  for (const OpCase& c : cases) {
+    if (!c.skip.empty() || c.cuda_skip.empty()) continue;
+    if (!cases_of.count(c.cuda_skip)) reasons.push_back(c.cuda_skip);
+    cases_of[c.cuda_skip].push_back(c.op + " " + c.name);
+  }
+  if (reasons.empty()) return;
+  out << "\nskipped on cuda (the CUDA kernels do not take the shape or weight form):\n";
+  for (const std::string& r : reasons) {
+    out << "  - " << r << ":\n";
+    std::string line = "     ";
+    for (const std::string& n : cases_of[r]) {
+      if (line.size() + n.size() > 110) {
+        out << line << "\n";
+        line = "     ";
+      }
+      line += " " + n + ";";
+    }
+    line.pop_back();
+    out << line << "\n";
+  }
+}
+
 }  // namespace
 
 void print_coverage(std::ostream& out) {
@@ -211,8 +285,16 @@ void print_coverage(std::ostream& out) {
     if (std::find(ops.begin(), ops.end(), c.op) == ops.end()) ops.push_back(c.op);
   }
   std::string tier_list;
-  for (const Target& t : targets()) tier_list += (tier_list.empty() ? "" : " ") + t.name;
-  const size_t tiers = targets().size();
+  size_t tiers = 0;
+  for (const Target& t : targets()) {
+    if (t.kind != TargetKind::Cpu) continue;
+    tier_list += (tier_list.empty() ? "" : " ") + t.name;
+    ++tiers;
+  }
+  const bool cuda = cuda_absent_reason().empty();
+  // Per op: cases the CUDA target runs, of those not skipped on every target.
+  std::map<std::string, std::pair<int, int>> cuda_cell;
+  int cuda_tests = 0;
 
   // cell[op][column] = cases that exercise the column (each runs on every target).
   std::map<std::string, std::map<std::string, int>> cell;
@@ -223,15 +305,23 @@ void print_coverage(std::ostream& out) {
       continue;
     }
     for (const std::string& f : c.formats) ++cell[c.op][f];
+    ++cuda_cell[c.op].second;
+    if (c.cuda_skip.empty()) ++cuda_cell[c.op].first, ++cuda_tests;
   }
-  out << "k3 op parity: coverage of the CPU backend's coarse ops (" << cases.size() << " cases x " << tiers
-      << " targets = " << cases.size() * tiers << " tests)\n"
-      << "targets: CPU tiers " << tier_list << " (K3_CPU_ISA per test); CUDA: not registered (see harness.h)\n"
-      << "cell: shapes x tiers = cases exercising the format x targets each runs on; '-': the op takes no weight\n"
+  const std::string cuda_line = cuda ? cuda_ops()->device() + " (" + std::to_string(cuda_tests) + " cases run on it)"
+                                     : "absent, " + cuda_absent_reason() + " (its cases are skipped)";
+  out << "k3 op parity: coverage of the backends' coarse ops (" << cases.size() << " cases x " << tiers
+      << " CPU targets" << (cuda ? " + cuda" : "") << " = " << cases.size() * (tiers + (cuda ? 1 : 0)) << " tests)\n"
+      << "targets: CPU tiers " << tier_list << " (K3_CPU_ISA per test); CUDA: " << cuda_line << "\n"
+      << "cell: shapes x tiers = cases exercising the format x CPU targets each runs on; '-': the op takes no weight\n"
       << "of that format; vec: fp32 vectors only (norm weights, AttnRes scores, router bias) or no weight\n"
       << "references: linear = float64 materialize(W)·x; rms_norm, attn_res_mix_norm, gated_activation, route =\n"
       << "float64 in the harness; kda, mla, moe, mlp = per-block float64 reference (tests/model/reference_forward:\n"
-      << "kda_block, mla_block, ffn_block) on each family's tiny checkpoint layer\n\n";
+      << "kda_block, mla_block, ffn_block) on each family's tiny checkpoint layer\n"
+      << "cuda: cases of the op the CUDA target runs / cases of the op (in parentheses when the target is absent);\n"
+      << "the rest are skipped on CUDA for the reasons listed at the end; the tiny checkpoints' KDA (head dim 32)\n"
+      << "and MLA dims are not the fast kernels' (KDA 128; MLA 128/64/128/512): on CUDA their blocks run the\n"
+      << "generic attention kernels, as the model does at those dims\n\n";
   size_t label = 18;
   std::vector<size_t> width;
   for (const std::string& col : columns) {
@@ -245,18 +335,24 @@ void print_coverage(std::ostream& out) {
   const auto print_row = [&](const std::string& head, const std::function<std::string(size_t)>& text) {
     std::ostringstream row;
     row << std::left << std::setw(static_cast<int>(label)) << head;
-    for (size_t i = 0; i < columns.size(); ++i) row << std::setw(static_cast<int>(width[i])) << text(i);
+    for (size_t i = 0; i < width.size(); ++i) row << std::setw(static_cast<int>(width[i])) << text(i);
     std::string line = row.str();
     line.erase(line.find_last_not_of(' ') + 1);
     out << line << "\n";
   };
-  print_row("op \\ format", [&](size_t i) { return columns[i]; });
-  for (const std::string& op : ops) {
-    print_row(op, [&](size_t i) {
-      const int n = cell[op][columns[i]];
-      return n > 0 ? std::to_string(n) + "x" + std::to_string(tiers) : std::string("-");
-    });
-  }
+  const size_t cuda_column = columns.size();
+  width.push_back(4);
+  const auto cell_text = [&](const std::string& op, size_t i) {
+    if (i == cuda_column) {
+      const auto [run, all] = cuda_cell[op];
+      const std::string n = std::to_string(run) + "/" + std::to_string(all);
+      return cuda ? n : "(" + n + ")";
+    }
+    const int n = cell[op][columns[i]];
+    return n > 0 ? std::to_string(n) + "x" + std::to_string(tiers) : std::string("-");
+  };
+  print_row("op \\ format", [&](size_t i) { return i == cuda_column ? std::string("cuda") : columns[i]; });
+  for (const std::string& op : ops) print_row(op, [&](size_t i) { return cell_text(op, i); });
 
   out << "\nshapes and weight sources per op and format (each case on every target):\n";
   for (const std::string& op : ops) {
@@ -304,6 +400,7 @@ void print_coverage(std::ostream& out) {
     }
     for (const std::string& r : reasons) out << "  " << ops_of[r] << "- " << r << "\n";
   }
+  print_cuda_skips(out, cases);
 }
 
 }  // namespace k3::op_parity

@@ -29,22 +29,27 @@ namespace k3::op_parity {
 // is bound, so tier-dispatched code anywhere below the ops is covered without the harness knowing
 // where it is.
 //
-// Extension point: a CUDA target is one more entry of targets() (TargetKind::Cuda, listed when a
-// device is present) plus a branch in each case's `run` (OpCase::run receives the target) that calls
-// the CUDA op (backend/cuda/ops/ops.h, the executor's blocks). Nothing else changes: references,
-// tolerances, the cross-target agreement and --list are target-agnostic. No CUDA target exists here.
-enum class TargetKind { Cpu };
+// The CUDA target (TargetKind::Cuda, last) exists when k3 is built with K3_CUDA and a device is
+// present at run time: each case's `run` then calls the CUDA backend's kernels for the op through
+// cuda_ops.h (implemented in tests/op_parity/cuda/, compiled only with K3_CUDA). It is checked against
+// the case's CUDA reference (OpCase::cuda_reference, or `reference` with cuda_tolerance) — bf16
+// activations and FP8 / int8 activation quantisation need their own allowances (tolerances.h).
+enum class TargetKind { Cpu, Cuda };
 
 struct Target {
-  std::string name;  // gtest-name safe: "scalar", "avx2", "avx512"
+  std::string name;  // gtest-name safe: "scalar", "avx2", "avx512", "cuda"
   TargetKind kind = TargetKind::Cpu;
   cpu::CpuIsa isa = cpu::CpuIsa::Scalar;
 };
 
+// Why there is no CUDA target ("" when there is one): not built with K3_CUDA, or no device.
+std::string cuda_absent_reason();
+
 // Every target of this host, the first being the one all others are compared with.
 const std::vector<Target>& targets();
 
-// Makes `target` current while alive (K3_CPU_ISA for CPU targets), restoring the previous setting.
+// Makes `target` current while alive (K3_CPU_ISA for CPU targets; nothing for CUDA), restoring the
+// previous setting.
 class ScopedTarget {
  public:
   explicit ScopedTarget(const Target& target);
@@ -53,6 +58,7 @@ class ScopedTarget {
   ScopedTarget& operator=(const ScopedTarget&) = delete;
 
  private:
+  bool cpu_ = true;
   bool had_ = false;
   std::string previous_;
 };
@@ -69,6 +75,10 @@ struct Expectation {
   std::vector<size_t> exact;
   std::string note;  // how the reference was made (printed with a failure)
 };
+
+// The CUDA target's expectation when a case has no cuda_reference: `e` with its allowance replaced by
+// a per-row tolerance.
+Expectation with_tolerance(Expectation e, double tolerance, const std::string& why);
 
 // The outcome of one comparison: the worst row's error over its allowance (≤ 1 passes).
 struct Verdict {
@@ -91,6 +101,12 @@ struct OpCase {
   std::string skip;     // non-empty: the combination cannot be expressed (reason), test skipped
   std::function<Expectation()> reference;
   std::function<std::vector<float>(const Target&)> run;
+  // The CUDA target: skipped with this reason when non-empty (a shape its kernels do not take);
+  // else checked against cuda_reference when set (another activation contract: no agreement check
+  // with the first target then), or against `reference` under cuda_tolerance (per row) and agreement.
+  std::string cuda_skip;
+  std::function<Expectation()> cuda_reference;
+  double cuda_tolerance = 0;
 };
 
 // Every case of every op (built once; cheap closures, the work happens in reference/run).

@@ -15,6 +15,7 @@
 #include <map>
 
 #include "backend/cpu/cpu_linear.h"
+#include "cuda_ops.h"
 #include "fixtures.h"
 #include "io/ggml_types.h"
 #include "quant/formats/ggml/cpu/ggml_dot.h"
@@ -158,7 +159,55 @@ Expectation linear_reference(const WeightRef& w, int64_t m) {
   return e;
 }
 
-std::vector<float> linear_run(const WeightRef& w, int64_t m) {
+// The CUDA target's reference: the CUDA linear takes bf16 activations (its GEMMs' input) whatever the
+// scheme, and the FP8 GEMMs quantise them to e4m3 (per 1×128 block, or by the static input scale,
+// saturating at ±448 steps), so the product is float64 materialize(W)·x (x clamped to the static
+// range) with a relative allowance per value (tolerances.h kCudaLinear*).
+Expectation linear_cuda_reference(const WeightRef& w, int64_t m) {
+  const int64_t n = w.rows(), k = w.cols();
+  const std::vector<float> weight = w.expert < 0 ? materialize(w.binding(), w.spec(), *w.files)
+                                                 : materialize_expert(w.binding(), w.spec(), *w.files, w.expert);
+  std::vector<float> x = activations(activation_form(w), m, k);
+  const CudaLinearForm form = cuda_linear_form(w.binding(), n, k, w.expert >= 0);
+  const bool fp8 = form == CudaLinearForm::kFp8Block || form == CudaLinearForm::kFp8Tensor;
+  if (form == CudaLinearForm::kFp8Tensor) {
+    const float limit = 448.0f * scalar_source(w.binding(), "input_scale", w.expert, *w.files);
+    for (float& v : x) v = std::clamp(v, -limit, limit);
+  }
+  Expectation e;
+  e.row_width = n;
+  e.want.resize(static_cast<size_t>(m * n));
+  e.bound.resize(e.want.size());
+  for (int64_t t = 0; t < m; ++t) {
+    double amax = 0;  // the e4m3 subnormal step's scale (per token: at least the block's)
+    for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(static_cast<double>(x[t * k + i])));
+    for (int64_t r = 0; r < n; ++r) {
+      double sum = 0, magnitude = 0, weights = 0;
+      for (int64_t i = 0; i < k; ++i) {
+        const double wi = weight[r * k + i], xi = x[t * k + i];
+        sum += wi * xi;
+        magnitude += std::fabs(wi * xi);
+        weights += std::fabs(wi);
+      }
+      e.want[t * n + r] = sum;
+      e.bound[t * n + r] = fp8 ? kCudaLinearFp8 * magnitude + weights * amax * kFp8SubnormalStep
+                               : kCudaLinearBf16 * magnitude;
+      e.bound[t * n + r] += 1e-30;
+    }
+  }
+  e.note = std::string("float64 materialize(W)·x, CUDA ") + cuda_linear_form_name(form) +
+           (fp8 ? ": e4m3 activations" : ": bf16 activations and weight");
+  return e;
+}
+
+std::vector<float> linear_run(const WeightRef& w, int64_t m, const Target& target) {
+  if (target.kind == TargetKind::Cuda) {
+    std::string kernel;
+    std::vector<float> y = cuda_ops()->linear(*w.plan, *w.files, w.index, w.expert,
+                                              activations(activation_form(w), m, w.cols()), m, &kernel);
+    ::testing::Test::RecordProperty("kernel", kernel);
+    return y;
+  }
   const auto linear = cpu::make_cpu_linear(w.binding(), w.spec(), *w.files, w.expert);
   ::testing::Test::RecordProperty("kernel", linear->kernel_name());
   Tensor y;
@@ -179,7 +228,7 @@ std::string short_param(const std::string& name) {
 }
 
 void add_cases(std::vector<OpCase>& out, const Scheme& scheme, const std::string& source, const std::string& tag,
-               int64_t n, int64_t k, const WeightGetter& get) {
+               int64_t n, int64_t k, bool bank, const WeightGetter& get) {
   const std::string dims = std::to_string(n) + "x" + std::to_string(k);
   for (int64_t m : kTokenCounts) {
     OpCase c;
@@ -189,7 +238,9 @@ void add_cases(std::vector<OpCase>& out, const Scheme& scheme, const std::string
     c.shape = dims + " m" + std::to_string(m);
     c.source = source + " [" + scheme.name() + "]";
     c.reference = [get, m] { return linear_reference(get(), m); };
-    c.run = [get, m](const Target&) { return linear_run(get(), m); };
+    c.run = [get, m](const Target& target) { return linear_run(get(), m, target); };
+    c.cuda_skip = cuda_linear_unsupported(scheme, k, bank);
+    c.cuda_reference = [get, m] { return linear_cuda_reference(get(), m); };
     out.push_back(std::move(c));
   }
 }
@@ -217,7 +268,7 @@ std::vector<OpCase> linear_cases() {
         return WeightRef{&tt.plan, tt.files.get(), i, expert};
       };
       add_cases(out, scheme, "tiny " + id.label() + " " + param, "tiny_" + id.safe() + (bank ? "_expert" : ""), n, k,
-                get);
+                bank, get);
     }
   }
   // odd: every scheme at an odd shape.
@@ -226,7 +277,7 @@ std::vector<OpCase> linear_cases() {
       SyntheticLinear& s = synthetic_linear(spec);
       return WeightRef{&s.plan, s.files.get(), 0, -1};
     };
-    add_cases(out, spec.scheme, "synthetic, " + spec.why, "odd", spec.n, spec.k, get);
+    add_cases(out, spec.scheme, "synthetic, " + spec.why, "odd", spec.n, spec.k, false, get);
   }
   return out;
 }

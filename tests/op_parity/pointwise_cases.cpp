@@ -8,14 +8,19 @@
 #include <stdexcept>
 
 #include "backend/cpu/ops.h"
+#include "cuda_ops.h"
 #include "fixtures.h"
 #include "tolerances.h"
 
 namespace k3::op_parity {
 namespace {
 
-constexpr int64_t kRowCounts[] = {1, 37};
-constexpr int64_t kWidth = 259;  // odd: no vector-width multiple
+// Rows 1 and 37 of an odd width (no vector-width multiple) and of a multiple of 8 (the CUDA vector
+// kernels' requirement, as every model width).
+struct Shape {
+  int64_t rows, width;
+};
+constexpr Shape kShapes[] = {{1, 259}, {37, 259}, {1, 264}, {37, 264}};
 constexpr double kEps = 1e-5;
 
 using Vec = std::vector<double>;
@@ -31,38 +36,43 @@ Vec rms_norm_ref(const Vec& x, const std::vector<float>& w, double eps) {
   return y;
 }
 
-std::vector<float> norm_weight(uint32_t seed) {
-  std::vector<float> w = random_values(1, kWidth, seed, 0.1);
+std::vector<float> norm_weight(uint32_t seed, int64_t width) {
+  std::vector<float> w = random_values(1, width, seed, 0.1);
   for (float& v : w) v += 1.0f;
   return w;
 }
 
-OpCase pointwise_case(const std::string& op, const std::string& variant, int64_t rows) {
+OpCase pointwise_case(const std::string& op, const std::string& variant, int64_t rows, int64_t width,
+                      double cuda_tolerance) {
   OpCase c;
   c.op = op;
   c.formats = {"vec"};
-  c.name = (variant.empty() ? "" : variant + "__") + "rows" + std::to_string(rows) + "_w" + std::to_string(kWidth);
-  c.shape = (variant.empty() ? "" : variant + " ") + "rows" + std::to_string(rows);
-  c.source = "random, width " + std::to_string(kWidth);
+  c.name = (variant.empty() ? "" : variant + "__") + "rows" + std::to_string(rows) + "_w" + std::to_string(width);
+  c.shape = (variant.empty() ? "" : variant + " ") + "w" + std::to_string(width) + " rows" + std::to_string(rows);
+  c.source = "random";
+  c.cuda_skip = cuda_width_unsupported(width);
+  c.cuda_tolerance = cuda_tolerance;
   return c;
 }
 
 void add_rms_norm(std::vector<OpCase>& out) {
-  for (int64_t rows : kRowCounts) {
-    OpCase c = pointwise_case("rms_norm", "", rows);
-    const auto x = random_values(rows, kWidth, 11, 1.0, true);
-    const auto w = norm_weight(12);
+  for (const Shape& shape : kShapes) {
+    const int64_t rows = shape.rows, width = shape.width;
+    OpCase c = pointwise_case("rms_norm", "", rows, width, kCudaRmsNormTolerance);
+    const auto x = random_values(rows, width, 11, 1.0, true);
+    const auto w = norm_weight(12, width);
     c.reference = [=] {
-      Expectation e{{}, kWidth, {}, kRmsNormTolerance, {}, "float64 x·w/√(mean x² + ε)"};
-      for (const Vec& row : rows_of(x, rows, kWidth)) {
+      Expectation e{{}, width, {}, kRmsNormTolerance, {}, "float64 x·w/√(mean x² + ε)"};
+      for (const Vec& row : rows_of(x, rows, width)) {
         const Vec y = rms_norm_ref(row, w, kEps);
         e.want.insert(e.want.end(), y.begin(), y.end());
       }
       return e;
     };
-    c.run = [=](const Target&) {
+    c.run = [=](const Target& target) {
+      if (target.kind == TargetKind::Cuda) return cuda_ops()->rms_norm(x, rows, width, w, kEps);
       Tensor y;
-      cpu_backend().rms_norm(tensor_of(x, rows, kWidth), w, kEps, y);
+      cpu_backend().rms_norm(tensor_of(x, rows, width), w, kEps, y);
       return y.data;
     };
     out.push_back(std::move(c));
@@ -72,39 +82,41 @@ void add_rms_norm(std::vector<OpCase>& out) {
 // AttnResMix (spec §3.2): softmax over candidates of ⟨v, c⟩ / rms(v), the weighted sum, then RMSNorm.
 void add_attn_res_mix_norm(std::vector<OpCase>& out) {
   constexpr int kCandidates = 4;  // three bank entries and the running sum
-  for (int64_t rows : kRowCounts) {
-    OpCase c = pointwise_case("attn_res_mix_norm", "cand4", rows);
+  for (const Shape& shape : kShapes) {
+    const int64_t rows = shape.rows, width = shape.width;
+    OpCase c = pointwise_case("attn_res_mix_norm", "cand4", rows, width, kCudaAttnResMixNormTolerance);
     std::vector<std::vector<float>> cand;
-    for (int j = 0; j < kCandidates; ++j) cand.push_back(random_values(rows, kWidth, 20 + j, 0.5 + j, true));
-    const auto score = random_values(1, kWidth, 30, 0.1);
-    const auto w = norm_weight(31);
+    for (int j = 0; j < kCandidates; ++j) cand.push_back(random_values(rows, width, 20 + j, 0.5 + j, true));
+    const auto score = random_values(1, width, 30, 0.1);
+    const auto w = norm_weight(31, width);
     c.reference = [=] {
-      Expectation e{{}, kWidth, {}, kAttnResMixNormTolerance, {}, "float64 softmax-mix over 4 candidates, RMSNorm"};
+      Expectation e{{}, width, {}, kAttnResMixNormTolerance, {}, "float64 softmax-mix over 4 candidates, RMSNorm"};
       for (int64_t t = 0; t < rows; ++t) {
-        Vec p(kCandidates), mix(kWidth, 0.0);
+        Vec p(kCandidates), mix(width, 0.0);
         for (int j = 0; j < kCandidates; ++j) {
           double ss = 0, dot = 0;
-          for (int64_t i = 0; i < kWidth; ++i) {
-            const double v = cand[j][t * kWidth + i];
+          for (int64_t i = 0; i < width; ++i) {
+            const double v = cand[j][t * width + i];
             ss += v * v;
             dot += v * score[i];
           }
-          p[j] = dot / std::sqrt(ss / kWidth + kEps);
+          p[j] = dot / std::sqrt(ss / width + kEps);
         }
         const double mx = *std::max_element(p.begin(), p.end());
         double sum = 0;
         for (double& s : p) sum += (s = std::exp(s - mx));
         for (int j = 0; j < kCandidates; ++j) {
-          for (int64_t i = 0; i < kWidth; ++i) mix[i] += p[j] / sum * cand[j][t * kWidth + i];
+          for (int64_t i = 0; i < width; ++i) mix[i] += p[j] / sum * cand[j][t * width + i];
         }
         const Vec y = rms_norm_ref(mix, w, kEps);
         e.want.insert(e.want.end(), y.begin(), y.end());
       }
       return e;
     };
-    c.run = [=](const Target&) {
+    c.run = [=](const Target& target) {
+      if (target.kind == TargetKind::Cuda) return cuda_ops()->attn_res_mix_norm(cand, rows, width, score, w, kEps);
       std::vector<Tensor> tensors;
-      for (const auto& v : cand) tensors.push_back(tensor_of(v, rows, kWidth));
+      for (const auto& v : cand) tensors.push_back(tensor_of(v, rows, width));
       std::vector<const Tensor*> ptrs;
       for (const Tensor& t : tensors) ptrs.push_back(&t);
       Tensor y;
@@ -126,13 +138,14 @@ void add_gated_activation(std::vector<OpCase>& out) {
                               {"situ_b4", {Activation::kSitu, 4.0, std::nullopt}}};
   constexpr float kGateAlpha = 0.75f, kUpAlpha = 1.5f;  // the scale contract's α_gate, α_up
   for (const Variant& v : variants) {
-    for (int64_t rows : kRowCounts) {
-      OpCase c = pointwise_case("gated_activation", v.name, rows);
+    for (const Shape& shape : kShapes) {
+    const int64_t rows = shape.rows, width = shape.width;
+      OpCase c = pointwise_case("gated_activation", v.name, rows, width, kCudaGatedActivationTolerance);
       const ActivationConfig act = v.act;
       // Wide enough that SiTU's caps (tanh(g/4), tanh(u/25)) are reached.
-      const auto gate = random_values(rows, kWidth, 40, 4.0, true), up = random_values(rows, kWidth, 41, 12.0, true);
+      const auto gate = random_values(rows, width, 40, 4.0, true), up = random_values(rows, width, 41, 12.0, true);
       c.reference = [=] {
-        Expectation e{{}, kWidth, {}, kGatedActivationTolerance, {}, "float64 act(g·α_g, u·α_u)"};
+        Expectation e{{}, width, {}, kGatedActivationTolerance, {}, "float64 act(g·α_g, u·α_u)"};
         for (size_t i = 0; i < gate.size(); ++i) {
           const double g = static_cast<double>(gate[i]) * kGateAlpha, u = static_cast<double>(up[i]) * kUpAlpha;
           if (act.kind == Activation::kSilu) {
@@ -145,9 +158,12 @@ void add_gated_activation(std::vector<OpCase>& out) {
         }
         return e;
       };
-      c.run = [=](const Target&) {
-        Tensor g = tensor_of(gate, rows, kWidth);
-        cpu::gated_activation(act, g, tensor_of(up, rows, kWidth), kGateAlpha, kUpAlpha);
+      c.run = [=](const Target& target) {
+        if (target.kind == TargetKind::Cuda) {
+          return cuda_ops()->gated_activation(act, gate, up, rows, width, kGateAlpha, kUpAlpha);
+        }
+        Tensor g = tensor_of(gate, rows, width);
+        cpu::gated_activation(act, g, tensor_of(up, rows, width), kGateAlpha, kUpAlpha);
         return g.data;
       };
       out.push_back(std::move(c));
@@ -253,7 +269,7 @@ void add_route(std::vector<OpCase>& out) {
       {"softmax_e16_top4_unnormalised", router(16, 4, RouterScoring::kSoftmax, 1, 1, false, 1.5)},
   };
   for (const Variant& v : variants) {
-    for (int64_t rows : kRowCounts) {
+    for (const int64_t rows : {int64_t{1}, int64_t{37}}) {
       const MoeConfig m = v.m;
       const int64_t E = m.num_experts, k = m.experts_per_token;
       OpCase c;
@@ -262,6 +278,7 @@ void add_route(std::vector<OpCase>& out) {
       c.name = std::string(v.name) + "__rows" + std::to_string(rows);
       c.shape = std::string(v.name) + " rows" + std::to_string(rows);
       c.source = "random logits and correction bias";
+      c.cuda_tolerance = kCudaRouteTolerance;
       const auto bias = random_values(1, E, static_cast<uint32_t>(60 + E), 0.1);
       const auto logits = router_logits(m, rows, bias);
       c.reference = [=] {
@@ -281,7 +298,8 @@ void add_route(std::vector<OpCase>& out) {
         }
         return e;
       };
-      c.run = [=](const Target&) {
+      c.run = [=](const Target& target) {
+        if (target.kind == TargetKind::Cuda) return cuda_ops()->route(m, logits, rows, bias);
         std::vector<float> got;
         for (int64_t t = 0; t < rows; ++t) {
           for (const cpu::Route& r : cpu::route(m, logits.data() + t * E, bias)) {

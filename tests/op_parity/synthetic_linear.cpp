@@ -172,10 +172,13 @@ std::vector<SyntheticSpec> synthetic_specs() {
   out.push_back({scheme(SchemeKind::Dense, "BF16"), 37, 61, any});
   out.push_back({scheme(SchemeKind::Dense, "F16"), 37, 61, any});
   out.push_back({scheme(SchemeKind::Dense, "F32"), 37, 61, any});
+  // The CUDA GEMMs read 16-byte aligned bf16 rows (K % 8) and FP8 only at N, K % 16.
+  out.push_back({scheme(SchemeKind::Dense, "BF16"), 37, 88, "odd N, K % 8 (CUDA's bf16 rows)"});
   out.push_back({scheme(SchemeKind::Fp8Tensor, "F8_E4M3"), 37, 61, any});
   Scheme block = scheme(SchemeKind::Fp8Block, "F8_E4M3");
   block.block_n = block.block_k = 128;
   out.push_back({block, 131, 197, "odd N and K, partial 128x128 tiles in both"});
+  out.push_back({block, 144, 208, "N, K % 16 (CUDA's FP8 GEMM), partial 128x128 tiles in both"});
   Scheme nv = scheme(SchemeKind::Nvfp4, "U8");
   nv.group_size = 16;
   out.push_back({nv, 37, 80, "odd N, K % 16"});

@@ -5,18 +5,15 @@
 #include <cstdint>
 #include <string>
 
+#include "quant/formats/scheme_list.h"
+
 namespace k3 {
 
+// One enumerator per entry of K3_SCHEME_LIST (quant/formats/scheme_list.h), in its order.
 enum class SchemeKind : uint8_t {
-  Dense,         // BF16 / F16 / F32 stored as is (storage names which)
-  Fp8Tensor,     // F8_E4M3 weight × one F32 multiplier (ModelOpt FP8)
-  Fp8Block,      // F8_E4M3 weight × F32 multiplier per block_n×block_k tile (FP8_PB_WO, DeepSeek, CT)
-  Nvfp4,         // E2M1 nibbles × E4M3 per-16 block scale × F32 global weight_scale_2
-  Mxfp4,         // E2M1 nibbles × E8M0 per-32 block scale (compressed-tensors pack-quantized)
-  W4A8,          // ModelSlim int4 × per-channel (× per-group) scale; int8 dynamic activations
-  W8A8,          // ModelSlim int8 × per-channel scale; int8 activations (dynamic or static)
-  Ggml,          // one GGML block type (storage = "Q4_K", …)
-  GgmlSplitKvB,  // MLA kv_b as split GGUF k_b (Q4_0) + v_b (Q2_K), ExpertPack only
+#define K3_SCHEME_ENUMERATOR(kind, name) kind,
+  K3_SCHEME_LIST(K3_SCHEME_ENUMERATOR)
+#undef K3_SCHEME_ENUMERATOR
 };
 
 struct Scheme {

@@ -28,9 +28,14 @@
 #include <vector>
 
 #include "backend/cpu/cpu_linear.h"
-#include "backend/cpu/kernels/formats.h"
+#include "backend/cpu/kernels/float_matrix.h"
 #include "core/numeric.h"
+#include "quant/formats/fp8/cpu/fp8_matrix.h"
+#include "quant/formats/ggml/cpu/ggml_matrix.h"
 #include "quant/formats/ggml/ggml_quantize.h"
+#include "quant/formats/modelslim/cpu/modelslim_matrix.h"
+#include "quant/formats/mxfp4/cpu/mxfp4_matrix.h"
+#include "quant/formats/nvfp4/cpu/nvfp4_matrix.h"
 
 namespace {
 
@@ -234,7 +239,8 @@ int main(int argc, char** argv) {
                               std::mt19937 r(1234);
                               for (uint8_t& b : packed) b = static_cast<uint8_t>(r());
                               for (uint8_t& b : scales) b = static_cast<uint8_t>(nvfp4 ? 0x30 + r() % 8 : 120 + r() % 6);
-                              return k3::cpu::make_fp4_matrix(packed, scales, nvfp4, 0.01f, rows, k, isa);
+                              return nvfp4 ? k3::cpu::make_nvfp4_matrix(packed, scales, 0.01f, rows, k, isa)
+                                           : k3::cpu::make_mxfp4_matrix(packed, scales, rows, k, isa);
                             },
                             static_cast<uint64_t>(rows * (k / 2 + k / block))});
       continue;

@@ -10,8 +10,8 @@
 #include <random>
 
 #include "backend/cpu/cpu_linear.h"
-#include "backend/cpu/kernels/formats.h"
 #include "backend/cpu/ops.h"
+#include "quant/formats/nvfp4/cpu/nvfp4_matrix.h"
 #include "quant/formats/nvfp4/nvfp4.h"
 
 namespace k3::cpu {
@@ -36,7 +36,7 @@ Nvfp4Weight quantize(int64_t n, int64_t k, float global, uint32_t seed) {
 }
 
 std::unique_ptr<CpuLinear> linear_of(const Nvfp4Weight& w) {
-  return make_kernel_linear(make_fp4_matrix(w.packed, w.scales, true, w.global, w.n, w.k, selected_isa()));
+  return make_kernel_linear(make_nvfp4_matrix(w.packed, w.scales, w.global, w.n, w.k, selected_isa()));
 }
 
 double situ(double g, double u, double beta, double beta_lin) {

@@ -6,13 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/kernels/formats.h"
-#include "quant/formats/modelslim/cpu/modelslim_matrix.h"
+#include "backend/cpu/cpu_format.h"
+#include "backend/cpu/kernels/float_matrix.h"
 #include "backend/cpu/kernels/tile_gemm.h"
 #include "backend/cpu/kernels/weight_matrix.h"
 #include "core/error.h"
 #include "core/numeric.h"
-#include "quant/formats/ggml/ggml_dequant.h"
 
 namespace k3::cpu {
 namespace {
@@ -83,89 +82,20 @@ std::unique_ptr<CpuLinear> make_f32_linear(std::vector<float> weight, int64_t ro
 
 namespace {
 
-// The scheme's fast CPU form, or nullptr where only the dequantised float32 fallback exists.
-std::unique_ptr<WeightMatrix> fast_matrix(const Binding& b, int64_t rows, int64_t cols, PlanFiles& files, int64_t expert,
-                                          const LinearOptions& options, CpuIsa isa) {
-  if (!b.layout_only()) return nullptr;
-  switch (b.scheme.kind) {
-    case SchemeKind::Dense: {
-      const SourceTensor& w = b.source("weight", expert);
-      if (w.dtype != "BF16" && w.dtype != "F16") return nullptr;
-      return make_half_matrix(files.bytes(w), w.dtype == "BF16", rows, cols, files.file(w), isa);
-    }
-    case SchemeKind::Fp8Tensor:
-    case SchemeKind::Fp8Block: {
-      const SourceTensor& w = b.source("weight", expert);
-      const bool block = b.scheme.kind == SchemeKind::Fp8Block;
-      // The checkpoint's activation contract: dynamic 1×128 for block FP8, the static input_scale for
-      // per-tensor FP8 (float activations where a per-tensor checkpoint has none).
-      Fp8Options fp8;
-      if (options.activation == ActivationNumerics::CheckpointContract) {
-        fp8.a8 = block || b.part("input_scale") != nullptr;
-        if (!block && fp8.a8) fp8.input_scale = scalar_source(b, "input_scale", expert, files);
-      }
-      return make_fp8_matrix(files.bytes(w), decode_source(b.source("weight_scale", expert), files),
-                             block ? b.scheme.block_n : rows, block ? b.scheme.block_k : cols, rows, cols, files.file(w),
-                             isa, fp8);
-    }
-    case SchemeKind::Nvfp4:
-    case SchemeKind::Mxfp4: {
-      const bool nvfp4 = b.scheme.kind == SchemeKind::Nvfp4;
-      Fp4Options fp4;
-      if (nvfp4 && options.activation == ActivationNumerics::CheckpointContract) {
-        fp4.w4a4 = true;
-        fp4.input_scale = scalar_source(b, "input_scale", expert, files);
-      }
-      const float global = nvfp4 ? scalar_source(b, "weight_scale_2", expert, files) : 1.0f;
-      return make_fp4_matrix(files.bytes(b.source("weight", expert)), files.bytes(b.source("weight_scale", expert)),
-                             nvfp4, global, rows, cols, isa, fp4);
-    }
-    case SchemeKind::W4A8:
-    case SchemeKind::W8A8:
-      return make_modelslim_matrix(b, rows, cols, files, expert, isa);
-    case SchemeKind::Ggml: {
-      const SourceTensor& w = b.source("weight", expert);
-      const GgmlTypeInfo* info = find_ggml_type(b.scheme.storage);
-      if (info == nullptr || !ggml_has_dequant(info->type)) return nullptr;
-      if (info->type == GgmlType::F32) return nullptr;  // copied as float32 below
-      if (info->type == GgmlType::F16 || info->type == GgmlType::BF16) {
-        return make_half_matrix(files.bytes(w), info->type == GgmlType::BF16, rows, cols, files.file(w), isa);
-      }
-      return make_ggml_matrix(info->type, files.bytes(w), rows, cols, files.file(w), isa);
-    }
-    case SchemeKind::GgmlSplitKvB:
-      return nullptr;
-  }
-  return nullptr;
-}
-
-}  // namespace
-
-namespace {
-
-// Whether fast_matrix's form of the scheme reads the checkpoint bytes in place (the formats that
-// take a KeepAlive: half, FP8, GGML blocks) rather than repacking them.
-bool reads_in_place(SchemeKind kind) {
-  switch (kind) {
-    case SchemeKind::Dense:
-    case SchemeKind::Fp8Tensor:
-    case SchemeKind::Fp8Block:
-    case SchemeKind::Ggml:
-      return true;
-    default:
-      return false;
-  }
-}
-
 std::unique_ptr<CpuLinear> make_unwrapped_linear(const Binding& binding, const ParamSpec& spec, PlanFiles& files,
                                                  int64_t expert, const LinearOptions& options) {
   const int64_t rows = static_cast<int64_t>(spec.shape[spec.shape.size() - 2]);
   const int64_t cols = static_cast<int64_t>(spec.shape.back());
   std::unique_ptr<CpuLinear> linear;
   WeightBytes bytes = WeightBytes::kHostCopy;
-  if (auto fast = fast_matrix(binding, rows, cols, files, expert, options, selected_isa())) {
+  const CpuFormat& format = cpu_format(binding.scheme.kind);
+  std::unique_ptr<WeightMatrix> fast;
+  if (binding.layout_only() && format.make_matrix != nullptr) {
+    fast = format.make_matrix(binding, rows, cols, files, expert, options, selected_isa());
+  }
+  if (fast != nullptr) {
     linear = make_kernel_linear(std::move(fast));
-    bytes = reads_in_place(binding.scheme.kind) ? WeightBytes::kMappedView : WeightBytes::kHostCopy;
+    bytes = format.reads_in_place ? WeightBytes::kMappedView : WeightBytes::kHostCopy;
   } else if (expert < 0) {
     linear = make_f32_linear(materialize(binding, spec, files), rows, cols);
   } else {

@@ -1,6 +1,7 @@
 // CPU linear layers: each bound weight [N, K] is converted at load into the layout its CPU kernel
 // wants (the LoadPlan stays the single source of truth; this is a derived form). The forward pass
-// only sees CpuLinear; which kernel runs is decided once, here, by (scheme, CPU features).
+// only sees CpuLinear; which kernel runs is decided once, here, by the scheme's CPU binding
+// (cpu_format.h) and the CPU features.
 #pragma once
 
 #include <cstdint>
@@ -15,13 +16,12 @@
 namespace k3::cpu {
 
 // Activation numerics of quantized schemes. WeightOnly (default): activations stay float, as Hopper
-// engines run NVFP4/MXFP4. CheckpointContract: the checkpoint's activation contract — NVFP4 W4A4
-// (activations fake-quantized to NVFP4 with the static input_scale and dynamic per-16 block scales,
-// spec §2.3), and for FP8 weights e4m3 activations (dynamic per token and 1×128 block for block
-// FP8, the static input_scale for ModelOpt FP8), as the CUDA backend's FP8 GEMMs compute.
+// engines run the 4-bit formats. CheckpointContract: the activation quantisation a checkpoint
+// declares, where its format's CPU binding implements one (the format's cpu/ folder documents it;
+// quant-formats spec), as the CUDA backend computes it.
 enum class ActivationNumerics {
   WeightOnly,          // float activations into every weight format (the default)
-  CheckpointContract,  // the checkpoint's activation quantisation (NVFP4 W4A4, FP8 e4m3)
+  CheckpointContract,  // the checkpoint's activation quantisation, where its format has one
   Bf16Inputs,          // every linear's input rounded to bf16 first (RNE), as the CUDA backend's GEMMs
                        // take it: reproduces the GPU's rounding of GEMM inputs on the CPU
 };
@@ -45,8 +45,9 @@ class CpuLinear {
   // y[m][n] = Σ_k x[m][k] · W[n][k]; x is [M, K], y is [M, N], both float row-major. Multi-threaded
   // inside (OpenMP); reads each weight byte once per call.
   virtual void forward(const float* x, int64_t m, float* y) const = 0;
-  // forward() without the per-tensor factor α = output_scale() (NVFP4 weight_scale_2 [× input_scale
-  // under W4A4]; 1 elsewhere): the MoE applies GEMM1's α itself, before its activation.
+  // forward() without the per-tensor factor α = output_scale() (a format's global weight scale [×
+  // its static activation scale under an activation contract]; 1 elsewhere): the MoE applies
+  // GEMM1's α itself, before its activation.
   virtual void forward_accumulators(const float* x, int64_t m, float* y) const = 0;
   virtual float output_scale() const = 0;
   // Bytes of weight read by one forward() (for bandwidth rooflines).

@@ -3,9 +3,10 @@
 // latent down / norm / up; SiLU or SiTU experts; shared experts on the full-width input.
 //
 // Scale contract (quant-formats §3.4, DESIGN.md traps), explicit in gated_projection: the gate and up GEMMs
-// return accumulators without their per-tensor α (NVFP4 weight_scale_2 [× input_scale under W4A4]),
-// gated_activation applies α_gate and α_up to them BEFORE SiTU's tanh — exactly once — and GEMM2
-// then requantises its input (W4A4) and applies its own α inside `linear`.
+// return accumulators without their per-tensor α (a format's global weight scale [× its static
+// activation scale under an activation contract]), gated_activation applies α_gate and α_up to them
+// BEFORE SiTU's tanh — exactly once — and GEMM2 then requantises its input (under an activation
+// contract) and applies its own α inside `linear`.
 #include <algorithm>
 #include <cmath>
 #include <numeric>

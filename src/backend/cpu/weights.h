@@ -1,8 +1,8 @@
 // The model's weights bound from the LoadPlan for the CPU backend: model/weight_tree.h's tree over
 // CpuHandles. Every Linear / expert is a cpu::CpuLinear handle (its kernel chosen by scheme at load;
 // its bytes a view into the mapped checkpoint or a host copy, CpuLinear::bytes_location), every
-// vector a float32 array after the binding's transforms (A_log narrowed to num_heads, GGUF forms
-// undone). Derived values are precomputed here: the AttnRes score vector c = norm ⊙ proj (spec §3.1)
+// vector a float32 array after the binding's transforms (A_log narrowed to num_heads, a storage
+// layout's forms undone). Derived values are precomputed here: the AttnRes score vector c = norm ⊙ proj (spec §3.1)
 // and the per-head MLA absorbed matrices (spec §5).
 #pragma once
 

@@ -5,12 +5,15 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "backend/cpu/kernels/formats.h"
+#include "backend/cpu/kernels/float_matrix.h"
 #include "core/error.h"
 #include "core/numeric.h"
 #include "kernel_test_util.h"
+#include "quant/formats/fp8/cpu/fp8_matrix.h"
 #include "quant/formats/fp8/fp8.h"
+#include "quant/formats/mxfp4/cpu/mxfp4_matrix.h"
 #include "quant/formats/mxfp4/mxfp4.h"
+#include "quant/formats/nvfp4/cpu/nvfp4_matrix.h"
 #include "quant/formats/nvfp4/nvfp4.h"
 
 namespace k3::cpu {
@@ -124,11 +127,15 @@ TEST_P(FormatTest, Fp4DecodeIsTheReferenceAndKernelsMatchFloat64) {
       quantize_mxfp4(w.data(), c.n, c.k, packed.data(), scales.data());
       dequant_mxfp4(packed.data(), scales.data(), c.n, c.k, want.data());
     }
-    auto m = make_fp4_matrix(packed, scales, c.nvfp4, c.nvfp4 ? global : 1.0f, c.n, c.k, GetParam());
+    const auto make = [&] {
+      return c.nvfp4 ? make_nvfp4_matrix(packed, scales, global, c.n, c.k, GetParam())
+                     : make_mxfp4_matrix(packed, scales, c.n, c.k, GetParam());
+    };
+    auto m = make();
     m->decode_rows(0, c.n, got.data());
     for (int64_t i = 0; i < c.n * c.k; ++i) ASSERT_EQ(got[i] * m->output_scale(), want[i]) << i;
     for (int64_t tokens : {1, 2, 4, 6}) expect_matches_float64(*m, random_floats(tokens * c.k, 6 + tokens), tokens);
-    expect_driver_matches(make_fp4_matrix(packed, scales, c.nvfp4, c.nvfp4 ? global : 1.0f, c.n, c.k, GetParam()), 11);
+    expect_driver_matches(make(), 11);
   }
 }
 
@@ -138,8 +145,8 @@ TEST_P(FormatTest, Nvfp4W4A4ContractQuantisesActivationsWithInputScale) {
   const std::vector<float> w = random_floats(n * k, 7, 0.02f);
   std::vector<uint8_t> packed(n * k / 2), scales(n * k / 16);
   quantize_nvfp4(w.data(), n, k, global, packed.data(), scales.data());
-  Fp4Options contract{true, input_scale};
-  auto m = make_fp4_matrix(packed, scales, true, global, n, k, GetParam(), contract);
+  Nvfp4Options contract{true, input_scale};
+  auto m = make_nvfp4_matrix(packed, scales, global, n, k, GetParam(), contract);
   EXPECT_FLOAT_EQ(m->output_scale(), global * input_scale);
   const std::vector<float> x = random_floats(k, 8);
   PreparedActivations a;
@@ -158,7 +165,7 @@ TEST_P(FormatTest, Nvfp4W4A4ContractQuantisesActivationsWithInputScale) {
     }
   }
   expect_matches_float64(*m, x, 1);
-  expect_driver_matches(make_fp4_matrix(packed, scales, true, global, n, k, GetParam(), contract), 12);
+  expect_driver_matches(make_nvfp4_matrix(packed, scales, global, n, k, GetParam(), contract), 12);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiers, FormatTest, ::testing::ValuesIn(runnable_isas()), tier_name);
@@ -176,9 +183,9 @@ TEST(FormatErrors, WrongSizesAreOneLineErrors) {
   EXPECT_NE(message([&] { make_half_matrix(bytes, true, 10, 10, nullptr, CpuIsa::Scalar); }).find("bf16 weight"), std::string::npos);
   EXPECT_NE(message([&] { make_fp8_matrix(bytes, {1.0f, 1.0f}, 128, 128, 10, 10, nullptr, CpuIsa::Scalar); }).find("weight_scale"),
             std::string::npos);
-  EXPECT_NE(message([&] { make_fp4_matrix(bytes, bytes, true, 1.0f, 10, 24, CpuIsa::Scalar); }).find("multiple of the block"),
+  EXPECT_NE(message([&] { make_nvfp4_matrix(bytes, bytes, 1.0f, 10, 24, CpuIsa::Scalar); }).find("multiple of the block"),
             std::string::npos);
-  EXPECT_NE(message([&] { make_fp4_matrix(bytes, bytes, false, 1.0f, 10, 32, CpuIsa::Scalar); }).find("packed size"),
+  EXPECT_NE(message([&] { make_mxfp4_matrix(bytes, bytes, 10, 32, CpuIsa::Scalar); }).find("packed size"),
             std::string::npos);
 }
 

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "backend/cpu/cpu_linear.h"
-#include "backend/cpu/kernels/formats.h"
 #include "core/error.h"
 #include "core/numeric.h"
 #include "error_of.h"
+#include "quant/formats/ggml/cpu/ggml_matrix.h"
 #include "quant/formats/ggml/ggml_dequant.h"
 #include "quant/formats/ggml/ggml_quantize.h"
 

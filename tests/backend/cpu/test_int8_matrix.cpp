@@ -11,7 +11,6 @@
 #include <tuple>
 
 #include "quant/families/family_test_util.h"
-#include "backend/cpu/kernels/formats.h"
 #include "quant/formats/modelslim/cpu/modelslim_matrix.h"
 #include "core/error.h"
 #include "core/numeric.h"

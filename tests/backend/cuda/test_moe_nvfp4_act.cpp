@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/kernels/formats.h"
+#include "quant/formats/nvfp4/cpu/nvfp4_matrix.h"
 #include "backend/cuda/moe/moe.h"
 #include "quant/formats/nvfp4/cuda/moe_nvfp4_act.h"
 #include "backend/cuda/core/upload.h"

@@ -26,7 +26,7 @@
 #include <cstring>
 #include <numeric>
 
-#include "backend/cpu/kernels/formats.h"
+#include "quant/formats/modelslim/cpu/modelslim_matrix.h"
 #include "backend/cpu/kernels/weight_matrix.h"
 #include "backend/cuda/moe/moe.h"
 #include "quant/formats/modelslim/cuda/moe_w4a8.h"

@@ -3,8 +3,6 @@
 #include <cmath>
 
 #include "backend/cpu/kernels/weight_matrix.h"
-#include "core/numeric.h"
-#include "quant/formats/fp8/fp8.h"
 
 namespace k3::cpu {
 
@@ -13,22 +11,6 @@ void prepare_f32(const float* x, int64_t m, int64_t k, PreparedActivations& a) {
   a.m = m;
   a.k = k;
   a.f32 = x;
-}
-
-void prepare_fp8(const float* x, int64_t m, int64_t k, float static_scale, PreparedActivations& a) {
-  constexpr int64_t kBlock = 128;
-  a.owned.resize(static_cast<size_t>(m * k));
-  if (static_scale > 0.0f) {
-    for (int64_t i = 0; i < m * k; ++i) a.owned[i] = decode_e4m3fn(encode_e4m3fn_sat(x[i] / static_scale)) * static_scale;
-  } else {
-    std::vector<uint8_t> codes(static_cast<size_t>(k));
-    std::vector<float> scales(static_cast<size_t>((k + kBlock - 1) / kBlock));
-    for (int64_t t = 0; t < m; ++t) {
-      quantize_fp8_block(x + t * k, 1, k, 1, kBlock, codes.data(), scales.data());
-      dequant_fp8_block(codes.data(), scales.data(), 1, k, 1, kBlock, a.owned.data() + t * k);
-    }
-  }
-  prepare_f32(a.owned.data(), m, k, a);
 }
 
 void prepare_fixed16(const float* x, int64_t m, int64_t k, int64_t block, PreparedActivations& a) {
@@ -72,7 +54,8 @@ void prepare_int8(const float* x, int64_t m, int64_t k, int64_t block, Activatio
       const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
       a.scale[t * nblocks + b] = scale;
       int8_t* qb = a.q.data() + t * k + b * block;
-      // Int8PerToken divides, as ModelSlim's x_q = round(x / s_t) (x · (1 / s_t) differs in ~1e-6 of values).
+      // Int8PerToken divides: x_q = round(x / s_t), the per-token producers' rule (x · (1 / s_t) differs in
+      // ~1e-6 of values).
       const bool divide = form == ActivationForm::Int8PerToken && amax > 0.0f;
       for (int64_t i = 0; i < block; ++i) {
         qb[i] = static_cast<int8_t>(std::clamp(std::nearbyint(divide ? xb[i] / scale : xb[i] * inv), -127.0f, 127.0f));

@@ -64,8 +64,8 @@ void dot_groups(const Fp4Layout& w, const int16_t* xq, const float* xscale, int6
     __m512 acc[NT];
     for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b) {
-      // Independent chains hide vpdpwssd's latency; NVFP4's short blocks (2 lines) need fewer, and
-      // every extra chain costs an add per block.
+      // Independent chains hide vpdpwssd's latency; the short blocks of E4M3-scaled weights (16
+      // columns, 2 lines) need fewer, and every extra chain costs an add per block.
       constexpr int kChains = Code == Fp4ScaleCode::E4m3 ? 2 : 4;
       __m512i part[NT][kChains];
       for (int t = 0; t < NT; ++t) {

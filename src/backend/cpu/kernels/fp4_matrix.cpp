@@ -1,44 +1,30 @@
-// NVFP4 / MXFP4 weights repacked into the 16-row interleaved layout of fp4_dot.h.
-#include <algorithm>
-#include <cmath>
+// E2M1 weights repacked into the 16-row interleaved layout of fp4_dot.h.
+#include "backend/cpu/kernels/fp4_matrix.h"
 
-#include "backend/cpu/kernels/formats.h"
-#include "backend/cpu/kernels/fp4_dot.h"
+#include <string>
+#include <vector>
+
 #include "core/error.h"
 #include "core/numeric.h"
 
 namespace k3::cpu {
-
-// The checkpoint's NVFP4 activation quantisation (quant-formats §2.3) of one token: code ·
-// block_scale with the static input_scale left out (it joins the output scale). Per 16 values these
-// share one block scale, so Fixed16 holds them exactly (2·E2M1 fits 16 bits at any block scale).
-void nvfp4_activation_values(const float* x, int64_t k, float input_scale, float* out) {
-  const float gs = 1.0f / input_scale;
-  for (int64_t b = 0; b < k; b += 16) {
-    float amax = 0.0f;
-    for (int64_t i = b; i < b + 16; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float sf = decode_e4m3fn(encode_e4m3fn_sat(amax / 6.0f * gs));
-    for (int64_t i = b; i < b + 16; ++i) out[i] = sf > 0.0f ? decode_e2m1(encode_e2m1(x[i] * gs / sf)) * sf : 0.0f;
-  }
-}
-
 namespace {
 
 class Fp4Matrix final : public WeightMatrix {
  public:
-  Fp4Matrix(std::span<const uint8_t> packed, std::span<const uint8_t> scales, bool nvfp4, float output_scale,
-            int64_t rows, int64_t cols, CpuIsa isa, const Fp4Options& options)
-      : WeightMatrix(rows, cols, isa), options_(options), dot_(fp4_dot_rows(isa)) {
-    const char* what = nvfp4 ? "nvfp4 weight" : "mxfp4 weight";
-    layout_.block = nvfp4 ? 16 : 32;
-    layout_.scale_code = nvfp4 ? Fp4ScaleCode::E4m3 : Fp4ScaleCode::E8m0;
+  Fp4Matrix(std::span<const uint8_t> packed, std::span<const uint8_t> scales, const Fp4Format& format,
+            float output_scale, int64_t rows, int64_t cols, CpuIsa isa)
+      : WeightMatrix(rows, cols, isa), format_(format), dot_(fp4_dot_rows(isa)) {
+    const std::string weight = std::string(format.name) + " weight";
+    const char* what = weight.c_str();
+    layout_.block = format.block;
+    layout_.scale_code = format.scale_code;
     layout_.k = cols;
     if (cols % layout_.block != 0) throw Error(Where{"", what, "shape"}, "columns must be a multiple of the block");
     if (packed.size() != static_cast<size_t>(rows * cols / 2)) throw Error(Where{"", what, "weight"}, "packed size is not rows·cols/2");
     const int64_t blocks = cols / layout_.block;
     if (scales.size() != static_cast<size_t>(rows * blocks)) throw Error(Where{"", what, "weight_scale"}, "scale size is not rows·cols/block");
-    if (options.w4a4 && !nvfp4) throw Error(Where{"", what, "activation"}, "the W4A4 activation contract is NVFP4's");
-    output_scale_ = output_scale * (options.w4a4 ? options.input_scale : 1.0f);
+    output_scale_ = output_scale * (format.activation_values != nullptr ? format.activation_scale : 1.0f);
     const int64_t groups = (rows + kFp4GroupRows - 1) / kFp4GroupRows, lines = cols / kFp4LineK;
     codes_.assign(static_cast<size_t>(groups * lines * kFp4LineBytes), 0);
     scales_.assign(static_cast<size_t>(groups * blocks * kFp4GroupRows), 0);
@@ -56,9 +42,11 @@ class Fp4Matrix final : public WeightMatrix {
   }
 
   void prepare(const float* x, int64_t m, PreparedActivations& a) const override {
-    if (!options_.w4a4) return prepare_fixed16(x, m, cols(), layout_.block, a);
+    if (format_.activation_values == nullptr) return prepare_fixed16(x, m, cols(), layout_.block, a);
     std::vector<float> quantised(static_cast<size_t>(m * cols()));
-    for (int64_t t = 0; t < m; ++t) nvfp4_activation_values(x + t * cols(), cols(), options_.input_scale, quantised.data() + t * cols());
+    for (int64_t t = 0; t < m; ++t) {
+      format_.activation_values(x + t * cols(), cols(), format_.activation_scale, quantised.data() + t * cols());
+    }
     prepare_fixed16(quantised.data(), m, cols(), layout_.block, a);
   }
   void dot_rows(const PreparedActivations& a, int64_t r0, int64_t r1, float* y, int64_t ldy) const override {
@@ -79,11 +67,13 @@ class Fp4Matrix final : public WeightMatrix {
   float output_scale() const override { return output_scale_; }
   uint64_t weight_bytes() const override { return codes_.size() + scales_.size(); }
   std::string kernel_name() const override {
-    return std::string(layout_.block == 16 ? "nvfp4" : "mxfp4") + (options_.w4a4 ? "-w4a4/" : "/") + isa_name(isa());
+    const bool contract = format_.activation_values != nullptr && *format_.contract != '\0';
+    return std::string(format_.name) + (contract ? std::string("-") + format_.contract : std::string()) + "/" +
+           isa_name(isa());
   }
 
  private:
-  Fp4Options options_;
+  Fp4Format format_;
   Fp4DotRows dot_;
   Fp4Layout layout_;
   float output_scale_ = 1.0f;
@@ -93,9 +83,9 @@ class Fp4Matrix final : public WeightMatrix {
 }  // namespace
 
 std::unique_ptr<WeightMatrix> make_fp4_matrix(std::span<const uint8_t> packed, std::span<const uint8_t> scales,
-                                              bool nvfp4, float output_scale, int64_t rows, int64_t cols, CpuIsa isa,
-                                              const Fp4Options& options) {
-  return std::make_unique<Fp4Matrix>(packed, scales, nvfp4, output_scale, rows, cols, isa, options);
+                                              const Fp4Format& format, float output_scale, int64_t rows, int64_t cols,
+                                              CpuIsa isa) {
+  return std::make_unique<Fp4Matrix>(packed, scales, format, output_scale, rows, cols, isa);
 }
 
 }  // namespace k3::cpu

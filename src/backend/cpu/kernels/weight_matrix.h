@@ -1,6 +1,6 @@
 // A weight matrix W [N, K] in the layout its CPU kernel reads, and the activation form that kernel
-// consumes. One WeightMatrix per scheme family (one file each: dense_matrix, fp8_matrix,
-// fp4_matrix, int8_matrix, ggml_matrix); cpu_linear.cpp drives any of them the same way:
+// consumes. Each scheme's CPU binding (cpu_format.h) makes its own WeightMatrix, in its format folder
+// or from the shared kernels here; cpu_linear.cpp drives any of them the same way:
 //   prepare(x)            once per forward(): x rounded / quantized into the kernel's form;
 //   dot_rows(a, r0, r1)   fused decode + dot of rows [r0, r1) with every prepared token (few tokens);
 //   decode_rows(r0, r1)   exact float32 of those rows (the scheme's dequant reference, row by row):
@@ -18,13 +18,13 @@ namespace k3::cpu {
 
 // What a kernel multiplies the weights with.
 enum class ActivationForm {
-  F32,           // x as given (dense and FP8 weights)
+  F32,           // x as given, or values a prepare changed (float-valued weights)
   Fixed16,       // 16-bit fixed point per block of `block` values: code = round(x · 2^s) with the
                  // largest s keeping |x|·2^s < 2^15, scale = 2^-s; error ≤ amax_block·2^-15, i.e. at
                  // least bf16's precision for every value within 2^-6 of its block's largest (the
-                 // 4-bit weight-only kernels: integer block dots, activations effectively 16-bit)
-  Int8PerToken,  // symmetric int8, one scale per token (ModelSlim W4A8 / W8A8 dynamic)
-  Int8Blocks,    // symmetric int8 per block of `block` values (ggml's Q8_0 / Q8_K activations)
+                 // 4-bit E2M1 kernels: integer block dots, activations effectively 16-bit)
+  Int8PerToken,  // int8, one scale per token (symmetric, or static with a zero point)
+  Int8Blocks,    // symmetric int8 per block of `block` values (the block formats' integer activations)
 };
 
 // Activations of one forward() in the kernel's form. Only the members of that form are filled.
@@ -32,13 +32,13 @@ struct PreparedActivations {
   ActivationForm form = ActivationForm::F32;
   int64_t m = 0, k = 0;
   const float* f32 = nullptr;     // F32: the caller's x [m, k], or `owned`
-  std::vector<float> owned;       // F32 values a prepare changed (the FP8 activation contract)
+  std::vector<float> owned;       // F32 values a prepare changed (an activation contract)
   std::vector<int16_t> q16;       // Fixed16: codes [m, k]
   std::vector<int8_t> q;          // Int8*: codes [m, k]
   std::vector<float> scale;       // Fixed16, Int8*: [m, k / block] (per token: block = k)
   std::vector<int32_t> sums;      // Int8*: Σ codes per 16 values [m, k / 16] (zero-point / min corrections)
   int64_t block = 0;              // Fixed16, Int8*: values per scale
-  int32_t zero = 0;               // Int8*: the code of 0 (static W8A8 input_offset); values are (code − zero) · scale
+  int32_t zero = 0;               // Int8*: the code of 0 (a static zero point); values are (code − zero) · scale
 
   // Token t as float32, exactly the values the fused kernel multiplies with (code · scale).
   void values(int64_t t, float* out) const;
@@ -51,13 +51,12 @@ void prepare_fixed16(const float* x, int64_t m, int64_t k, int64_t block, Prepar
 // Symmetric int8 per block: scale = amax / 127, code = round-half-even(x / scale) (all-zero block:
 // scale 0, codes 0). block = k gives one scale per token. k % 16 == 0, k % block == 0.
 void prepare_int8(const float* x, int64_t m, int64_t k, int64_t block, ActivationForm form, PreparedActivations& a);
-// The FP8 activation contract (what the GPU's FP8 GEMMs compute with), form F32 with the values
-// e4m3(x / s) · s: s = static_scale (ModelOpt FP8 input_scale) when > 0, else per token and 1×128
-// block the producer rule of quant/formats/fp8 quantize_fp8_block (s = amax/448, an all-zero block 1).
-void prepare_fp8(const float* x, int64_t m, int64_t k, float static_scale, PreparedActivations& a);
-// ModelSlim W8A8 static (quant-formats §4.2), form Int8PerToken with every token's scale `scale`:
+// Static int8 with a zero point, form Int8PerToken with every token's scale `scale`:
 // code = clamp(round-half-even(x / scale) + zero, -128, 127). k % 16 == 0.
 void prepare_int8_static(const float* x, int64_t m, int64_t k, float scale, int32_t zero, PreparedActivations& a);
+
+// Owns the mapping of weight bytes a WeightMatrix reads in place (null: the caller keeps them alive).
+using KeepAlive = std::shared_ptr<const void>;
 
 class WeightMatrix {
  public:
@@ -72,9 +71,10 @@ class WeightMatrix {
   // out[(r - r0) * K + k] = W[r][k] / output_scale(), exactly the scheme's reference up to that
   // last multiplication (float32).
   virtual void decode_rows(int64_t r0, int64_t r1, float* out) const = 0;
-  // The per-tensor factor α applied to the accumulators after the dot (NVFP4 weight_scale_2, times
-  // input_scale under the W4A4 contract; 1 for other schemes). Kept separate so the MoE can apply
-  // GEMM1's α before its activation exactly once (quant-formats §3.4).
+  // The per-tensor factor α applied to the accumulators after the dot (a format's global weight
+  // scale, times its static activation scale under an activation contract; 1 where there is none).
+  // Kept separate so the MoE can apply GEMM1's α before its activation exactly once
+  // (quant-formats §3.4).
   virtual float output_scale() const { return 1.0f; }
   // Bytes of weight (and scales) one pass over the matrix reads.
   virtual uint64_t weight_bytes() const = 0;

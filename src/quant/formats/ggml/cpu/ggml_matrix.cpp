@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "backend/cpu/kernels/formats.h"
+#include "quant/formats/ggml/cpu/ggml_matrix.h"
 #include "quant/formats/ggml/cpu/ggml_dot.h"
 #include "core/error.h"
 #include "quant/formats/ggml/ggml_dequant.h"

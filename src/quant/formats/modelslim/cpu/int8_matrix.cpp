@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "backend/cpu/kernels/formats.h"
+#include "quant/formats/modelslim/cpu/modelslim_matrix.h"
 #include "quant/formats/modelslim/cpu/int8_dot.h"
 #include "core/error.h"
 #include "quant/formats/modelslim/modelslim.h"

@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "backend/cpu/kernels/formats.h"
 #include "core/error.h"
 #include "quant/formats/modelslim/modelslim.h"
 

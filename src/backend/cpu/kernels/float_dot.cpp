@@ -1,5 +1,5 @@
-// Portable tier of dense_dot.h and the tier dispatch.
-#include "quant/formats/dense/cpu/dense_dot.h"
+// Portable tier of float_dot.h and the tier dispatch.
+#include "backend/cpu/kernels/float_dot.h"
 
 #include <algorithm>
 
@@ -7,8 +7,8 @@
 
 namespace k3::cpu {
 
-const DenseDots& dense_dots_avx2();
-const DenseDots& dense_dots_avx512();
+const FloatDots& float_dots_avx2();
+const FloatDots& float_dots_avx512();
 
 namespace {
 
@@ -39,14 +39,14 @@ float dot_e4m3_blocks_div256(const uint8_t* w, const float* x, const float* scal
   return acc;
 }
 
-constexpr DenseDots kScalar{dot_f32, dot_bf16, dot_f16, dot_e4m3_blocks_div256};
+constexpr FloatDots kScalar{dot_f32, dot_bf16, dot_f16, dot_e4m3_blocks_div256};
 
 }  // namespace
 
-const DenseDots& dense_dots(CpuIsa isa) {
+const FloatDots& float_dots(CpuIsa isa) {
   switch (isa) {
-    case CpuIsa::Avx512: return dense_dots_avx512();
-    case CpuIsa::Avx2: return dense_dots_avx2();
+    case CpuIsa::Avx512: return float_dots_avx512();
+    case CpuIsa::Avx2: return float_dots_avx2();
     case CpuIsa::Scalar: break;
   }
   return kScalar;

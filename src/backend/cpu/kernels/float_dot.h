@@ -1,5 +1,5 @@
-// Row dot products of float-valued weight storage (F32, BF16, F16, FP8 E4M3) with float32
-// activations, one implementation per CPU tier (dense_dot*.cpp).
+// Row dot products of float-valued weight storage (F32, BF16, F16, E4M3) with float32
+// activations, one implementation per CPU tier (float_dot*.cpp).
 #pragma once
 
 #include <cstdint>
@@ -8,7 +8,7 @@
 
 namespace k3::cpu {
 
-struct DenseDots {
+struct FloatDots {
   float (*f32)(const float* w, const float* x, int64_t k);
   float (*bf16)(const uint16_t* w, const float* x, int64_t k);
   float (*f16)(const uint16_t* w, const float* x, int64_t k);
@@ -20,7 +20,7 @@ struct DenseDots {
 };
 inline constexpr float kE4m3ViaF16Scale = 256.0f;
 
-const DenseDots& dense_dots(CpuIsa isa);
+const FloatDots& float_dots(CpuIsa isa);
 
 // The F16 bit pattern whose value is e4m3(code) / 2^8 (NaN codes 0x7F/0xFF are not preserved).
 constexpr uint16_t e4m3_to_f16_div256(uint8_t code) {

@@ -1,9 +1,9 @@
-// AVX2 tier of dense_dot.h: 16 weights per step, two accumulators, FMA.
+// AVX2 tier of float_dot.h: 16 weights per step, two accumulators, FMA.
 #include <immintrin.h>
 
 #include <algorithm>
 
-#include "quant/formats/dense/cpu/dense_dot.h"
+#include "backend/cpu/kernels/float_dot.h"
 #include "core/numeric.h"
 
 namespace k3::cpu {
@@ -46,7 +46,7 @@ float bf16_scalar(uint16_t v) { return decode_bf16(v); }
 float f16_scalar(uint16_t v) { return decode_f16(v); }
 float e4m3_scalar(uint8_t v) { return decode_f16(e4m3_to_f16_div256(v)); }
 
-// Per-block FP8 dot (dense_dot.h): vector partial sums per block, the block multiplier applied with
+// Per-block E4M3 dot (float_dot.h): vector partial sums per block, the block multiplier applied with
 // one FMA, one horizontal sum per row.
 float dot_e4m3_blocks(const uint8_t* w, const float* x, const float* scale, int64_t k, int64_t block_k) {
   __m256 acc = _mm256_setzero_ps();
@@ -67,11 +67,11 @@ float dot_e4m3_blocks(const uint8_t* w, const float* x, const float* scale, int6
   return hsum(acc) + tail;
 }
 
-constexpr DenseDots kAvx2{dot<float, f32x8, id>, dot<uint16_t, bf16x8, bf16_scalar>, dot<uint16_t, f16x8, f16_scalar>,
+constexpr FloatDots kAvx2{dot<float, f32x8, id>, dot<uint16_t, bf16x8, bf16_scalar>, dot<uint16_t, f16x8, f16_scalar>,
                           dot_e4m3_blocks};
 
 }  // namespace
 
-const DenseDots& dense_dots_avx2() { return kAvx2; }
+const FloatDots& float_dots_avx2() { return kAvx2; }
 
 }  // namespace k3::cpu

@@ -1,9 +1,9 @@
-// AVX-512 tier of dense_dot.h: 32 weights per step, two accumulators, FMA.
+// AVX-512 tier of float_dot.h: 32 weights per step, two accumulators, FMA.
 #include <immintrin.h>
 
 #include <algorithm>
 
-#include "quant/formats/dense/cpu/dense_dot.h"
+#include "backend/cpu/kernels/float_dot.h"
 #include "core/numeric.h"
 
 namespace k3::cpu {
@@ -45,7 +45,7 @@ float bf16_scalar(uint16_t v) { return decode_bf16(v); }
 float f16_scalar(uint16_t v) { return decode_f16(v); }
 float e4m3_scalar(uint8_t v) { return decode_f16(e4m3_to_f16_div256(v)); }
 
-// Per-block FP8 dot (dense_dot.h): vector partial sums per block, the block multiplier applied with
+// Per-block E4M3 dot (float_dot.h): vector partial sums per block, the block multiplier applied with
 // one FMA, one horizontal sum per row.
 float dot_e4m3_blocks(const uint8_t* w, const float* x, const float* scale, int64_t k, int64_t block_k) {
   __m512 acc = _mm512_setzero_ps();
@@ -67,11 +67,11 @@ float dot_e4m3_blocks(const uint8_t* w, const float* x, const float* scale, int6
   return _mm512_reduce_add_ps(acc) + tail;
 }
 
-constexpr DenseDots kAvx512{dot<float, f32x16, id>, dot<uint16_t, bf16x16, bf16_scalar>,
+constexpr FloatDots kAvx512{dot<float, f32x16, id>, dot<uint16_t, bf16x16, bf16_scalar>,
                             dot<uint16_t, f16x16, f16_scalar>, dot_e4m3_blocks};
 
 }  // namespace
 
-const DenseDots& dense_dots_avx512() { return kAvx512; }
+const FloatDots& float_dots_avx512() { return kAvx512; }
 
 }  // namespace k3::cpu

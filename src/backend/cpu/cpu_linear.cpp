@@ -88,6 +88,7 @@ std::unique_ptr<CpuLinear> make_unwrapped_linear(const Binding& binding, const P
   const int64_t cols = static_cast<int64_t>(spec.shape.back());
   std::unique_ptr<CpuLinear> linear;
   WeightBytes bytes = WeightBytes::kHostCopy;
+  // The scheme's fast form (layout-only bindings), else the dequantised float32 fallback.
   const CpuFormat& format = cpu_format(binding.scheme.kind);
   std::unique_ptr<WeightMatrix> fast;
   if (binding.layout_only() && format.make_matrix != nullptr) {

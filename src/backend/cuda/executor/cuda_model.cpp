@@ -380,7 +380,6 @@ class CudaExecutor final : public Executor {
   DeviceTensor forward(const StepMeta& meta, int64_t L) {
     StepContext ctx{config_, weights_, state_, arena_, blas_, stream_.get(), multiprocessors_, page_size_, meta};
     ctx.experts = experts_.get();
-    ctx.fused_moe_activation = options_.fused_moe_activation;
     CudaOps ops(ctx);
     Act x, normed;
     x.t = arena_.alloc_tensor(DType::kF32, meta.rows, config_.hidden_size, "embedded rows");
@@ -390,7 +389,6 @@ class CudaExecutor final : public Executor {
     copy_rows(normed.t, meta.logit_rows, picked, nullptr, L, stream_);
     const DeviceTensor logits = arena_.alloc_tensor(DType::kF32, L, config_.vocab_size, "logits");
     ctx.linear(weights_.lm_head, picked, logits);
-    stats_.fused_gemm1_calls += ctx.fused_gemm1_calls;
     stats_.ggml_prefill_gemms += ctx.ggml_prefill_gemms;
     return logits;
   }

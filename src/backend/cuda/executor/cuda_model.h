@@ -33,11 +33,6 @@ struct CudaOptions {
   // inputs quantised per 16 with each expert's input_scale, as `--activations checkpoint` on the CPU);
   // false: weight-only W4A16 (bf16 activations). A checkpoint without input_scale is an error.
   bool w4a4 = false;
-  // GEMM 1 of the routed experts and the gated activation as one kernel where a 4-bit bank runs the
-  // warpgroup-MMA prefill kernel (moe_grouped_gemm_w4_gated: gate and up stay fp32 into SiTU / SiLU).
-  // Off by default: on the H200 it is 1–3 % slower than the GEMM and the activation kernel apart
-  // (docs/decisions/fused-moe-activation-off-by-default.md).
-  bool fused_moe_activation = false;
 };
 
 // Checks the options (one-line errors naming the flag) and binds the plan for `options.device`.
@@ -54,7 +49,6 @@ struct CudaExecutorStats {
   int64_t packed_expert_banks = 0;  // routed-expert banks kept packed (NVFP4 / MXFP4, W4A8, GGUF; the rest bf16)
   int64_t ggml_kv_b_layers = 0;     // MLA layers whose absorbed decode reads a split GGUF kv_b in its blocks
   int64_t graph_replays = 0, graph_captures = 0, eager_steps = 0;
-  int64_t fused_gemm1_calls = 0;    // MoE layer calls whose GEMM 1 ran fused (CudaOptions::fused_moe_activation), graph replays not counted
   int64_t ggml_prefill_gemms = 0;   // GGUF expert GEMMs run by the prefill GEMM (moe_ggml_prefill_gemm), graph replays not counted
   // Expert streaming (zero when off): cache slots (experts), pinned host bytes of the experts,
   // lookups, waves and passes, MoE layer calls (and those needing more than one wave), host→device

@@ -6,9 +6,7 @@
 // Experts are bf16 or kept packed (device_weights.h: NVFP4 / MXFP4, W4A8, GGUF): either way GEMM1
 // returns dequantised values — the packed kernels apply every weight scale (NVFP4's per-expert global
 // scale for gate and up separately) in their epilogue — so the activation's gate/up alphas are 1 and
-// no scale is applied twice. With CudaOptions::fused_moe_activation, where a 4-bit bank runs the
-// warpgroup-MMA prefill kernel, GEMM1 and the activation are one kernel (the gate and up values stay
-// fp32 into the activation). Where GEMM 2's bank quantises its input (W4A8, GGUF decode, W4A4), the
+// no scale is applied twice. Where GEMM 2's bank quantises its input (W4A8, GGUF decode, W4A4), the
 // activation is applied by the kernel that quantises it (one pass; ExpertInput).
 #include "backend/cuda/executor/expert_stream.h"
 #include "backend/cuda/executor/block_ops.h"
@@ -23,8 +21,7 @@
 namespace k3::cuda {
 namespace {
 
-// Where an expert GEMM's input comes from: sorted rows (GEMM 1's gathered rows; GEMM 2's after the
-// fused GEMM 1 + activation kernel), or GEMM 1's gate and up halves under the gated activation, which
+// Where an expert GEMM's input comes from: sorted rows (GEMM 1's gathered rows), or GEMM 1's gate and up halves under the gated activation, which
 // is then applied by the kernel that forms the bank's input — for a quantised activation contract the
 // activation and GEMM 2's input quantisation are one pass (moe_quantize_*_activation: bit for bit the
 // two kernels they replace).
@@ -103,15 +100,6 @@ void expert_gemm(StepContext& ctx, const ExpertInput& in, const DeviceExperts& w
   }
 }
 
-// GEMM 1 and the gated activation in one kernel where the bank's kernel for these shapes has the
-// activation in its epilogue (4-bit banks on the warpgroup-MMA prefill kernel: moe_grouped_gemm_w4_gated);
-// false when it has not (nothing ran).
-bool fused_gemm1(StepContext& ctx, const DeviceTensor& xs, const DeviceExperts& w13, const MoeDispatch& d,
-                 const GatedActivation& act, const DeviceTensor& out) {
-  if (w13.kind != DeviceExperts::Kind::kW4 || !moe_w4_gated_runs(w13.w4, d)) return false;
-  return moe_grouped_gemm_w4_gated(w4_input(ctx, ExpertInput::of_rows(xs), w13, d), w13.w4, d, act, out, ctx.stream);
-}
-
 }  // namespace
 
 MlpBuffers BlockOps::mlp_buffers(const DeviceMlp& w, const DeviceTensor& x) const {
@@ -176,14 +164,9 @@ void BlockOps::routed_experts(int64_t layer, const DeviceMoe& w, const DeviceTen
     const MoeDispatch weighted = moe_weighted(d, row_weight);  // GEMM 2 applies the routing weights
     moe_gather(z, d, xs, ctx.stream);
     const GatedActivation act = gated_activation_params(ctx.config.activation);
-    if (ctx.fused_moe_activation && fused_gemm1(ctx, xs, w13, d, act, a)) {
-      ++ctx.fused_gemm1_calls;
-      expert_gemm(ctx, ExpertInput::of_rows(a), w2, weighted, ys);
-    } else {
-      expert_gemm(ctx, ExpertInput::of_rows(xs), w13, d, gate_up);
-      expert_gemm(ctx, ExpertInput::activated(act, gate_up.col_slice(0, I), gate_up.col_slice(I, I), a), w2, weighted,
-                  ys);
-    }
+    expert_gemm(ctx, ExpertInput::of_rows(xs), w13, d, gate_up);
+    expert_gemm(ctx, ExpertInput::activated(act, gate_up.col_slice(0, I), gate_up.col_slice(I, I), a), w2, weighted,
+                ys);
     moe_combine(ys, d, DeviceTensor(), routed, accumulate, ctx.stream);  // the rows carry their weights
     ctx.arena.reset(pass_mark);
   };

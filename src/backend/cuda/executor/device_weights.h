@@ -1,12 +1,11 @@
 // The model's weights on the GPU: model/weight_tree.h's tree over DeviceHandles, uploaded once from
 // the LoadPlan into the arena in the layouts the CUDA kernels read. Per scheme (docs/cuda-backend.md "Device weights"):
-//   BF16 / F16 / F32 dense     → bf16 (cuBLASLt BF16 GEMM)
-//   FP8 128×128 block          → e4m3 codes + cuBLASLt BLK128x128 scales (FP8_PB_WO GEMM)
-//   FP8 per tensor + input_scale → e4m3 codes + multiplier, static activation scale (ModelOpt FP8)
-//   every other scheme         → dequantised through its exact reference to bf16 (the 4-bit and
-//                                GGUF expert kernels keep those packed instead)
-// Routed experts are stacked per bank as bf16 [E·N, K] for the grouped GEMM; w1 and w3 are
-// interleaved per expert as [w1_e ; w3_e] so one grouped GEMM yields [gate | up].
+//   a linear whose scheme has a GEMM form (cuda_format.h CudaFormat::linear) → that form
+//   every other linear → bf16 (BF16 copied as stored, the rest dequantised through its exact
+//                        reference; cuBLASLt BF16 GEMM)
+// Routed experts are stacked per bank, w1 and w3 interleaved per expert as [w1_e ; w3_e] so one
+// grouped GEMM yields [gate | up]: kept packed where the scheme's entry packs them
+// (CudaFormat::upload_experts → DeviceExpertBank), else bf16 [E·N, K].
 // Vectors (norms, conv, A_log, dt_bias, AttnRes score vectors) are f32.
 // Host-only header.
 #pragma once
@@ -17,9 +16,9 @@
 
 #include "backend/cuda/core/arena.h"
 #include "backend/cuda/gemm/gemm.h"
+#include <memory>
+
 #include "quant/formats/ggml/cuda/moe_ggml.h"
-#include "backend/cuda/moe/moe_w4.h"
-#include "quant/formats/modelslim/cuda/moe_w4a8.h"
 #include "backend/cuda/core/tensor.h"
 #include "model/config.h"
 #include "model/weight_tree.h"
@@ -52,22 +51,15 @@ struct DeviceMlaAbsorbed {
   MoeGgmlBank k_b, v_b;
 };
 
-// A routed-expert bank, stacked per expert: bf16 rows, or kept packed in its checkpoint format for the
-// quantized-expert kernels — NVFP4 / MXFP4 (W4A16, moe_w4.h; out_scale carries each expert's
-// global scale), ModelSlim W4A8 (moe_w4a8.h: int8 activations, the CPU's contract), GGUF blocks
-// (moe_ggml.h: 8-bit block activations, the CPU's contract). Other schemes are dequantised to bf16.
+class DeviceExpertBank;  // cuda_format.h
+
+// A routed-expert bank, stacked per expert: bf16 rows, or kept packed in its checkpoint format for
+// that format's grouped GEMM (the scheme's CudaFormat entry makes the DeviceExpertBank, which runs
+// the GEMM; docs/cuda-backend.md "Device weights").
 struct DeviceExperts {
-  enum class Kind : uint8_t { kBf16, kW4, kW4A8, kGgml };
-  Kind kind = Kind::kBf16;
-  DeviceTensor bf16;  // kBf16: [E·N, K]
-  MoeW4Bank w4;
-  MoeW4A8Bank w4a8;
-  MoeGgmlBank ggml;
-  // kW4 NVFP4 under the W4A4 contract (CudaOptions::w4a4): each expert's static activation
-  // input_scale [E], which moe_quantize_nvfp4_rows divides the GEMM's input by; w4.out_scale already
-  // carries it (× weight_scale_2). nullptr: weight-only (W4A16).
-  const float* input_scale = nullptr;
-  bool packed() const { return kind != Kind::kBf16; }
+  DeviceTensor bf16;                                   // not packed: [E·N, K]
+  std::shared_ptr<const DeviceExpertBank> packed_bank;  // packed: the format's bank
+  bool packed() const { return packed_bank != nullptr; }
 };
 
 // A MoE layer's routed experts as the grouped GEMMs read them.
@@ -132,8 +124,8 @@ class WeightFiller {
 
 // Expert streaming (expert_stream.h): takes each routed-expert bank of MoE layer `layer` (role 0 =
 // w13, 1 = w2) right after the filler made it on the device, and returns the device bytes it held;
-// build_weights then gives the bank's memory back to the arena and leaves only its form (kind, no
-// pointers) in DeviceMoe::experts.
+// build_weights then gives the bank's memory back to the arena and leaves only its form in
+// DeviceMoe::experts (the bank object, for its kind; its device memory is not read).
 class ExpertBankSink {
  public:
   virtual ~ExpertBankSink() = default;
@@ -148,8 +140,8 @@ DeviceWeights build_weights(WeightFiller& filler, const K3Config& config, Arena*
 
 // How the routed experts are uploaded (CudaOptions' expert fields).
 struct ExpertUploadOptions {
-  bool packed_int = true;  // W4A8 / GGUF packed (CudaOptions::packed_int_experts), else bf16
-  bool w4a4 = false;       // NVFP4 banks take their input_scale (CudaOptions::w4a4)
+  bool packed_int = true;  // formats with CudaFormat::needs_packed_int packed (CudaOptions::packed_int_experts)
+  bool w4a4 = false;       // banks with an activation contract take their input_scale (CudaOptions::w4a4)
 };
 // Uploads every parameter of an ok plan. Throws k3::Error naming the parameter on any problem.
 DeviceWeights upload_weights(Arena& arena, const K3Config& config, const LoadPlan& plan, PlanFiles& files,

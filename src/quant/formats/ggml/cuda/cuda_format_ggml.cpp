@@ -1,0 +1,84 @@
+// GGUF on the GPU (cuda_format.h): routed-expert banks of one GGML block type stay packed as stored
+// (with CudaOptions::packed_int_experts; the layout is the GgmlType) for the GGUF grouped GEMV —
+// 8-bit block activations, the CPU's contract — or, where moe_ggml_prefill_gemm says so, the prefill
+// GEMM over bf16 rows (moe_ggml.h). Dense GGUF linears are dequantised to bf16; a split kv_b keeps
+// its blocks for the absorbed MLA decode (device_weights.h DeviceMlaAbsorbed).
+#include <span>
+
+#include "backend/cuda/executor/cuda_format.h"
+#include "backend/cuda/executor/step.h"
+#include "core/error.h"
+#include "io/ggml_types.h"
+#include "quant/formats/ggml/cuda/moe_ggml.h"
+
+namespace k3::cuda {
+namespace {
+
+class GgmlExpertBank final : public DeviceExpertBank {
+ public:
+  explicit GgmlExpertBank(const MoeGgmlBank& bank) : DeviceExpertBank(SchemeKind::Ggml), bank_(bank) {}
+
+  void gemm(StepContext& ctx, const ExpertInput& in, const MoeDispatch& d, const DeviceTensor& ys) const override {
+    const int64_t R = d.rows(), K = in.rows.cols;
+    if (moe_ggml_prefill_gemm(bank_, d)) {
+      moe_grouped_gemm_ggml(bf16_rows(ctx, in), bank_, d, ys, ctx.stream);
+      ++ctx.ggml_prefill_gemms;
+      return;
+    }
+    const MoeGgmlActs acts = moe_ggml_acts_view(ctx.arena.alloc(moe_ggml_acts_bytes(bank_.type, R, K), "moe ggml activations"),
+                                                bank_.type, R, K);
+    if (in.act != nullptr) {
+      moe_ggml_quantize_activation(*in.act, in.gate, in.up, acts, ctx.stream);
+    } else {
+      moe_ggml_quantize(in.rows, acts, ctx.stream);
+    }
+    moe_grouped_gemv_ggml(acts, bank_, d, ys, ctx.stream);
+  }
+
+  std::vector<BankArray> arrays(int64_t experts) const override {
+    if (experts <= 0) throw Error("bank_arrays: no experts");
+    return {{bank_.data, static_cast<size_t>(static_cast<int64_t>(bank_.bytes()) / experts)}};
+  }
+
+  std::shared_ptr<const DeviceExpertBank> alloc_like(Arena& arena, int64_t, int64_t experts,
+                                                     const char* what) const override {
+    return std::make_shared<GgmlExpertBank>(moe_ggml_alloc(arena, bank_.type, experts, bank_.n, bank_.k, what));
+  }
+
+ private:
+  MoeGgmlBank bank_;
+};
+
+// A block type with GPU kernels, K a multiple of its block.
+std::optional<int64_t> ggml_layout(const Binding& b, int64_t, int64_t, int64_t k, PlanFiles&) {
+  const GgmlTypeInfo* info = find_ggml_type(b.scheme.storage);
+  if (info == nullptr || !moe_ggml_supported(info->type) || k % info->block_size != 0) return std::nullopt;
+  return static_cast<int64_t>(info->type);
+}
+
+// Every expert's rows copied as stored (moe_ggml.h).
+std::shared_ptr<const DeviceExpertBank> upload_ggml(UploadContext& up, const ExpertBankSource& src, int64_t type) {
+  const int64_t n1 = src.n1, n2 = src.n2, E = src.experts;
+  const MoeGgmlBank bank = moe_ggml_alloc(up.arena, static_cast<GgmlType>(type), E, n1 + n2, src.k, src.name.c_str());
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t p = 0; p < (n2 > 0 ? 2 : 1); ++p) {
+      const int64_t rows = p == 0 ? n1 : n2;
+      const SourceTensor& s = up.plan.bindings[p == 0 ? src.i1 : src.i2].source("weight", e);
+      const std::span<const uint8_t> bytes = up.files.bytes(s);
+      if (static_cast<int64_t>(bytes.size()) != rows * bank.row_bytes()) {
+        throw Error(Where{up.files.path(s), src.name, "shape"}, "expert " + std::to_string(e) + " holds " +
+                    std::to_string(bytes.size()) + " bytes, its rows need " + std::to_string(rows * bank.row_bytes()));
+      }
+      moe_ggml_upload_rows(bank, e * (n1 + n2) + p * n1, bytes.data(), rows);
+    }
+  }
+  up.bytes += bank.bytes();
+  return std::make_shared<GgmlExpertBank>(bank);
+}
+
+}  // namespace
+
+const CudaFormat cuda_format_ggml{nullptr, true, ggml_layout, upload_ggml};
+const CudaFormat cuda_format_ggml_split_kv_b{};
+
+}  // namespace k3::cuda

@@ -131,7 +131,7 @@ TEST_P(CudaModelVsCpu, PrefillAndDecodeMatchTheCpuEngine) {
     EXPECT_GT(stats.packed_expert_banks, 0);
   }
   // ExpertPack's split kv_b (k_b Q4_0, v_b Q2_K) stays in its blocks for the absorbed decode.
-  EXPECT_EQ(stats.ggml_kv_b_layers > 0, c.family == FamilyId::GgufExpertPack && c.size == TinySize::Small);
+  EXPECT_EQ(stats.packed_kv_b_layers > 0, c.family == FamilyId::GgufExpertPack && c.size == TinySize::Small);
   // Graphs replay decode steps where every launch shape is fixed per batch: the fast geometry.
   if (c.size == TinySize::Small) {
     EXPECT_GE(stats.graph_replays, 3);
@@ -140,7 +140,7 @@ TEST_P(CudaModelVsCpu, PrefillAndDecodeMatchTheCpuEngine) {
               family_name(c.family), c.arch == TinyArch::KimiK3 ? "kimi-k3" : "kimi-linear",
               c.size == TinySize::Small ? "small" : "tiny", prefill_err,
               decode_err, graph_err, static_cast<long long>(stats.graph_replays),
-              static_cast<long long>(stats.packed_expert_banks), static_cast<long long>(stats.ggml_kv_b_layers),
+              static_cast<long long>(stats.packed_expert_banks), static_cast<long long>(stats.packed_kv_b_layers),
               stats.weight_bytes / 1048576.0);
 }
 
@@ -217,7 +217,7 @@ TEST(CudaModel, GgufPrefillGemmFollowsTheBf16ActivationContract) {
     const std::vector<float> got = k3::test::prefill_logits(gpu, prompt);
     const double err_bf16 = k3::test::relative_max_error(got, k3::test::prefill_logits(cpu_bf16, prompt));
     const double err_blocks = k3::test::relative_max_error(got, k3::test::prefill_logits(cpu_blocks, prompt));
-    const int64_t gemms = cuda_executor_stats(gpu.executor()).ggml_prefill_gemms;
+    const int64_t gemms = cuda_executor_stats(gpu.executor()).packed_prefill_gemms;
     std::printf("[ gguf %s small, 480 tokens ] prefill GEMMs %lld, rel err vs CPU bf16 inputs %.2e, vs CPU 8-bit "
                 "blocks %.2e\n",
                 c.arch == TinyArch::KimiK3 ? "kimi-k3" : "kimi-linear", static_cast<long long>(gemms), err_bf16,

@@ -2,8 +2,10 @@
 // executor (device_weights.cpp, expert_packing.cpp, ffn_block.cpp, expert_stream.cpp) dispatches
 // without naming formats. One entry per scheme of quant/formats/scheme_list.h, `cuda_format_<name>`,
 // defined in the scheme's folder (src/quant/formats/<format>/cuda/); cuda_format() looks one up.
-//   - linear: a dense linear kept in a GEMM form of its own (FP8 block / per tensor → DeviceLinear);
-//     null or false: the uploader dequantises it to bf16.
+//   - linear: a dense linear kept in a GEMM form of its own (DeviceLinearForm); null or false: the
+//     uploader dequantises it to bf16.
+//   - absorbed_kv_b: an MLA kv_b kept packed for the absorbed decode's two products
+//     (DeviceAbsorbedKvB); null: the uploader splits it into bf16 W_UK / W_UV.
 //   - routed-expert banks kept packed for the format's grouped GEMM: expert_layout says whether a
 //     bank can be (and in which layout: two banks stack only in equal layouts), upload_experts makes
 //     the DeviceExpertBank, which runs the GEMM and lists its arrays for expert streaming. Null:
@@ -23,6 +25,7 @@
 #include "backend/cuda/core/arena.h"
 #include "backend/cuda/core/tensor.h"
 #include "backend/cuda/executor/device_weights.h"
+#include "backend/cuda/gemm/gemm.h"
 #include "backend/cuda/moe/moe.h"
 #include "backend/cuda/ops/ops.h"
 #include "quant/formats/scheme_list.h"
@@ -79,6 +82,25 @@ class DeviceExpertBank {
   SchemeKind scheme_;
 };
 
+// A dense linear in its format's GEMM form (DeviceLinear::Kind::kPacked).
+class DeviceLinearForm {
+ public:
+  virtual ~DeviceLinearForm() = default;
+  // y = x·Wᵀ on `stream`: x bf16 or f32 [rows, k], y bf16 [rows, n] (StepContext::linear widens an
+  // f32 output); scratch from `arena`, given back by the caller.
+  virtual void gemm(Blas& blas, Arena& arena, const DeviceTensor& x, const DeviceTensor& y, cudaStream_t stream) const = 0;
+};
+
+// The absorbed MLA decode's two products (backend/cuda/attention/mla/mla.h mla_absorb_q /
+// mla_unabsorb_o, same operand forms) over a kv_b its format keeps packed.
+class DeviceAbsorbedKvB {
+ public:
+  virtual ~DeviceAbsorbedKvB() = default;
+  virtual void absorb_q(const DeviceTensor& q, const DeviceTensor& q_abs, cudaStream_t stream) const = 0;
+  virtual void unabsorb_o(const DeviceTensor& o_lat, const DeviceTensor& gate, const DeviceTensor& out,
+                          cudaStream_t stream) const = 0;
+};
+
 // What a format's uploader works with: the plan's parameters, their files, the arena the weights go
 // into; `bytes` sums the device bytes allocated.
 struct UploadContext {
@@ -113,6 +135,10 @@ struct CudaFormat {
   // The bank uploaded in `layout` (what expert_layout gave both parameters).
   std::shared_ptr<const DeviceExpertBank> (*upload_experts)(UploadContext& up, const ExpertBankSource& src,
                                                             int64_t layout) = nullptr;
+  // Plan parameter i, an MLA kv_b [H·(d_nope + d_v), r] of the Kimi geometry (mla_fast_geometry), kept
+  // packed for the absorbed decode.
+  std::shared_ptr<const DeviceAbsorbedKvB> (*absorbed_kv_b)(UploadContext& up, size_t i, const std::string& name,
+                                                            const MlaConfig& m) = nullptr;
 };
 
 #define K3_CUDA_FORMAT_DECLARE(Kind, name) extern const CudaFormat cuda_format_##name;

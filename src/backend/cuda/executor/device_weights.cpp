@@ -12,7 +12,6 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "backend/cpu/weights.h"
-#include "io/ggml_types.h"
 
 namespace k3::cuda {
 namespace {
@@ -101,11 +100,10 @@ class Uploader final : public WeightFiller {
   }
 
   void absorb_kv_b(const std::string& name, const MlaConfig& m, DeviceMla& w) override {
-    const Binding& b = plan_.bindings[index(name)];
-    if (b.scheme.kind == SchemeKind::GgmlSplitKvB && mla_fast_geometry(m)) {  // stays in its GGML blocks
-      const int64_t nh = m.num_heads;
-      w.absorbed.k_b = split_bank(b, "k_b", nh, m.kv_lora_rank, m.qk_nope_head_dim, name + " k_b");
-      w.absorbed.v_b = split_bank(b, "v_b", nh, m.v_head_dim, m.kv_lora_rank, name + " v_b");
+    const size_t i = index(name);
+    const CudaFormat& f = cuda_format(plan_.bindings[i].scheme.kind);
+    if (f.absorbed_kv_b != nullptr && mla_fast_geometry(m)) {  // stays packed
+      w.absorbed.packed = f.absorbed_kv_b(up_, i, name, m);
       return;
     }
     std::vector<float> uk, uv;
@@ -116,26 +114,6 @@ class Uploader final : public WeightFiller {
   }
 
   DeviceTensor embedding(const std::string& name) override { return param_bf16(index(name), name); }
-
-  // One part of a split GGUF kv_b, [heads, n, k] GGML blocks as stored, into a bank with one "expert"
-  // per head (mla.h).
-  MoeGgmlBank split_bank(const Binding& b, const char* role, int64_t heads, int64_t n, int64_t k, const std::string& what) {
-    const SourceTensor& src = b.source(role);
-    const GgmlTypeInfo* info = find_ggml_type(src.dtype);
-    if (info == nullptr || !moe_ggml_supported(info->type)) {
-      throw Error(Where{files_.path(src), b.param, role}, "GGML type '" + src.dtype + "' has no GPU kernel");
-    }
-    const MoeGgmlBank bank = moe_ggml_alloc(arena_, info->type, heads, n, k, what.c_str());
-    const std::span<const uint8_t> bytes = files_.bytes(src);
-    if (bytes.size() != bank.bytes()) {
-      throw Error(Where{files_.path(src), b.param, role}, "holds " + std::to_string(bytes.size()) + " bytes, " +
-                                                              std::to_string(heads) + "×" + std::to_string(n) + "×" +
-                                                              std::to_string(k) + " needs " + std::to_string(bank.bytes()));
-    }
-    moe_ggml_upload_rows(bank, 0, bytes.data(), heads * n);
-    bytes_ += bank.bytes();
-    return bank;
-  }
 
  private:
   size_t index(const std::string& name) const {

@@ -11,14 +11,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/core/arena.h"
-#include "backend/cuda/gemm/gemm.h"
-#include <memory>
-
-#include "quant/formats/ggml/cuda/moe_ggml.h"
 #include "backend/cuda/core/tensor.h"
 #include "model/config.h"
 #include "model/weight_tree.h"
@@ -27,28 +24,30 @@
 
 namespace k3::cuda {
 
-// One linear layer y = x·Wᵀ, W [n, k], in the form its GEMM wants (`kind`: the scheme's GEMM form);
-// its bytes live in the device arena the weights were built in.
+class DeviceLinearForm;  // cuda_format.h
+
+// One linear layer y = x·Wᵀ, W [n, k], in the form its GEMM wants (`kind`): bf16, or the GEMM form of
+// its scheme (CudaFormat::linear → DeviceLinearForm); its bytes live in the device arena the weights
+// were built in.
 struct DeviceLinear {
-  enum class Kind : uint8_t { kNone, kBf16, kFp8Block, kFp8Tensor };
+  enum class Kind : uint8_t { kNone, kBf16, kPacked };
   Kind kind = Kind::kNone;
   int64_t n = 0, k = 0;
-  DeviceTensor bf16;           // kBf16
-  Fp8BlockWeight block;        // kFp8Block
-  Fp8TensorWeight tensor;      // kFp8Tensor
-  float* input_scale = nullptr;  // kFp8Tensor: the static activation scale (device scalar)
+  DeviceTensor bf16;                              // kBf16
+  std::shared_ptr<const DeviceLinearForm> packed;  // kPacked
 
   explicit operator bool() const { return kind != Kind::kNone; }
 };
 
 using DeviceVector = const float*;  // f32 on the device; nullptr when absent
 
+class DeviceAbsorbedKvB;  // cuda_format.h
+
 struct DeviceMlaAbsorbed {
   DeviceTensor w_uk, w_uv;  // bf16 [H·d_nope, r] and [H·d_v, r] (mla.h's absorbed decode)
-  // A split GGUF kv_b (ExpertPack: k_b Q4_0 [H, r, d_nope], v_b Q2_K [H, d_v, r]) kept in its blocks
-  // for the absorbed decode (mla_absorb_q_ggml / mla_unabsorb_o_ggml) instead of w_uk / w_uv; the
-  // expanded (prefill) path still multiplies kv_b dequantised. Empty (data nullptr) otherwise.
-  MoeGgmlBank k_b, v_b;
+  // A kv_b its format keeps packed for the absorbed decode (CudaFormat::absorbed_kv_b) instead of
+  // w_uk / w_uv; the expanded (prefill) path still multiplies kv_b dequantised. nullptr otherwise.
+  std::shared_ptr<const DeviceAbsorbedKvB> packed;
 };
 
 class DeviceExpertBank;  // cuda_format.h
@@ -113,7 +112,7 @@ class WeightFiller {
   // The q, k and v conv weights of the KDA layer whose parameters start with `prefix`, stacked [3P][W].
   virtual DeviceVector kda_conv(const std::string& prefix) = 0;
   // Sets w.absorbed from kv_b [H·(d_nope + d_v), r] (`name`, already in w.kv_b): w_uk and w_uv split
-  // per head, or a split GGUF kv_b's k_b and v_b kept in their blocks.
+  // per head, or the kv_b kept packed by its format (CudaFormat::absorbed_kv_b).
   virtual void absorb_kv_b(const std::string& name, const MlaConfig& m, DeviceMla& w) = 0;
 
   uint64_t bytes() const { return bytes_; }

@@ -54,7 +54,7 @@ struct StepContext {
   int page_size = 64;
   StepMeta meta;
   ExpertStream* experts = nullptr;  // expert streaming (--expert-cache): the routed experts' slot banks
-  int64_t ggml_prefill_gemms = 0;     // GGUF expert GEMMs of this step on the prefill GEMM (not the GEMV)
+  int64_t packed_prefill_gemms = 0;   // packed expert GEMMs of this step on a prefill GEMM rather than a decode GEMV
 
   // y = x·Wᵀ for every weight kind; x f32 or bf16, y f32 or bf16 (converted where a GEMM cannot).
   void linear(const DeviceLinear& w, const DeviceTensor& x, const DeviceTensor& y);

@@ -21,7 +21,7 @@ using W4InputQuantizer = void (*)(const ExpertInput& in, const float* input_scal
 std::optional<int64_t> w4_expert_layout(const Binding& b, int64_t experts, int64_t n, int64_t k, PlanFiles& files);
 
 struct W4Upload {
-  W4Format format = W4Format::kNvfp4;
+  W4Format format{};
   bool tensor_scale = false;              // each part's `weight_scale_2` joins out_scale (else 1)
   W4InputQuantizer quantize = nullptr;    // the activation contract, used when UploadContext::w4a4
 };

@@ -11,25 +11,54 @@ namespace {
 
 bool fp8_shape(const DeviceLinear& w) { return w.n % 16 == 0 && w.k % 16 == 0; }
 
+// 128×128 blocks: linear_fp8_pb_wo.
+class BlockLinear final : public DeviceLinearForm {
+ public:
+  explicit BlockLinear(const Fp8BlockWeight& w) : w_(w) {}
+  void gemm(Blas& blas, Arena& arena, const DeviceTensor& x, const DeviceTensor& y, cudaStream_t stream) const override {
+    linear_fp8_pb_wo(blas, arena, x, w_, y, stream);
+  }
+
+ private:
+  Fp8BlockWeight w_;
+};
+
+// One multiplier per tensor and a static activation scale: linear_fp8_tensor.
+class TensorLinear final : public DeviceLinearForm {
+ public:
+  TensorLinear(const Fp8TensorWeight& w, const float* input_scale) : w_(w), input_scale_(input_scale) {}
+  void gemm(Blas& blas, Arena& arena, const DeviceTensor& x, const DeviceTensor& y, cudaStream_t stream) const override {
+    linear_fp8_tensor(blas, arena, x, input_scale_, w_, y, stream);
+  }
+
+ private:
+  Fp8TensorWeight w_;
+  const float* input_scale_;  // device scalar
+};
+
 bool block_linear(UploadContext& up, size_t i, const std::string& name, DeviceLinear& w) {
   const Binding& b = up.plan.bindings[i];
   if (!fp8_shape(w) || !b.layout_only() || b.scheme.block_n != 128 || b.scheme.block_k != 128) return false;
   const SourceTensor& codes = b.source("weight");
   const std::vector<float> scales = decode_source(b.source("weight_scale"), up.files);
-  w.kind = DeviceLinear::Kind::kFp8Block;
-  w.block = upload_fp8_block_weight(up.arena, up.files.bytes(codes).data(), scales.data(), w.n, w.k, name.c_str());
-  up.bytes += w.block.codes.bytes() + ((w.n + 127) / 128) * w.block.scale_ld * sizeof(float);
+  const Fp8BlockWeight block =
+      upload_fp8_block_weight(up.arena, up.files.bytes(codes).data(), scales.data(), w.n, w.k, name.c_str());
+  up.bytes += block.codes.bytes() + ((w.n + 127) / 128) * block.scale_ld * sizeof(float);
+  w.kind = DeviceLinear::Kind::kPacked;
+  w.packed = std::make_shared<BlockLinear>(block);
   return true;
 }
 
 bool tensor_linear(UploadContext& up, size_t i, const std::string& name, DeviceLinear& w) {
   const Binding& b = up.plan.bindings[i];
   if (!fp8_shape(w) || !b.layout_only() || b.part("input_scale") == nullptr) return false;
-  w.kind = DeviceLinear::Kind::kFp8Tensor;
-  w.tensor = upload_fp8_tensor_weight(up.arena, up.files.bytes(b.source("weight")).data(),
-                                      scalar_source(b, "weight_scale", -1, up.files), w.n, w.k, name.c_str());
-  w.input_scale = up.scalar(scalar_source(b, "input_scale", -1, up.files), name);
-  up.bytes += w.tensor.codes.bytes() + sizeof(float);
+  const Fp8TensorWeight tensor = upload_fp8_tensor_weight(up.arena, up.files.bytes(b.source("weight")).data(),
+                                                         scalar_source(b, "weight_scale", -1, up.files), w.n, w.k,
+                                                         name.c_str());
+  const float* input_scale = up.scalar(scalar_source(b, "input_scale", -1, up.files), name);
+  up.bytes += tensor.codes.bytes() + sizeof(float);
+  w.kind = DeviceLinear::Kind::kPacked;
+  w.packed = std::make_shared<TensorLinear>(tensor, input_scale);
   return true;
 }
 

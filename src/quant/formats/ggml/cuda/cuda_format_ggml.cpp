@@ -1,14 +1,15 @@
 // GGUF on the GPU (cuda_format.h): routed-expert banks of one GGML block type stay packed as stored
 // (with CudaOptions::packed_int_experts; the layout is the GgmlType) for the GGUF grouped GEMV —
 // 8-bit block activations, the CPU's contract — or, where moe_ggml_prefill_gemm says so, the prefill
-// GEMM over bf16 rows (moe_ggml.h). Dense GGUF linears are dequantised to bf16; a split kv_b keeps
-// its blocks for the absorbed MLA decode (device_weights.h DeviceMlaAbsorbed).
+// GEMM over bf16 rows (moe_ggml.h). Dense GGUF linears are dequantised to bf16; a split kv_b
+// (ExpertPack: k_b Q4_0, v_b Q2_K) keeps its blocks for the absorbed MLA decode (mla_absorb_ggml.h).
 #include <span>
 
 #include "backend/cuda/executor/cuda_format.h"
 #include "backend/cuda/executor/step.h"
 #include "core/error.h"
 #include "io/ggml_types.h"
+#include "quant/formats/ggml/cuda/mla_absorb_ggml.h"
 #include "quant/formats/ggml/cuda/moe_ggml.h"
 
 namespace k3::cuda {
@@ -22,7 +23,7 @@ class GgmlExpertBank final : public DeviceExpertBank {
     const int64_t R = d.rows(), K = in.rows.cols;
     if (moe_ggml_prefill_gemm(bank_, d)) {
       moe_grouped_gemm_ggml(bf16_rows(ctx, in), bank_, d, ys, ctx.stream);
-      ++ctx.ggml_prefill_gemms;
+      ++ctx.packed_prefill_gemms;
       return;
     }
     const MoeGgmlActs acts = moe_ggml_acts_view(ctx.arena.alloc(moe_ggml_acts_bytes(bank_.type, R, K), "moe ggml activations"),
@@ -76,9 +77,54 @@ std::shared_ptr<const DeviceExpertBank> upload_ggml(UploadContext& up, const Exp
   return std::make_shared<GgmlExpertBank>(bank);
 }
 
+// A split kv_b's k_b [H, r, d_nope] and v_b [H, d_v, r], each a bank with one "expert" per head.
+class SplitKvB final : public DeviceAbsorbedKvB {
+ public:
+  SplitKvB(const MoeGgmlBank& k_b, const MoeGgmlBank& v_b) : k_b_(k_b), v_b_(v_b) {}
+  void absorb_q(const DeviceTensor& q, const DeviceTensor& q_abs, cudaStream_t stream) const override {
+    mla_absorb_q_ggml(q, k_b_, q_abs, stream);
+  }
+  void unabsorb_o(const DeviceTensor& o_lat, const DeviceTensor& gate, const DeviceTensor& out,
+                  cudaStream_t stream) const override {
+    mla_unabsorb_o_ggml(o_lat, v_b_, gate, out, stream);
+  }
+
+ private:
+  MoeGgmlBank k_b_, v_b_;
+};
+
+// One part of a split kv_b, [heads, n, k] GGML blocks as stored, into a bank with one "expert" per head.
+MoeGgmlBank split_bank(UploadContext& up, const Binding& b, const char* role, int64_t heads, int64_t n, int64_t k,
+                       const std::string& what) {
+  const SourceTensor& src = b.source(role);
+  const GgmlTypeInfo* info = find_ggml_type(src.dtype);
+  if (info == nullptr || !moe_ggml_supported(info->type)) {
+    throw Error(Where{up.files.path(src), b.param, role}, "GGML type '" + src.dtype + "' has no GPU kernel");
+  }
+  const MoeGgmlBank bank = moe_ggml_alloc(up.arena, info->type, heads, n, k, what.c_str());
+  const std::span<const uint8_t> bytes = up.files.bytes(src);
+  if (bytes.size() != bank.bytes()) {
+    throw Error(Where{up.files.path(src), b.param, role}, "holds " + std::to_string(bytes.size()) + " bytes, " +
+                                                            std::to_string(heads) + "×" + std::to_string(n) + "×" +
+                                                            std::to_string(k) + " needs " + std::to_string(bank.bytes()));
+  }
+  moe_ggml_upload_rows(bank, 0, bytes.data(), heads * n);
+  up.bytes += bank.bytes();
+  return bank;
+}
+
+std::shared_ptr<const DeviceAbsorbedKvB> split_kv_b(UploadContext& up, size_t i, const std::string& name,
+                                                    const MlaConfig& m) {
+  const Binding& b = up.plan.bindings[i];
+  const int64_t nh = m.num_heads;
+  const MoeGgmlBank k_b = split_bank(up, b, "k_b", nh, m.kv_lora_rank, m.qk_nope_head_dim, name + " k_b");
+  const MoeGgmlBank v_b = split_bank(up, b, "v_b", nh, m.v_head_dim, m.kv_lora_rank, name + " v_b");
+  return std::make_shared<SplitKvB>(k_b, v_b);
+}
+
 }  // namespace
 
 const CudaFormat cuda_format_ggml{nullptr, true, ggml_layout, upload_ggml};
-const CudaFormat cuda_format_ggml_split_kv_b{};
+const CudaFormat cuda_format_ggml_split_kv_b{nullptr, false, nullptr, nullptr, split_kv_b};
 
 }  // namespace k3::cuda

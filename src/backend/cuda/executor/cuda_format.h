@@ -41,6 +41,10 @@ struct BankArray {
   void* base = nullptr;
   size_t per_expert = 0;
 };
+// The array of `total` bytes over `experts` (> 0) experts.
+inline BankArray bank_array(void* base, uint64_t total, int64_t experts) {
+  return {base, static_cast<size_t>(static_cast<int64_t>(total) / experts)};
+}
 
 // Where an expert GEMM's input comes from: sorted rows (GEMM 1's gathered rows), or GEMM 1's gate
 // and up halves under the gated activation, which is then applied by the kernel that forms the
@@ -71,7 +75,7 @@ class DeviceExpertBank {
   // ys [R, N] (f32) = the input's rows × each row's expert, in the kernels the format chooses for the
   // dispatch (its choice E); the kernels run on ctx.stream, scratch from ctx.
   virtual void gemm(StepContext& ctx, const ExpertInput& in, const MoeDispatch& d, const DeviceTensor& ys) const = 0;
-  // The bank's arrays for `experts` experts (expert streaming copies them per expert).
+  // The bank's arrays for `experts` (> 0) experts (expert streaming copies them per expert).
   virtual std::vector<BankArray> arrays(int64_t experts) const = 0;
   // A bank of the same form (layout, N, K, parts) for `experts` experts, from the arena; this bank
   // holds `like_experts`. Reads only this bank's shape (its device memory may be given back).

@@ -27,7 +27,7 @@ std::vector<BankArray> bank_arrays(const DeviceExperts& b, int64_t experts) {
   if (b.packed()) return b.packed_bank->arrays(experts);
   const DeviceTensor& t = b.bf16;
   if (t.ld != t.cols || t.rows % experts != 0) throw Error("expert streaming: a bf16 bank is not contiguous per expert");
-  return {{t.data, static_cast<size_t>(t.rows * t.cols * 2 / experts)}};
+  return {bank_array(t.data, static_cast<uint64_t>(t.rows * t.cols * 2), experts)};
 }
 
 DeviceExperts alloc_bank_like(Arena& arena, const DeviceExperts& like, int64_t like_experts, int64_t experts,

@@ -19,10 +19,8 @@ class W4ExpertBank final : public DeviceExpertBank {
   }
 
   std::vector<BankArray> arrays(int64_t experts) const override {
-    if (experts <= 0) throw Error("bank_arrays: no experts");
-    auto per = [&](uint64_t total_bytes) { return static_cast<size_t>(static_cast<int64_t>(total_bytes) / experts); };
-    std::vector<BankArray> a = {{bank_.codes, per(bank_.code_bytes())},
-                                {bank_.scales, per(bank_.scale_bytes())},
+    std::vector<BankArray> a = {bank_array(bank_.codes, bank_.code_bytes(), experts),
+                                bank_array(bank_.scales, bank_.scale_bytes(), experts),
                                 {bank_.out_scale, static_cast<size_t>(bank_.parts) * sizeof(float)}};
     if (input_scale_ != nullptr) a.push_back({const_cast<float*>(input_scale_), sizeof(float)});  // W4A4
     return a;

@@ -37,8 +37,7 @@ class GgmlExpertBank final : public DeviceExpertBank {
   }
 
   std::vector<BankArray> arrays(int64_t experts) const override {
-    if (experts <= 0) throw Error("bank_arrays: no experts");
-    return {{bank_.data, static_cast<size_t>(static_cast<int64_t>(bank_.bytes()) / experts)}};
+    return {bank_array(bank_.data, bank_.bytes(), experts)};
   }
 
   std::shared_ptr<const DeviceExpertBank> alloc_like(Arena& arena, int64_t, int64_t experts,

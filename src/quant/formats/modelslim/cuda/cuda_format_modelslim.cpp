@@ -30,10 +30,8 @@ class W4A8ExpertBank final : public DeviceExpertBank {
   }
 
   std::vector<BankArray> arrays(int64_t experts) const override {
-    if (experts <= 0) throw Error("bank_arrays: no experts");
-    auto per = [&](uint64_t total_bytes) { return static_cast<size_t>(static_cast<int64_t>(total_bytes) / experts); };
-    return {{bank_.codes, per(bank_.code_bytes())},
-            {bank_.scales, per(bank_.scale_count() * sizeof(float))},
+    return {bank_array(bank_.codes, bank_.code_bytes(), experts),
+            bank_array(bank_.scales, bank_.scale_count() * sizeof(float), experts),
             {bank_.out_scale, static_cast<size_t>(bank_.parts) * sizeof(float)}};
   }
 

@@ -52,6 +52,7 @@
 #include "backend/cuda/core/upload.h"
 #include "backend/cuda/gemm/gemm.h"
 #include "backend/cuda/ops/ops.h"
+#include "quant/formats/fp8/cuda/fp8_quant.h"
 #include "backend/cuda/ops/ops_tuning.h"
 #include "bench_cuda_moe.h"
 #include "bench_cuda_util.h"

@@ -380,13 +380,6 @@ void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool, boo
         vs.push_back({std::string(w4_format_name(b.f)) + " " + name, g.rt.hit * g.N * g.K * (0.5 + 1.0 / w4_group(b.f)),
                       [&, w, kernel](int i) { moe_grouped_gemm_w4(g.in, w, g.rt.d[i % kRoutings], g.out, stream, kernel); }});
       }
-      if (g.gemm == 1) {  // GEMM 1 with SiTU in the warpgroup-MMA kernel's epilogue (vs wg + "situ act")
-        vs.push_back({std::string(w4_format_name(b.f)) + " wg+situ", g.rt.hit * g.N * g.K * (0.5 + 1.0 / w4_group(b.f)),
-                      [&, w](int i) {
-                        moe_grouped_gemm_w4_gated(g.in, w, g.rt.d[i % kRoutings], situ, l.hs.row_slice(0, g.R), stream,
-                                                  W4Kernel::kWgmma);
-                      }});
-      }
       // GEMM 1 as the model runs it: after the gather, which lets the decode kernel (a programmatic
       // dependent) start streaming its weights at once. The gather alone is the row below.
       if (g.gemm == 1 && g.T <= 64) {

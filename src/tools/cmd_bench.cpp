@@ -53,7 +53,6 @@ struct BenchArgs {
   std::string json;
   std::string expert_cache;  // expert streaming (empty: every expert resident)
   int64_t layers = 0;        // 0: all of the config's
-  bool fused_moe_activation = false;
 };
 
 [[noreturn]] void bad_flag(const char* flag, const std::string& why) { throw Error(Where{"", "", flag}, why); }
@@ -247,7 +246,6 @@ Measured measure(const BenchArgs& a, const K3Config& config, const std::vector<i
   options.graphs = !a.no_graphs;
   options.expert_cache_bytes = a.expert_cache.empty() ? 0 : parse_expert_cache(a.expert_cache);
   if (options.expert_cache_bytes > 0) options.graphs = false;  // streaming reads the picks on the host
-  options.fused_moe_activation = a.fused_moe_activation;
   const std::unique_ptr<Executor> executor = cuda::make_synthetic_cuda_executor(options, config, a.seed);
 
   std::mt19937_64 rng(a.seed);
@@ -377,8 +375,6 @@ Registered add_bench(CLI::App& app) {
       ->check(parsed_by([](const std::string& t) { parse_expert_cache(t); }));
   cmd->add_option("--layers", args->layers, "keep only the first N layers of the config (0: all)")
       ->check(integer_in(0, kMaxConfigLayers));
-  cmd->add_flag("--fused-moe-activation", args->fused_moe_activation,
-                "4-bit experts' GEMM 1 and SiTU/SiLU as one kernel in prefill (CudaOptions::fused_moe_activation)");
   return {cmd, [args] { return run_bench(*args); }};
 }
 

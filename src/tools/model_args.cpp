@@ -58,8 +58,6 @@ void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input) {
                   "CUDA expert streaming: routed experts stay in pinned host memory behind an LRU device cache "
                   "of this size (e.g. 8G; decode CUDA graphs off)")
       ->check(parsed_by([](const std::string& t) { parse_expert_cache(t); }));
-  cmd->add_flag("--fused-moe-activation", args.fused_moe_activation,
-                "CUDA: 4-bit experts' GEMM 1 and SiTU/SiLU as one kernel in prefill (slower on the H200; off by default)");
 }
 
 namespace {
@@ -188,9 +186,6 @@ EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
   if (expert_cache > 0 && device < 0) {
     throw Error(Where{"", "", "--expert-cache"}, "streams experts to a GPU: it needs --device cuda");
   }
-  if (args.fused_moe_activation && device < 0) {
-    throw Error(Where{"", "", "--fused-moe-activation"}, "a CUDA kernel option: it needs --device cuda");
-  }
   if (args.gpu_memory_option && args.gpu_memory_option->count() > 0 && device < 0) {
     throw Error(Where{"", "", "--gpu-memory"}, "sizes the CUDA memory arena: it needs --device cuda");
   }
@@ -211,7 +206,6 @@ EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
     cuda.max_context = options.max_context;
     options.prefill_chunk = cuda.max_step_tokens;
     cuda.expert_cache_bytes = expert_cache;
-    cuda.fused_moe_activation = args.fused_moe_activation;
     options.executor = [cuda](const K3Config& config, const LoadPlan& plan, PlanFiles& files) {
       return cuda::make_cuda_executor(cuda, config, plan, files);
     };

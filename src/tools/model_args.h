@@ -33,7 +33,6 @@ struct ModelArgs {
   // config's max_position_embeddings on the CPU (kDefaultCudaContext when the config has none).
   std::optional<int64_t> max_context;
   std::string expert_cache;           // --expert-cache SIZE: CUDA expert streaming (empty: off)
-  bool fused_moe_activation = false;  // --fused-moe-activation: CudaOptions::fused_moe_activation
   CLI::Option* gpu_memory_option = nullptr;
   CLI::Option* max_sequences_option = nullptr;
 };

@@ -104,10 +104,9 @@ TEST(CliErrors, BadIdsAndFlagsGiveOneLine) {
   }
 }
 
-// --expert-cache (CUDA expert streaming) and --fused-moe-activation: a bad size is a usage error
-// (exit 2), a CPU run an error (exit 1), one line before any device is touched
-// (tests/backend/cuda/test_expert_streaming.cpp runs the streaming itself, tests/backend/cuda/test_cuda_model.cpp the
-// fused activation).
+// --expert-cache (CUDA expert streaming): a bad size is a usage error (exit 2), a CPU run an error
+// (exit 1), one line before any device is touched (tests/backend/cuda/test_expert_streaming.cpp runs
+// the streaming itself).
 TEST(CliErrors, CudaOptionFlagsGiveOneLine) {
   const std::string model = " --model " + peer("ckpt");
   const std::vector<std::tuple<std::string, int, std::string>> cases = {
@@ -121,8 +120,6 @@ TEST(CliErrors, CudaOptionFlagsGiveOneLine) {
        "k3: usage error: --expert-cache: '0' must be at least one byte and at most 1e18 (see k3 --help)\n"},
       {"generate" + model + " --ids 1 --expert-cache -1G --device cuda", 2,
        "k3: usage error: --expert-cache: '-1G' must be at least one byte and at most 1e18 (see k3 --help)\n"},
-      {"logits" + model + " --ids 1 --out /tmp/x.npy --fused-moe-activation", 1,
-       "k3 logits: error: field '--fused-moe-activation': a CUDA kernel option: it needs --device cuda\n"},
   };
   for (const auto& [args, code, err] : cases) {
     const test::CliResult r = test::run_k3(args);

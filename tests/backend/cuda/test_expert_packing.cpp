@@ -1,7 +1,8 @@
 // choose_expert_packing (no GPU needed, so it runs in CI): every make-tiny family's routed-expert
 // banks take the form the CUDA uploader should give them — NVFP4 / MXFP4 packed for the W4A16
 // kernels, ModelSlim W4A8 and GGUF packed only with packed_int_experts, everything else bf16 — so a
-// family never falls back to bf16 without a test noticing.
+// family never falls back to bf16 without a test noticing. A packed bank is packed by its own
+// scheme's entry (cuda_format.h).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -14,12 +15,10 @@
 namespace k3::cuda {
 namespace {
 
-using Kind = ExpertPacking::Kind;
-
 struct PackingCase {
   FamilyId family;
   TinyArch arch;
-  Kind with_int, without_int;  // packed_int_experts on / off
+  bool with_int, without_int;  // packed with packed_int_experts on / off
 };
 
 class ExpertPackingTest : public ::testing::TestWithParam<PackingCase> {};
@@ -42,8 +41,14 @@ TEST_P(ExpertPackingTest, EveryBankTakesItsFamilysForm) {
       ASSERT_GE(j, 0) << name;
       second = static_cast<size_t>(j);
     }
-    EXPECT_EQ(choose_expert_packing(plan, files, i, second, true).kind, c.with_int) << name;
-    EXPECT_EQ(choose_expert_packing(plan, files, i, second, false).kind, c.without_int) << name;
+    for (const bool packed_int : {true, false}) {
+      const ExpertPacking p = choose_expert_packing(plan, files, i, second, packed_int);
+      EXPECT_EQ(p.packed(), packed_int ? c.with_int : c.without_int) << name;
+      if (p.packed()) {
+        EXPECT_EQ(p.scheme, plan.bindings[i].scheme.kind) << name;
+        EXPECT_EQ(p.format, &cuda_format(p.scheme)) << name;
+      }
+    }
     ++banks;
   }
   EXPECT_GT(banks, 0);
@@ -51,15 +56,15 @@ TEST_P(ExpertPackingTest, EveryBankTakesItsFamilysForm) {
 
 INSTANTIATE_TEST_SUITE_P(
     Families, ExpertPackingTest,
-    ::testing::Values(PackingCase{FamilyId::Bf16, TinyArch::KimiK3, Kind::kBf16, Kind::kBf16},
-                      PackingCase{FamilyId::ModelOptNvfp4, TinyArch::KimiK3, Kind::kW4, Kind::kW4},
-                      PackingCase{FamilyId::ModelOptMixed, TinyArch::KimiK3, Kind::kW4, Kind::kW4},
-                      PackingCase{FamilyId::CompressedTensorsMxfp4, TinyArch::KimiLinear, Kind::kW4, Kind::kW4},
-                      PackingCase{FamilyId::Fp8Block, TinyArch::KimiK3, Kind::kBf16, Kind::kBf16},
-                      PackingCase{FamilyId::ModelOptFp8, TinyArch::KimiLinear, Kind::kBf16, Kind::kBf16},
-                      PackingCase{FamilyId::ModelSlimW4A8, TinyArch::KimiK3, Kind::kW4A8, Kind::kBf16},
-                      PackingCase{FamilyId::Gguf, TinyArch::KimiLinear, Kind::kGgml, Kind::kBf16},
-                      PackingCase{FamilyId::GgufExpertPack, TinyArch::KimiK3, Kind::kGgml, Kind::kBf16}),
+    ::testing::Values(PackingCase{FamilyId::Bf16, TinyArch::KimiK3, false, false},
+                      PackingCase{FamilyId::ModelOptNvfp4, TinyArch::KimiK3, true, true},
+                      PackingCase{FamilyId::ModelOptMixed, TinyArch::KimiK3, true, true},
+                      PackingCase{FamilyId::CompressedTensorsMxfp4, TinyArch::KimiLinear, true, true},
+                      PackingCase{FamilyId::Fp8Block, TinyArch::KimiK3, false, false},
+                      PackingCase{FamilyId::ModelOptFp8, TinyArch::KimiLinear, false, false},
+                      PackingCase{FamilyId::ModelSlimW4A8, TinyArch::KimiK3, true, false},
+                      PackingCase{FamilyId::Gguf, TinyArch::KimiLinear, true, false},
+                      PackingCase{FamilyId::GgufExpertPack, TinyArch::KimiK3, true, false}),
     cuda::test::CaseIndexName());
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/gemm/gemm.h"
 #include "backend/cuda/ops/ops.h"
+#include "quant/formats/fp8/cuda/fp8_quant.h"
 #include "backend/cuda/core/upload.h"
 #include "core/numeric.h"
 #include "cuda_test_util.h"

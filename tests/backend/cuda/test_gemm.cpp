@@ -16,6 +16,7 @@
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/gemm/gemm.h"
 #include "backend/cuda/ops/ops.h"
+#include "quant/formats/fp8/cuda/fp8_quant.h"
 #include "backend/cuda/core/stream.h"
 #include "backend/cuda/core/upload.h"
 #include "core/numeric.h"

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cuda/attention/mla/mla.h"
+#include "quant/formats/ggml/cuda/mla_absorb_ggml.h"
 #include "quant/formats/ggml/cuda/moe_ggml.h"
 #include "backend/cuda/core/upload.h"
 #include "cuda_test_util.h"

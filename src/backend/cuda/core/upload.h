@@ -15,7 +15,7 @@ namespace k3::cuda {
 DeviceTensor upload_f32(Arena& arena, const float* host, int64_t rows, int64_t cols, DType to, const char* what);
 // bf16 bit patterns as stored in checkpoints.
 DeviceTensor upload_bf16_bits(Arena& arena, const uint16_t* host, int64_t rows, int64_t cols, const char* what);
-// Raw bytes (fp8 e4m3 codes, u8) of a [rows, cols] matrix.
+// Raw bytes (e4m3 codes, u8) of a [rows, cols] matrix.
 DeviceTensor upload_bytes(Arena& arena, const uint8_t* host, int64_t rows, int64_t cols, DType as, const char* what);
 
 // Raw host -> device copy that has landed when it returns.

@@ -11,6 +11,7 @@
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/attention/generic_attention.h"
 #include "backend/cuda/attention/mla/mla.h"
+#include "backend/cuda/executor/cuda_format.h"
 #include "backend/cuda/executor/expert_stream.h"
 #include "backend/cuda/executor/rows.h"
 #include "backend/cuda/executor/step.h"
@@ -29,9 +30,9 @@ void StepContext::linear(const DeviceLinear& w, const DeviceTensor& x, const Dev
     xb = scratch(DType::kBF16, x.rows, x.cols, "bf16 GEMM input");
     copy_rows(x, nullptr, xb, nullptr, x.rows, stream);
   }
-  // cuBLASLt writes f32 only from the bf16 GEMM; the FP8 GEMMs write bf16 that is then widened.
+  // cuBLASLt writes f32 only from the bf16 GEMM; the packed forms' GEMMs write bf16 that is then widened.
   const bool widen = w.kind != DeviceLinear::Kind::kBf16 && y.dtype == DType::kF32;
-  const DeviceTensor yb = widen ? scratch(DType::kBF16, y.rows, y.cols, "fp8 GEMM output") : y;
+  const DeviceTensor yb = widen ? scratch(DType::kBF16, y.rows, y.cols, "packed GEMM output") : y;
   switch (w.kind) {
     case DeviceLinear::Kind::kBf16:
       if (xb.rows <= kGemvModelRows && vec8_ok(xb) && vec8_ok(w.bf16)) {
@@ -40,8 +41,7 @@ void StepContext::linear(const DeviceLinear& w, const DeviceTensor& x, const Dev
         blas.bf16(xb, w.bf16, yb, stream);
       }
       break;
-    case DeviceLinear::Kind::kFp8Block: linear_fp8_pb_wo(blas, arena, xb, w.block, yb, stream); break;
-    case DeviceLinear::Kind::kFp8Tensor: linear_fp8_tensor(blas, arena, xb, w.input_scale, w.tensor, yb, stream); break;
+    case DeviceLinear::Kind::kPacked: w.packed->gemm(blas, arena, xb, yb, stream); break;
     case DeviceLinear::Kind::kNone: break;
   }
   if (widen) copy_rows(yb, nullptr, y, nullptr, y.rows, stream);
@@ -173,7 +173,7 @@ class CudaExecutor final : public Executor {
     stats_.weight_bytes = weights_.backend_extras.bytes;
     for (const DeviceLayer& l : weights_.layers) {
       stats_.packed_expert_banks += l.moe.experts.w13.packed() + l.moe.experts.w2.packed();
-      stats_.ggml_kv_b_layers += l.mla.absorbed.k_b.data != nullptr;
+      stats_.packed_kv_b_layers += l.mla.absorbed.packed != nullptr;
     }
     cudaDeviceProp prop{};
     K3_CUDA_CHECK(cudaGetDeviceProperties(&prop, o.device));
@@ -380,7 +380,6 @@ class CudaExecutor final : public Executor {
   DeviceTensor forward(const StepMeta& meta, int64_t L) {
     StepContext ctx{config_, weights_, state_, arena_, blas_, stream_.get(), multiprocessors_, page_size_, meta};
     ctx.experts = experts_.get();
-    ctx.fused_moe_activation = options_.fused_moe_activation;
     CudaOps ops(ctx);
     Act x, normed;
     x.t = arena_.alloc_tensor(DType::kF32, meta.rows, config_.hidden_size, "embedded rows");
@@ -390,8 +389,7 @@ class CudaExecutor final : public Executor {
     copy_rows(normed.t, meta.logit_rows, picked, nullptr, L, stream_);
     const DeviceTensor logits = arena_.alloc_tensor(DType::kF32, L, config_.vocab_size, "logits");
     ctx.linear(weights_.lm_head, picked, logits);
-    stats_.fused_gemm1_calls += ctx.fused_gemm1_calls;
-    stats_.ggml_prefill_gemms += ctx.ggml_prefill_gemms;
+    stats_.packed_prefill_gemms += ctx.packed_prefill_gemms;
     return logits;
   }
 

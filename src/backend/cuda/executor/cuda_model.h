@@ -20,24 +20,21 @@ struct CudaOptions {
   int64_t max_context = 4096;      // tokens per sequence (MLA cache rows per slot; a multiple of 64)
   int64_t max_step_tokens = 8192;  // rows of one forward step (prompt chunks above it are refused)
   bool graphs = true;              // replay decode steps as CUDA graphs
-  // ModelSlim W4A8 and GGUF routed experts on their packed kernels (moe_w4a8.h, moe_ggml.h; validated
-  // on the H200 2026-11-29) instead of dequantised to bf16 (false: 4× the expert bytes, the bf16
-  // kernels). NVFP4 / MXFP4 experts are always packed.
+  // Routed experts of the formats whose packed kernels take integer activations
+  // (CudaFormat::needs_packed_int; validated on the H200 2026-11-29) on those kernels instead of
+  // dequantised to bf16 (false: 4× the expert bytes, the bf16 kernels). The other packing formats'
+  // experts are always packed.
   bool packed_int_experts = true;
   // Expert streaming (docs/cuda-backend.md "Expert streaming"): 0 = off (every routed expert resident), else
   // the device bytes of an LRU expert cache; the routed experts stay in pinned host memory and are
   // copied in as the router picks them. Forces decode CUDA graphs off (each MoE layer reads its picks
   // on the host).
   uint64_t expert_cache_bytes = 0;
-  // Routed NVFP4 experts under the checkpoint's W4A4 activation contract (moe_nvfp4_act.h: the GEMM
-  // inputs quantised per 16 with each expert's input_scale, as `--activations checkpoint` on the CPU);
+  // Routed 4-bit experts under the checkpoint's W4A4 activation contract (w4_expert_bank.h's input
+  // quantiser: the GEMM inputs quantised per 16 with each expert's input_scale, as
+  // `--activations checkpoint` on the CPU);
   // false: weight-only W4A16 (bf16 activations). A checkpoint without input_scale is an error.
   bool w4a4 = false;
-  // GEMM 1 of the routed experts and the gated activation as one kernel where a 4-bit bank runs the
-  // warpgroup-MMA prefill kernel (moe_grouped_gemm_w4_gated: gate and up stay fp32 into SiTU / SiLU).
-  // Off by default: on the H200 it is 1–3 % slower than the GEMM and the activation kernel apart
-  // (docs/decisions/fused-moe-activation-off-by-default.md).
-  bool fused_moe_activation = false;
 };
 
 // Checks the options (one-line errors naming the flag) and binds the plan for `options.device`.
@@ -51,11 +48,10 @@ std::unique_ptr<Executor> make_synthetic_cuda_executor(const CudaOptions& option
 // Statistics of an executor made here (tests and benchmarks): weight bytes, graph replays.
 struct CudaExecutorStats {
   uint64_t weight_bytes = 0;        // device bytes of the weights (streamed experts excluded)
-  int64_t packed_expert_banks = 0;  // routed-expert banks kept packed (NVFP4 / MXFP4, W4A8, GGUF; the rest bf16)
-  int64_t ggml_kv_b_layers = 0;     // MLA layers whose absorbed decode reads a split GGUF kv_b in its blocks
+  int64_t packed_expert_banks = 0;  // routed-expert banks kept packed by their format (the rest bf16)
+  int64_t packed_kv_b_layers = 0;   // MLA layers whose absorbed decode reads a kv_b kept packed (CudaFormat::absorbed_kv_b)
   int64_t graph_replays = 0, graph_captures = 0, eager_steps = 0;
-  int64_t fused_gemm1_calls = 0;    // MoE layer calls whose GEMM 1 ran fused (CudaOptions::fused_moe_activation), graph replays not counted
-  int64_t ggml_prefill_gemms = 0;   // GGUF expert GEMMs run by the prefill GEMM (moe_ggml_prefill_gemm), graph replays not counted
+  int64_t packed_prefill_gemms = 0; // packed expert GEMMs on a prefill GEMM rather than a decode GEMV, graph replays not counted
   // Expert streaming (zero when off): cache slots (experts), pinned host bytes of the experts,
   // lookups, waves and passes, MoE layer calls (and those needing more than one wave), host→device
   // bytes and the copy stream's time in them.

@@ -5,14 +5,13 @@
 #include <optional>
 #include <span>
 
+#include "backend/cuda/executor/cuda_format.h"
 #include "backend/cuda/executor/expert_packing.h"
 #include "backend/cuda/executor/step.h"
 #include "backend/cuda/core/upload.h"
 #include "core/error.h"
 #include "core/numeric.h"
 #include "backend/cpu/weights.h"
-#include "io/ggml_types.h"
-#include "quant/formats/modelslim/modelslim.h"
 
 namespace k3::cuda {
 namespace {
@@ -21,30 +20,15 @@ namespace {
 class Uploader final : public WeightFiller {
  public:
   Uploader(Arena& arena, const LoadPlan& plan, PlanFiles& files, const ExpertUploadOptions& experts)
-      : arena_(arena), plan_(plan), files_(files), experts_(experts) {}
+      : arena_(arena), plan_(plan), files_(files), experts_(experts), up_{arena, plan, files, bytes_, experts.w4a4} {}
 
   DeviceLinear linear(const std::string& name) override {
     const size_t i = index(name);
-    const Binding& b = plan_.bindings[i];
     DeviceLinear w;
     w.n = static_cast<int64_t>(plan_.params[i].shape[0]);
     w.k = static_cast<int64_t>(plan_.params[i].shape[1]);
-    // cuBLASLt's FP8 kernels want both dims in multiples of 16; smaller projections (β, gates) go bf16.
-    const bool fp8_shape = w.n % 16 == 0 && w.k % 16 == 0;
-    if (fp8_shape && b.layout_only() && b.scheme.kind == SchemeKind::Fp8Block && b.scheme.block_n == 128 &&
-        b.scheme.block_k == 128) {
-      const SourceTensor& codes = b.source("weight");
-      const std::vector<float> scales = decode_source(b.source("weight_scale"), files_);
-      w.kind = DeviceLinear::Kind::kFp8Block;
-      w.block = upload_fp8_block_weight(arena_, files_.bytes(codes).data(), scales.data(), w.n, w.k, name.c_str());
-      bytes_ += w.block.codes.bytes() + ((w.n + 127) / 128) * w.block.scale_ld * sizeof(float);
-    } else if (fp8_shape && b.layout_only() && b.scheme.kind == SchemeKind::Fp8Tensor && b.part("input_scale") != nullptr) {
-      w.kind = DeviceLinear::Kind::kFp8Tensor;
-      w.tensor = upload_fp8_tensor_weight(arena_, files_.bytes(b.source("weight")).data(),
-                                          scalar_source(b, "weight_scale", -1, files_), w.n, w.k, name.c_str());
-      w.input_scale = scalar(scalar_source(b, "input_scale", -1, files_), name);
-      bytes_ += w.tensor.codes.bytes() + sizeof(float);
-    } else {
+    const CudaFormat& f = cuda_format(plan_.bindings[i].scheme.kind);
+    if (f.linear == nullptr || !f.linear(up_, i, name, w)) {
       w.kind = DeviceLinear::Kind::kBf16;
       w.bf16 = param_bf16(i, name);
     }
@@ -77,23 +61,11 @@ class Uploader final : public WeightFiller {
       n2 = static_cast<int64_t>(s2.shape[1]);
     }
     DeviceExperts bank;
-    const size_t j2 = n2 > 0 ? i2 : i1;
     const std::optional<size_t> second_index = n2 > 0 ? std::optional<size_t>(i2) : std::nullopt;
     const ExpertPacking packing = choose_expert_packing(plan_, files_, i1, second_index, experts_.packed_int);
-    switch (packing.kind) {
-      case ExpertPacking::Kind::kW4:
-        bank.kind = DeviceExperts::Kind::kW4;
-        bank.w4 = packed_bank(packing.w4, first, i1, n1, j2, n2, E, K, bank.input_scale);
-        return bank;
-      case ExpertPacking::Kind::kW4A8:
-        bank.kind = DeviceExperts::Kind::kW4A8;
-        bank.w4a8 = w4a8_bank(packing.w4a8_group, first, i1, n1, j2, n2, E, K);
-        return bank;
-      case ExpertPacking::Kind::kGgml:
-        bank.kind = DeviceExperts::Kind::kGgml;
-        bank.ggml = ggml_bank(packing.ggml, first, i1, n1, j2, n2, E, K);
-        return bank;
-      case ExpertPacking::Kind::kBf16: break;
+    if (packing.packed()) {
+      bank.packed_bank = packing.format->upload_experts(up_, {first, i1, n2 > 0 ? i2 : i1, n1, n2, E, K}, packing.layout);
+      return bank;
     }
     bank.bf16 = arena_.alloc_tensor(DType::kBF16, E * (n1 + n2), K, first.c_str());
     uint16_t* base = bank.bf16.as<uint16_t>();
@@ -128,11 +100,10 @@ class Uploader final : public WeightFiller {
   }
 
   void absorb_kv_b(const std::string& name, const MlaConfig& m, DeviceMla& w) override {
-    const Binding& b = plan_.bindings[index(name)];
-    if (b.scheme.kind == SchemeKind::GgmlSplitKvB && mla_fast_geometry(m)) {  // stays in its GGML blocks
-      const int64_t nh = m.num_heads;
-      w.absorbed.k_b = split_bank(b, "k_b", nh, m.kv_lora_rank, m.qk_nope_head_dim, name + " k_b");
-      w.absorbed.v_b = split_bank(b, "v_b", nh, m.v_head_dim, m.kv_lora_rank, name + " v_b");
+    const size_t i = index(name);
+    const CudaFormat& f = cuda_format(plan_.bindings[i].scheme.kind);
+    if (f.absorbed_kv_b != nullptr && mla_fast_geometry(m)) {  // stays packed
+      w.absorbed.packed = f.absorbed_kv_b(up_, i, name, m);
       return;
     }
     std::vector<float> uk, uv;
@@ -144,144 +115,11 @@ class Uploader final : public WeightFiller {
 
   DeviceTensor embedding(const std::string& name) override { return param_bf16(index(name), name); }
 
-  // One part of a split GGUF kv_b, [heads, n, k] GGML blocks as stored, into a bank with one "expert"
-  // per head (mla.h).
-  MoeGgmlBank split_bank(const Binding& b, const char* role, int64_t heads, int64_t n, int64_t k, const std::string& what) {
-    const SourceTensor& src = b.source(role);
-    const GgmlTypeInfo* info = find_ggml_type(src.dtype);
-    if (info == nullptr || !moe_ggml_supported(info->type)) {
-      throw Error(Where{files_.path(src), b.param, role}, "GGML type '" + src.dtype + "' has no GPU kernel");
-    }
-    const MoeGgmlBank bank = moe_ggml_alloc(arena_, info->type, heads, n, k, what.c_str());
-    const std::span<const uint8_t> bytes = files_.bytes(src);
-    if (bytes.size() != bank.bytes()) {
-      throw Error(Where{files_.path(src), b.param, role}, "holds " + std::to_string(bytes.size()) + " bytes, " +
-                                                              std::to_string(heads) + "×" + std::to_string(n) + "×" +
-                                                              std::to_string(k) + " needs " + std::to_string(bank.bytes()));
-    }
-    moe_ggml_upload_rows(bank, 0, bytes.data(), heads * n);
-    bytes_ += bank.bytes();
-    return bank;
-  }
-
  private:
   size_t index(const std::string& name) const {
     const int64_t i = plan_.index_of(name);
     if (i < 0) throw Error(Where{"", name, ""}, "parameter is not in the load plan");
     return static_cast<size_t>(i);
-  }
-
-  // Banks i1 (n1 rows per expert) and i2 (n2, 0 for none) packed per expert as [first_e ; second_e],
-  // the codes and block scales as stored (repacked into the kernels' tiles); out_scale per (expert,
-  // part) = NVFP4's weight_scale_2 of that part's matrix (1 for MXFP4) — the only per-tensor factor of
-  // the W4A16 contract, applied once in the GEMM epilogue (moe_w4.h).
-  //   Under W4A4 (NVFP4 only) also each expert's static input_scale into `input_scale` ([E], device):
-  // one per expert, so w1 and w3 must agree (they scale the same input); it joins out_scale, as the CPU
-  // folds it into its output scale.
-  MoeW4Bank packed_bank(W4Format f, const std::string& name, size_t i1, int64_t n1, size_t i2, int64_t n2, int64_t E,
-                        int64_t K, const float*& input_scale) {
-    const int64_t parts = n2 > 0 ? 2 : 1;
-    const bool w4a4 = experts_.w4a4 && f == W4Format::kNvfp4;
-    std::vector<float> in_scale(w4a4 ? static_cast<size_t>(E) : 0);
-    if (n2 > 0 && n1 != n2) throw Error(Where{"", name, "shape"}, "w1 and w3 differ in rows");
-    const MoeW4Bank bank = moe_w4_alloc(arena_, f, E, n1 + n2, K, parts, name.c_str());
-    std::vector<float> out_scale(static_cast<size_t>(E * parts), 1.0f);
-    for (int64_t e = 0; e < E; ++e) {
-      for (int64_t p = 0; p < parts; ++p) {
-        const Binding& b = plan_.bindings[p == 0 ? i1 : i2];
-        const int64_t rows = p == 0 ? n1 : n2;
-        const SourceTensor& code_src = b.source("weight", e);
-        const SourceTensor& scale_src = b.source("weight_scale", e);
-        const std::span<const uint8_t> codes = files_.bytes(code_src), scales = files_.bytes(scale_src);
-        const int64_t want_codes = rows * K / 2, want_scales = rows * K / w4_group(f);
-        if (static_cast<int64_t>(codes.size()) != want_codes || static_cast<int64_t>(scales.size()) != want_scales) {
-          throw Error(Where{files_.path(code_src), b.param, "weight"},
-                      "expert " + std::to_string(e) + " holds " + std::to_string(codes.size()) + " code and " +
-                          std::to_string(scales.size()) + " scale bytes, " + std::to_string(rows) + "×" +
-                          std::to_string(K) + " needs " + std::to_string(want_codes) + " and " +
-                          std::to_string(want_scales));
-        }
-        try {
-          moe_w4_upload_rows(bank, e * (n1 + n2) + p * n1, codes.data(), scales.data(), rows);
-        } catch (const Error& err) {  // a scale the kernels cannot represent: name where it is
-          throw Error(Where{files_.path(scale_src), b.param, "weight_scale"},
-                      "expert " + std::to_string(e) + ": " + err.detail());
-        }
-        if (f == W4Format::kNvfp4) {
-          out_scale[static_cast<size_t>(e * parts + p)] = scalar_source(b, "weight_scale_2", e, files_);
-        }
-        if (w4a4) {
-          const float s = scalar_source(b, "input_scale", e, files_);
-          if (!(s > 0.0f) || !std::isfinite(s)) {
-            throw Error(Where{files_.path(b.source("input_scale", e)), b.param, "input_scale"},
-                        "expert " + std::to_string(e) + ": W4A4 needs a positive finite input_scale, got " + std::to_string(s));
-          }
-          if (p == 1 && s != in_scale[static_cast<size_t>(e)]) {
-            throw Error(Where{files_.path(b.source("input_scale", e)), b.param, "input_scale"},
-                        "expert " + std::to_string(e) + ": W4A4 on the GPU quantises the shared input of w1 and w3 once, but their input_scale differ (" +
-                            std::to_string(in_scale[static_cast<size_t>(e)]) + " vs " + std::to_string(s) + ")");
-          }
-          in_scale[static_cast<size_t>(e)] = s;
-          out_scale[static_cast<size_t>(e * parts + p)] *= s;
-        }
-      }
-    }
-    moe_w4_upload_out_scale(bank, out_scale.data());
-    bytes_ += bank.code_bytes() + bank.scale_bytes() + out_scale.size() * sizeof(float);
-    if (w4a4) {
-      input_scale = upload(in_scale, name + " input_scale");
-    }
-    return bank;
-  }
-
-  // As packed_bank, for ModelSlim W4A8: codes and fp32 scale products repacked per expert and part;
-  // out_scale 1 (the activation scale and the weight scales are the whole contract, moe_w4a8.h).
-  MoeW4A8Bank w4a8_bank(int64_t group, const std::string& name, size_t i1, int64_t n1, size_t i2, int64_t n2, int64_t E,
-                        int64_t K) {
-    const int64_t parts = n2 > 0 ? 2 : 1;
-    if (n2 > 0 && n1 != n2) throw Error(Where{"", name, "shape"}, "w1 and w3 differ in rows");
-    const MoeW4A8Bank bank = moe_w4a8_alloc(arena_, E, n1 + n2, K, group, parts, name.c_str());
-    for (int64_t e = 0; e < E; ++e) {
-      for (int64_t p = 0; p < parts; ++p) {
-        const int64_t rows = p == 0 ? n1 : n2;
-        const Binding& b = plan_.bindings[p == 0 ? i1 : i2];
-        const ModelSlimWeight w = read_modelslim_weight(b, rows, K, static_cast<size_t>(e), files_);
-        if (!w.int4 || w.group_size != group) {  // the bank takes one layout: expert 0's (choose_expert_packing)
-          throw Error(w.where, "expert " + std::to_string(e) + " is not int4 with scale groups of " + std::to_string(group) +
-                                   " like expert 0");
-        }
-        try {
-          moe_w4a8_upload_rows(bank, e * (n1 + n2) + p * n1, reinterpret_cast<const int8_t*>(w.weight.data()),
-                               w.packed_along_n, w.scale.data(), w.scale_second.data(), rows);
-        } catch (const Error& err) {  // codes outside int4 in the unpacked layout: name where they are
-          throw Error(w.where, "expert " + std::to_string(e) + ": " + err.detail());
-        }
-      }
-    }
-    const std::vector<float> ones(static_cast<size_t>(E * parts), 1.0f);
-    moe_w4a8_upload_out_scale(bank, ones.data());
-    bytes_ += bank.code_bytes() + bank.scale_count() * sizeof(float) + ones.size() * sizeof(float);
-    return bank;
-  }
-
-  // As packed_bank, for GGUF: every expert's rows copied as stored (moe_ggml.h).
-  MoeGgmlBank ggml_bank(GgmlType type, const std::string& name, size_t i1, int64_t n1, size_t i2, int64_t n2, int64_t E,
-                        int64_t K) {
-    const MoeGgmlBank bank = moe_ggml_alloc(arena_, type, E, n1 + n2, K, name.c_str());
-    for (int64_t e = 0; e < E; ++e) {
-      for (int64_t p = 0; p < (n2 > 0 ? 2 : 1); ++p) {
-        const int64_t rows = p == 0 ? n1 : n2;
-        const SourceTensor& src = plan_.bindings[p == 0 ? i1 : i2].source("weight", e);
-        const std::span<const uint8_t> bytes = files_.bytes(src);
-        if (static_cast<int64_t>(bytes.size()) != rows * bank.row_bytes()) {
-          throw Error(Where{files_.path(src), name, "shape"}, "expert " + std::to_string(e) + " holds " +
-                      std::to_string(bytes.size()) + " bytes, its rows need " + std::to_string(rows * bank.row_bytes()));
-        }
-        moe_ggml_upload_rows(bank, e * (n1 + n2) + p * n1, bytes.data(), rows);
-      }
-    }
-    bytes_ += bank.bytes();
-    return bank;
   }
 
   // 2-D parameter i as a bf16 matrix on the device.
@@ -298,22 +136,11 @@ class Uploader final : public WeightFiller {
     const size_t i = index(name);
     return materialize(plan_.bindings[i], plan_.params[i], files_);
   }
-  DeviceVector upload(const std::vector<float>& v, const std::string& name) {
-    const DeviceTensor t = upload_f32(arena_, v.data(), 1, static_cast<int64_t>(v.size()), DType::kF32, name.c_str());
-    bytes_ += t.bytes();
-    return t.as<float>();
-  }
+  DeviceVector upload(const std::vector<float>& v, const std::string& name) { return up_.upload(v, name); }
   DeviceTensor matrix_bf16(const std::vector<float>& v, int64_t rows, int64_t cols, const std::string& name) {
     const DeviceTensor t = upload_f32(arena_, v.data(), rows, cols, DType::kBF16, name.c_str());
     bytes_ += t.bytes();
     return t;
-  }
-
-  float* scalar(float value, const std::string& name) {
-    float* p = arena_.alloc_n<float>(1, name.c_str());
-    copy_bytes_to_device(p, &value, sizeof(float));
-    bytes_ += sizeof(float);
-    return p;
   }
 
   // Parameter i (or expert e of it) as bf16 into device memory at dst: BF16 bytes copied as stored,
@@ -340,6 +167,7 @@ class Uploader final : public WeightFiller {
   const LoadPlan& plan_;
   PlanFiles& files_;
   ExpertUploadOptions experts_;
+  UploadContext up_;  // what the formats' entries upload with (bytes_ counts theirs too)
 };
 
 DeviceLinear linear_if(WeightFiller& f, bool present, const std::string& name) {
@@ -389,7 +217,7 @@ DeviceMlp mlp_weights(WeightFiller& f, const std::string& p) {
 }
 
 // Bank `role` of MoE layer `layer` from the filler: kept on the device, or handed to the sink and its
-// device memory given back (only its kind stays). `streamed` sums the bytes handed over.
+// device memory given back (only its form stays). `streamed` sums the bytes handed over.
 DeviceExperts expert_bank(WeightFiller& f, Arena* arena, ExpertBankSink* sink, int64_t layer, int role,
                           const std::string& first, const std::string& second, uint64_t& streamed) {
   if (sink == nullptr) return f.experts(first, second);
@@ -398,7 +226,7 @@ DeviceExperts expert_bank(WeightFiller& f, Arena* arena, ExpertBankSink* sink, i
   streamed += sink->keep(layer, role, bank);
   arena->reset(mark);
   DeviceExperts form;
-  form.kind = bank.kind;
+  form.packed_bank = bank.packed_bank;  // its kind; the device memory is given back
   return form;
 }
 

@@ -1,25 +1,21 @@
 // The model's weights on the GPU: model/weight_tree.h's tree over DeviceHandles, uploaded once from
 // the LoadPlan into the arena in the layouts the CUDA kernels read. Per scheme (docs/cuda-backend.md "Device weights"):
-//   BF16 / F16 / F32 dense     → bf16 (cuBLASLt BF16 GEMM)
-//   FP8 128×128 block          → e4m3 codes + cuBLASLt BLK128x128 scales (FP8_PB_WO GEMM)
-//   FP8 per tensor + input_scale → e4m3 codes + multiplier, static activation scale (ModelOpt FP8)
-//   every other scheme         → dequantised through its exact reference to bf16 (the 4-bit and
-//                                GGUF expert kernels keep those packed instead)
-// Routed experts are stacked per bank as bf16 [E·N, K] for the grouped GEMM; w1 and w3 are
-// interleaved per expert as [w1_e ; w3_e] so one grouped GEMM yields [gate | up].
+//   a linear whose scheme has a GEMM form (cuda_format.h CudaFormat::linear) → that form
+//   every other linear → bf16 (BF16 copied as stored, the rest dequantised through its exact
+//                        reference; cuBLASLt BF16 GEMM)
+// Routed experts are stacked per bank, w1 and w3 interleaved per expert as [w1_e ; w3_e] so one
+// grouped GEMM yields [gate | up]: kept packed where the scheme's entry packs them
+// (CudaFormat::upload_experts → DeviceExpertBank), else bf16 [E·N, K].
 // Vectors (norms, conv, A_log, dt_bias, AttnRes score vectors) are f32.
 // Host-only header.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/core/arena.h"
-#include "backend/cuda/gemm/gemm.h"
-#include "quant/formats/ggml/cuda/moe_ggml.h"
-#include "backend/cuda/moe/moe_w4.h"
-#include "quant/formats/modelslim/cuda/moe_w4a8.h"
 #include "backend/cuda/core/tensor.h"
 #include "model/config.h"
 #include "model/weight_tree.h"
@@ -28,46 +24,41 @@
 
 namespace k3::cuda {
 
-// One linear layer y = x·Wᵀ, W [n, k], in the form its GEMM wants (`kind`: the scheme's GEMM form);
-// its bytes live in the device arena the weights were built in.
+class DeviceLinearForm;  // cuda_format.h
+
+// One linear layer y = x·Wᵀ, W [n, k], in the form its GEMM wants (`kind`): bf16, or the GEMM form of
+// its scheme (CudaFormat::linear → DeviceLinearForm); its bytes live in the device arena the weights
+// were built in.
 struct DeviceLinear {
-  enum class Kind : uint8_t { kNone, kBf16, kFp8Block, kFp8Tensor };
+  enum class Kind : uint8_t { kNone, kBf16, kPacked };
   Kind kind = Kind::kNone;
   int64_t n = 0, k = 0;
-  DeviceTensor bf16;           // kBf16
-  Fp8BlockWeight block;        // kFp8Block
-  Fp8TensorWeight tensor;      // kFp8Tensor
-  float* input_scale = nullptr;  // kFp8Tensor: the static activation scale (device scalar)
+  DeviceTensor bf16;                              // kBf16
+  std::shared_ptr<const DeviceLinearForm> packed;  // kPacked
 
   explicit operator bool() const { return kind != Kind::kNone; }
 };
 
 using DeviceVector = const float*;  // f32 on the device; nullptr when absent
 
+class DeviceAbsorbedKvB;  // cuda_format.h
+
 struct DeviceMlaAbsorbed {
   DeviceTensor w_uk, w_uv;  // bf16 [H·d_nope, r] and [H·d_v, r] (mla.h's absorbed decode)
-  // A split GGUF kv_b (ExpertPack: k_b Q4_0 [H, r, d_nope], v_b Q2_K [H, d_v, r]) kept in its blocks
-  // for the absorbed decode (mla_absorb_q_ggml / mla_unabsorb_o_ggml) instead of w_uk / w_uv; the
-  // expanded (prefill) path still multiplies kv_b dequantised. Empty (data nullptr) otherwise.
-  MoeGgmlBank k_b, v_b;
+  // A kv_b its format keeps packed for the absorbed decode (CudaFormat::absorbed_kv_b) instead of
+  // w_uk / w_uv; the expanded (prefill) path still multiplies kv_b dequantised. nullptr otherwise.
+  std::shared_ptr<const DeviceAbsorbedKvB> packed;
 };
 
-// A routed-expert bank, stacked per expert: bf16 rows, or kept packed in its checkpoint format for the
-// quantized-expert kernels — NVFP4 / MXFP4 (W4A16, moe_w4.h; out_scale carries each expert's
-// global scale), ModelSlim W4A8 (moe_w4a8.h: int8 activations, the CPU's contract), GGUF blocks
-// (moe_ggml.h: 8-bit block activations, the CPU's contract). Other schemes are dequantised to bf16.
+class DeviceExpertBank;  // cuda_format.h
+
+// A routed-expert bank, stacked per expert: bf16 rows, or kept packed in its checkpoint format for
+// that format's grouped GEMM (the scheme's CudaFormat entry makes the DeviceExpertBank, which runs
+// the GEMM; docs/cuda-backend.md "Device weights").
 struct DeviceExperts {
-  enum class Kind : uint8_t { kBf16, kW4, kW4A8, kGgml };
-  Kind kind = Kind::kBf16;
-  DeviceTensor bf16;  // kBf16: [E·N, K]
-  MoeW4Bank w4;
-  MoeW4A8Bank w4a8;
-  MoeGgmlBank ggml;
-  // kW4 NVFP4 under the W4A4 contract (CudaOptions::w4a4): each expert's static activation
-  // input_scale [E], which moe_quantize_nvfp4_rows divides the GEMM's input by; w4.out_scale already
-  // carries it (× weight_scale_2). nullptr: weight-only (W4A16).
-  const float* input_scale = nullptr;
-  bool packed() const { return kind != Kind::kBf16; }
+  DeviceTensor bf16;                                   // not packed: [E·N, K]
+  std::shared_ptr<const DeviceExpertBank> packed_bank;  // packed: the format's bank
+  bool packed() const { return packed_bank != nullptr; }
 };
 
 // A MoE layer's routed experts as the grouped GEMMs read them.
@@ -121,7 +112,7 @@ class WeightFiller {
   // The q, k and v conv weights of the KDA layer whose parameters start with `prefix`, stacked [3P][W].
   virtual DeviceVector kda_conv(const std::string& prefix) = 0;
   // Sets w.absorbed from kv_b [H·(d_nope + d_v), r] (`name`, already in w.kv_b): w_uk and w_uv split
-  // per head, or a split GGUF kv_b's k_b and v_b kept in their blocks.
+  // per head, or the kv_b kept packed by its format (CudaFormat::absorbed_kv_b).
   virtual void absorb_kv_b(const std::string& name, const MlaConfig& m, DeviceMla& w) = 0;
 
   uint64_t bytes() const { return bytes_; }
@@ -132,8 +123,8 @@ class WeightFiller {
 
 // Expert streaming (expert_stream.h): takes each routed-expert bank of MoE layer `layer` (role 0 =
 // w13, 1 = w2) right after the filler made it on the device, and returns the device bytes it held;
-// build_weights then gives the bank's memory back to the arena and leaves only its form (kind, no
-// pointers) in DeviceMoe::experts.
+// build_weights then gives the bank's memory back to the arena and leaves only its form in
+// DeviceMoe::experts (the bank object, for its kind; its device memory is not read).
 class ExpertBankSink {
  public:
   virtual ~ExpertBankSink() = default;
@@ -148,8 +139,8 @@ DeviceWeights build_weights(WeightFiller& filler, const K3Config& config, Arena*
 
 // How the routed experts are uploaded (CudaOptions' expert fields).
 struct ExpertUploadOptions {
-  bool packed_int = true;  // W4A8 / GGUF packed (CudaOptions::packed_int_experts), else bf16
-  bool w4a4 = false;       // NVFP4 banks take their input_scale (CudaOptions::w4a4)
+  bool packed_int = true;  // formats with CudaFormat::needs_packed_int packed (CudaOptions::packed_int_experts)
+  bool w4a4 = false;       // banks with an activation contract take their input_scale (CudaOptions::w4a4)
 };
 // Uploads every parameter of an ok plan. Throws k3::Error naming the parameter on any problem.
 DeviceWeights upload_weights(Arena& arena, const K3Config& config, const LoadPlan& plan, PlanFiles& files,

@@ -1,5 +1,5 @@
 // Which form a routed-expert bank takes on the GPU (device_weights.cpp's uploader asks this first):
-// kept packed for one of the quantized-expert kernels, or dequantised to bf16. Host-only and
+// kept packed by its scheme's CUDA entry (cuda_format.h), or dequantised to bf16. Host-only and
 // independent of a device, so the choice is tested without a GPU (tests/backend/cuda/test_expert_packing.cpp).
 #pragma once
 
@@ -7,25 +7,23 @@
 #include <cstdint>
 #include <optional>
 
-#include "backend/cuda/moe/moe_w4.h"
-#include "io/ggml_types.h"
+#include "backend/cuda/executor/cuda_format.h"
 #include "quant/plan/load_plan.h"
 #include "quant/plan/materialize.h"
 
 namespace k3::cuda {
 
 struct ExpertPacking {
-  enum class Kind : uint8_t { kBf16, kW4, kW4A8, kGgml };
-  Kind kind = Kind::kBf16;
-  W4Format w4 = W4Format::kNvfp4;  // kW4
-  int64_t w4a8_group = 0;          // kW4A8: the weight scale group (0: per channel)
-  GgmlType ggml = GgmlType::Q4_K;  // kGgml
+  const CudaFormat* format = nullptr;  // packed: the entry that uploads the bank; nullptr: bf16
+  SchemeKind scheme = SchemeKind::Dense;
+  int64_t layout = 0;                  // CudaFormat::expert_layout's
+  bool packed() const { return format != nullptr; }
 };
 
 // Bank parameter `first` [E, N₁, K] (and `second` [E, N₂, K] stacked after it per expert, the w1 / w3
-// pair; nullopt: a single bank): packed when both are stored in one format a kernel takes, as one
-// source per expert (N a multiple of 16, K of 64 — or of the GGUF block), W4A8 / GGUF only when
-// packed_int_experts (CudaOptions); else kBf16. Reads expert 0's ModelSlim weight header for its group.
+// pair; nullopt: a single bank): packed when both are stored in one scheme whose entry packs them, as
+// one source per expert, in the same layout (CudaFormat::expert_layout) — formats with
+// needs_packed_int only when packed_int_experts (CudaOptions); else bf16.
 ExpertPacking choose_expert_packing(const LoadPlan& plan, PlanFiles& files, size_t first, std::optional<size_t> second,
                                     bool packed_int_experts);
 

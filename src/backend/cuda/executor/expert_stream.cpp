@@ -16,49 +16,27 @@ Error cache_error(const std::string& why) { return Error(Where{"", "", "--expert
 
 const char* role_name(int role) { return role == 0 ? "w13" : "w2"; }
 
+bool same_form(const DeviceExperts& a, const DeviceExperts& b) {
+  return a.packed() == b.packed() && (!a.packed() || a.packed_bank->scheme() == b.packed_bank->scheme());
+}
+
 }  // namespace
 
 std::vector<BankArray> bank_arrays(const DeviceExperts& b, int64_t experts) {
   if (experts <= 0) throw Error("bank_arrays: no experts");
-  auto per = [&](int64_t total_bytes) { return static_cast<size_t>(total_bytes / experts); };
-  switch (b.kind) {
-    case DeviceExperts::Kind::kBf16: {
-      const DeviceTensor& t = b.bf16;
-      if (t.ld != t.cols || t.rows % experts != 0) throw Error("expert streaming: a bf16 bank is not contiguous per expert");
-      return {{t.data, per(t.rows * t.cols * 2)}};
-    }
-    case DeviceExperts::Kind::kW4: {
-      std::vector<BankArray> arrays = {{b.w4.codes, per(static_cast<int64_t>(b.w4.code_bytes()))},
-                                       {b.w4.scales, per(static_cast<int64_t>(b.w4.scale_bytes()))},
-                                       {b.w4.out_scale, static_cast<size_t>(b.w4.parts) * sizeof(float)}};
-      if (b.input_scale != nullptr) arrays.push_back({const_cast<float*>(b.input_scale), sizeof(float)});  // W4A4
-      return arrays;
-    }
-    case DeviceExperts::Kind::kW4A8:
-      return {{b.w4a8.codes, per(static_cast<int64_t>(b.w4a8.code_bytes()))},
-              {b.w4a8.scales, per(static_cast<int64_t>(b.w4a8.scale_count() * sizeof(float)))},
-              {b.w4a8.out_scale, static_cast<size_t>(b.w4a8.parts) * sizeof(float)}};
-    case DeviceExperts::Kind::kGgml: return {{b.ggml.data, per(static_cast<int64_t>(b.ggml.bytes()))}};
-  }
-  return {};
+  if (b.packed()) return b.packed_bank->arrays(experts);
+  const DeviceTensor& t = b.bf16;
+  if (t.ld != t.cols || t.rows % experts != 0) throw Error("expert streaming: a bf16 bank is not contiguous per expert");
+  return {bank_array(t.data, static_cast<uint64_t>(t.rows * t.cols * 2), experts)};
 }
 
 DeviceExperts alloc_bank_like(Arena& arena, const DeviceExperts& like, int64_t like_experts, int64_t experts,
                               const char* what) {
   DeviceExperts b;
-  b.kind = like.kind;
-  switch (like.kind) {
-    case DeviceExperts::Kind::kBf16:
-      b.bf16 = arena.alloc_tensor(DType::kBF16, experts * (like.bf16.rows / like_experts), like.bf16.cols, what);
-      break;
-    case DeviceExperts::Kind::kW4:
-      b.w4 = moe_w4_alloc(arena, like.w4.format, experts, like.w4.n, like.w4.k, like.w4.parts, what);
-      if (like.input_scale != nullptr) b.input_scale = arena.alloc_n<float>(static_cast<size_t>(experts), what);
-      break;
-    case DeviceExperts::Kind::kW4A8:
-      b.w4a8 = moe_w4a8_alloc(arena, experts, like.w4a8.n, like.w4a8.k, like.w4a8.group_size, like.w4a8.parts, what);
-      break;
-    case DeviceExperts::Kind::kGgml: b.ggml = moe_ggml_alloc(arena, like.ggml.type, experts, like.ggml.n, like.ggml.k, what); break;
+  if (like.packed()) {
+    b.packed_bank = like.packed_bank->alloc_like(arena, like_experts, experts, what);
+  } else {
+    b.bf16 = arena.alloc_tensor(DType::kBF16, experts * (like.bf16.rows / like_experts), like.bf16.cols, what);
   }
   return b;
 }
@@ -88,7 +66,7 @@ uint64_t ExpertStream::keep(int64_t layer, int role, const DeviceExperts& bank) 
   if (per_expert_[role].empty()) {
     first_[role] = bank;
     per_expert_[role] = sizes;
-  } else if (bank.kind != first_[role].kind || sizes != per_expert_[role]) {
+  } else if (!same_form(bank, first_[role]) || sizes != per_expert_[role]) {
     throw cache_error(std::string("layer ") + std::to_string(layer) + "'s " + role_name(role) +
                       " bank differs in form from the first MoE layer's; streaming needs one form per bank");
   }

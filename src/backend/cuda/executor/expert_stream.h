@@ -26,21 +26,17 @@
 #include <vector>
 
 #include "backend/cuda/core/arena.h"
+#include "backend/cuda/executor/cuda_format.h"
 #include "backend/cuda/executor/device_weights.h"
 #include "model/config.h"
 #include "backend/expert_cache.h"
 
 namespace k3::cuda {
 
-// One array of a stacked bank: expert e's bytes are base + e · per_expert, per_expert apart.
-struct BankArray {
-  void* base = nullptr;
-  size_t per_expert = 0;
-};
-// The arrays of a bank of `experts` experts (bf16: the matrix; W4 / W4A8: codes, scales, out_scale;
-// GGUF: the blocks). Throws on a bank whose rows are not contiguous.
+// The arrays of a bank of `experts` experts (bf16: the matrix; packed: DeviceExpertBank::arrays).
+// Throws on a bank whose rows are not contiguous.
 std::vector<BankArray> bank_arrays(const DeviceExperts& bank, int64_t experts);
-// A bank shaped like `like` (kind, format, N, K, parts) for `experts` experts, from the arena.
+// A bank shaped like `like` (bf16 or the packed bank's form) for `experts` experts, from the arena.
 DeviceExperts alloc_bank_like(Arena& arena, const DeviceExperts& like, int64_t like_experts, int64_t experts,
                               const char* what);
 

@@ -3,113 +3,37 @@
 // the one-kernel router, and the routed experts — expert dispatch and two grouped GEMMs around the
 // gated activation (GEMM 2 applies the routing weights in its epilogue), the combine (a sum in pick
 // order).
-// Experts are bf16 or kept packed (device_weights.h: NVFP4 / MXFP4, W4A8, GGUF): either way GEMM1
-// returns dequantised values — the packed kernels apply every weight scale (NVFP4's per-expert global
-// scale for gate and up separately) in their epilogue — so the activation's gate/up alphas are 1 and
-// no scale is applied twice. With CudaOptions::fused_moe_activation, where a 4-bit bank runs the
-// warpgroup-MMA prefill kernel, GEMM1 and the activation are one kernel (the gate and up values stay
-// fp32 into the activation). Where GEMM 2's bank quantises its input (W4A8, GGUF decode, W4A4), the
-// activation is applied by the kernel that quantises it (one pass; ExpertInput).
+// Experts are bf16 or kept packed by their format (device_weights.h, cuda_format.h): either way GEMM1
+// returns dequantised values — the packed kernels apply every weight scale (per-expert global scales
+// of gate and up separately) in their epilogue — so the activation's gate/up alphas are 1 and no
+// scale is applied twice. Where GEMM 2's bank quantises its input (an integer or W4A4 activation
+// contract), the activation is applied by the kernel that quantises it (one pass; ExpertInput).
 #include "backend/cuda/executor/expert_stream.h"
 #include "backend/cuda/executor/block_ops.h"
 #include "backend/cuda/moe/moe.h"
-#include "quant/formats/ggml/cuda/moe_ggml.h"
-#include "quant/formats/nvfp4/cuda/moe_nvfp4_act.h"
-#include "backend/cuda/moe/moe_w4.h"
-#include "quant/formats/modelslim/cuda/moe_w4a8.h"
+#include "backend/cuda/executor/cuda_format.h"
 #include "backend/cuda/ops/ops.h"
 #include "model/blocks.h"
 
 namespace k3::cuda {
-namespace {
 
-// Where an expert GEMM's input comes from: sorted rows (GEMM 1's gathered rows; GEMM 2's after the
-// fused GEMM 1 + activation kernel), or GEMM 1's gate and up halves under the gated activation, which
-// is then applied by the kernel that forms the bank's input — for a quantised activation contract the
-// activation and GEMM 2's input quantisation are one pass (moe_quantize_*_activation: bit for bit the
-// two kernels they replace).
-struct ExpertInput {
-  DeviceTensor rows;  // the rows; with act: where their bf16 form goes if the bank multiplies bf16 rows
-  const GatedActivation* act = nullptr;
-  DeviceTensor gate, up;
-
-  static ExpertInput of_rows(const DeviceTensor& rows) { return {rows, nullptr, {}, {}}; }
-  static ExpertInput activated(const GatedActivation& act, const DeviceTensor& gate, const DeviceTensor& up,
-                               const DeviceTensor& bf16_rows) {
-    return {bf16_rows, &act, gate, up};
-  }
-};
-
-// The input as bf16 rows (what the bf16, W4A16 and GGUF prefill kernels multiply).
 DeviceTensor bf16_rows(StepContext& ctx, const ExpertInput& in) {
   if (in.act != nullptr) gated_activation(*in.act, in.gate, in.up, in.rows, ctx.stream);
   return in.rows;
 }
 
-// A 4-bit bank's GEMM input: bf16 rows, or under W4A4 (CudaOptions::w4a4) the checkpoint's NVFP4
-// activation values of them in step scratch.
-DeviceTensor w4_input(StepContext& ctx, const ExpertInput& in, const DeviceExperts& w, const MoeDispatch& d) {
-  if (w.input_scale == nullptr) return bf16_rows(ctx, in);
-  const DeviceTensor out = ctx.scratch(DType::kBF16, in.rows.rows, in.rows.cols, "moe nvfp4 activations");
-  if (in.act != nullptr) {
-    moe_quantize_nvfp4_activation(*in.act, in.gate, in.up, w.input_scale, d, out, ctx.stream);
-  } else {
-    moe_quantize_nvfp4_rows(in.rows, w.input_scale, d, out, ctx.stream);
-  }
-  return out;
-}
+namespace {
 
-// ys = in · W_eᵀ per sorted row in the bank's own kernel; W4A8 and GGUF's decode GEMV first quantise
-// the input under the checkpoint's activation contract (int8 per row / 8-bit blocks; GGUF prefill
-// multiplies bf16 rows: moe_ggml_prefill_gemm), and NVFP4 under W4A4 (CudaOptions::w4a4) to its FP4
-// values, into step scratch. The kernels follow the dispatch's choice E (MoeDispatch::choice_experts).
+// ys = in · W_eᵀ per sorted row in the bank's own kernel: bf16, or the packed bank's format's
+// (DeviceExpertBank::gemm, which may first quantise the input under the checkpoint's activation
+// contract into step scratch). The kernels follow the dispatch's choice E (MoeDispatch::choice_experts).
 void expert_gemm(StepContext& ctx, const ExpertInput& in, const DeviceExperts& w, const MoeDispatch& d,
                  const DeviceTensor& ys) {
-  const int64_t R = d.rows(), K = in.rows.cols;
-  switch (w.kind) {
-    case DeviceExperts::Kind::kBf16:
-      moe_grouped_gemm_bf16(bf16_rows(ctx, in), w.bf16, d, ys, ctx.stream);
-      break;
-    case DeviceExperts::Kind::kW4:
-      moe_grouped_gemm_w4(w4_input(ctx, in, w, d), w.w4, d, ys, ctx.stream);
-      break;
-    case DeviceExperts::Kind::kW4A8: {
-      const Int8Rows q{ctx.scratch(DType::kU8, R, K, "moe int8 rows"),
-                       ctx.arena.alloc_n<float>(static_cast<size_t>(R), "moe int8 row scales")};
-      if (in.act != nullptr) {
-        moe_quantize_int8_activation(*in.act, in.gate, in.up, q, ctx.stream);
-      } else {
-        moe_quantize_int8_rows(in.rows, q, ctx.stream);
-      }
-      moe_grouped_gemm_w4a8(q, w.w4a8, d, ys, ctx.stream);
-      break;
-    }
-    case DeviceExperts::Kind::kGgml: {
-      if (moe_ggml_prefill_gemm(w.ggml, d)) {
-        moe_grouped_gemm_ggml(bf16_rows(ctx, in), w.ggml, d, ys, ctx.stream);
-        ++ctx.ggml_prefill_gemms;
-        break;
-      }
-      const MoeGgmlActs acts = moe_ggml_acts_view(ctx.arena.alloc(moe_ggml_acts_bytes(w.ggml.type, R, K), "moe ggml activations"),
-                                                  w.ggml.type, R, K);
-      if (in.act != nullptr) {
-        moe_ggml_quantize_activation(*in.act, in.gate, in.up, acts, ctx.stream);
-      } else {
-        moe_ggml_quantize(in.rows, acts, ctx.stream);
-      }
-      moe_grouped_gemv_ggml(acts, w.ggml, d, ys, ctx.stream);
-      break;
-    }
+  if (w.packed()) {
+    w.packed_bank->gemm(ctx, in, d, ys);
+  } else {
+    moe_grouped_gemm_bf16(bf16_rows(ctx, in), w.bf16, d, ys, ctx.stream);
   }
-}
-
-// GEMM 1 and the gated activation in one kernel where the bank's kernel for these shapes has the
-// activation in its epilogue (4-bit banks on the warpgroup-MMA prefill kernel: moe_grouped_gemm_w4_gated);
-// false when it has not (nothing ran).
-bool fused_gemm1(StepContext& ctx, const DeviceTensor& xs, const DeviceExperts& w13, const MoeDispatch& d,
-                 const GatedActivation& act, const DeviceTensor& out) {
-  if (w13.kind != DeviceExperts::Kind::kW4 || !moe_w4_gated_runs(w13.w4, d)) return false;
-  return moe_grouped_gemm_w4_gated(w4_input(ctx, ExpertInput::of_rows(xs), w13, d), w13.w4, d, act, out, ctx.stream);
 }
 
 }  // namespace
@@ -176,14 +100,9 @@ void BlockOps::routed_experts(int64_t layer, const DeviceMoe& w, const DeviceTen
     const MoeDispatch weighted = moe_weighted(d, row_weight);  // GEMM 2 applies the routing weights
     moe_gather(z, d, xs, ctx.stream);
     const GatedActivation act = gated_activation_params(ctx.config.activation);
-    if (ctx.fused_moe_activation && fused_gemm1(ctx, xs, w13, d, act, a)) {
-      ++ctx.fused_gemm1_calls;
-      expert_gemm(ctx, ExpertInput::of_rows(a), w2, weighted, ys);
-    } else {
-      expert_gemm(ctx, ExpertInput::of_rows(xs), w13, d, gate_up);
-      expert_gemm(ctx, ExpertInput::activated(act, gate_up.col_slice(0, I), gate_up.col_slice(I, I), a), w2, weighted,
-                  ys);
-    }
+    expert_gemm(ctx, ExpertInput::of_rows(xs), w13, d, gate_up);
+    expert_gemm(ctx, ExpertInput::activated(act, gate_up.col_slice(0, I), gate_up.col_slice(I, I), a), w2, weighted,
+                ys);
     moe_combine(ys, d, DeviceTensor(), routed, accumulate, ctx.stream);  // the rows carry their weights
     ctx.arena.reset(pass_mark);
   };

@@ -8,6 +8,7 @@
 #include "backend/cuda/attention/generic_attention.h"
 #include "backend/cuda/attention/mla/mla.h"
 #include "backend/cuda/executor/block_ops.h"
+#include "backend/cuda/executor/cuda_format.h"
 #include "model/blocks.h"
 
 namespace k3::cuda {
@@ -53,8 +54,8 @@ void BlockOps::mla_attention(int64_t layer, const DeviceMla& w, MlaBuffers& s) c
   const float scale = static_cast<float>(mc.softmax_scale());
   if (fast && m.decode) {
     const DeviceTensor q_abs = scratch(DType::kBF16, T, H * kMlaRow, "mla absorbed q");
-    if (w.absorbed.k_b.data != nullptr) {
-      mla_absorb_q_ggml(s.q, w.absorbed.k_b, q_abs, ctx_.stream);
+    if (w.absorbed.packed) {
+      w.absorbed.packed->absorb_q(s.q, q_abs, ctx_.stream);
     } else {
       mla_absorb_q(s.q, w.absorbed.w_uk, q_abs, ctx_.stream);
     }
@@ -63,8 +64,8 @@ void BlockOps::mla_attention(int64_t layer, const DeviceMla& w, MlaBuffers& s) c
     void* workspace = ctx_.arena.alloc(mla_decode_workspace_bytes(m.n, static_cast<int>(H), splits), "mla decode workspace");
     const DeviceTensor o_lat = scratch(DType::kF32, T, H * kMlaRank, "mla latent output");
     mla_decode_attention(q_abs, paged, m.seqlens, m.n, m.max_kv, scale, splits, workspace, o_lat, ctx_.stream);
-    if (w.absorbed.v_b.data != nullptr) {
-      mla_unabsorb_o_ggml(o_lat, w.absorbed.v_b, s.gate, s.o, ctx_.stream);
+    if (w.absorbed.packed) {
+      w.absorbed.packed->unabsorb_o(o_lat, s.gate, s.o, ctx_.stream);
     } else {
       mla_unabsorb_o(o_lat, w.absorbed.w_uv, s.gate, s.o, ctx_.stream);
     }

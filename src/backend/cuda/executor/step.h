@@ -54,9 +54,7 @@ struct StepContext {
   int page_size = 64;
   StepMeta meta;
   ExpertStream* experts = nullptr;  // expert streaming (--expert-cache): the routed experts' slot banks
-  bool fused_moe_activation = false;  // CudaOptions::fused_moe_activation
-  int64_t fused_gemm1_calls = 0;      // MoE layer calls of this step whose GEMM 1 ran fused
-  int64_t ggml_prefill_gemms = 0;     // GGUF expert GEMMs of this step on the prefill GEMM (not the GEMV)
+  int64_t packed_prefill_gemms = 0;   // packed expert GEMMs of this step on a prefill GEMM rather than a decode GEMV
 
   // y = x·Wᵀ for every weight kind; x f32 or bf16, y f32 or bf16 (converted where a GEMM cannot).
   void linear(const DeviceLinear& w, const DeviceTensor& x, const DeviceTensor& y);

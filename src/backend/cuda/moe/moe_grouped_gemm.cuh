@@ -1,7 +1,7 @@
 // The grouped GEMM over a MoE dispatch on mma.sync (moe.h), as a template over where its weight
-// tiles come from: a bf16 bank (moe_grouped_gemm.cu: moe_grouped_gemm_bf16) or a bank of GGML blocks
-// decoded to bf16 on the way into shared memory (moe_ggml_mma.cuh: moe_grouped_gemm_ggml, the GGUF
-// prefill). ys[r] = xs[r]·W_eᵀ for the sorted rows r of each expert e. One CTA computes a BM × BN tile
+// tiles come from: a bf16 bank (moe_grouped_gemm.cu: moe_grouped_gemm_bf16) or a format's bank of
+// quantized blocks decoded to bf16 on the way into shared memory (a format folder's cuda/ prefill
+// GEMM). ys[r] = xs[r]·W_eᵀ for the sorted rows r of each expert e. One CTA computes a BM × BN tile
 // of one expert. The grid is n-tiles × the tile map's upper bound; CTA L with L / n-tiles past the
 // dispatch's tile count exits. The others cover, expert by expert, that expert's m-tiles × n-tiles
 // with the m-tile fastest: the CTAs that read one weight slice run back to back (it comes from DRAM

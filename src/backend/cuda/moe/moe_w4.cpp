@@ -240,15 +240,13 @@ void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDi
 
 namespace {
 
-// The operand checks of both entry points (`who`: the caller's name for the messages); ys has
-// `out_cols` columns: N, or N / 2 for the gated form.
-void check_operands(const char* who, const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d,
-                    const DeviceTensor& ys, int64_t out_cols) {
-  const std::string fn(who);
+// The operand checks (ys: [R, N]).
+void check_operands(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys) {
+  const std::string fn("moe_grouped_gemm_w4");
   const int64_t R = d.rows(), K = w.k, N = w.n;
   expect_dtype(xs, DType::kBF16, (fn + " xs").c_str());
   expect_shape(xs, R, K, (fn + " xs").c_str());
-  expect_shape(ys, R, out_cols, (fn + " ys").c_str());
+  expect_shape(ys, R, N, (fn + " ys").c_str());
   if (w.experts != d.experts) {
     throw Error(fn + ": bank has " + std::to_string(w.experts) + " experts, dispatch " + std::to_string(d.experts));
   }
@@ -270,18 +268,15 @@ w4::GemmArgs gemm_args(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDisp
           static_cast<int>(w.n / w.parts), static_cast<int>(w.parts), d.expert_offsets, d.row_weight};
 }
 
-// Whether a bank has the gated kernel's form: [w1 | w3] with N/2 a multiple of its output columns.
-bool gated_form(const MoeW4Bank& w) { return w.parts == 2 && (w.n / 2) % w4::kWgmmaGatedCols == 0; }
-
-// The warpgroup-MMA kernel, plain (gated == nullptr) or with the activation in its epilogue.
-void launch_wgmma(const DeviceTensor& xs, const MoeW4Bank& w, const GatedActivation* gated, const w4::GemmArgs& a,
-                  const MoeTileMap& map, bool f32, cudaStream_t stream) {
+// The warpgroup-MMA kernel.
+void launch_wgmma(const DeviceTensor& xs, const MoeW4Bank& w, const w4::GemmArgs& a, const MoeTileMap& map, bool f32,
+                  cudaStream_t stream) {
   const w4::WgmmaMaps maps = wgmma_maps(xs, w);
   const int sms = multiprocessor_count();
   if (w.format == W4Format::kNvfp4) {
-    w4::launch_wgmma<W4Format::kNvfp4>(f32, gated, maps, a, map, sms, stream);
+    w4::launch_wgmma<W4Format::kNvfp4>(f32, maps, a, map, sms, stream);
   } else {
-    w4::launch_wgmma<W4Format::kMxfp4>(f32, gated, maps, a, map, sms, stream);
+    w4::launch_wgmma<W4Format::kMxfp4>(f32, maps, a, map, sms, stream);
   }
 }
 
@@ -289,7 +284,7 @@ void launch_wgmma(const DeviceTensor& xs, const MoeW4Bank& w, const GatedActivat
 
 void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
                          cudaStream_t stream, W4Kernel kernel) {
-  check_operands("moe_grouped_gemm_w4", xs, w, d, ys, w.n);
+  check_operands(xs, w, d, ys);
   const int64_t R = d.rows(), K = w.k;
   if (kernel == W4Kernel::kAuto) kernel = moe_w4_kernel_for(MoeTile::kAuto, w.format, R, moe_choice_experts(d), K);
   const bool decode = kernel == W4Kernel::kDecode || kernel == W4Kernel::kDecode3 || kernel == W4Kernel::kDecode8;
@@ -313,36 +308,12 @@ void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDi
       w4::launch_decode<W4Format::kMxfp4>(decode_shape(kernel), f32, a, map, stream);
     }
   } else if (kernel == W4Kernel::kWgmma) {
-    launch_wgmma(xs, w, nullptr, a, map, f32, stream);
+    launch_wgmma(xs, w, a, map, f32, stream);
   } else if (w.format == W4Format::kNvfp4) {
     w4::launch_gemm<W4Format::kNvfp4>(tile, f32, a, map, stream);
   } else {
     w4::launch_gemm<W4Format::kMxfp4>(tile, f32, a, map, stream);
   }
-}
-
-bool moe_grouped_gemm_w4_gated(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d,
-                               const GatedActivation& act, const DeviceTensor& out, cudaStream_t stream,
-                               W4Kernel kernel) {
-  const int64_t R = d.rows();
-  if (kernel == W4Kernel::kAuto) kernel = moe_w4_kernel_for(MoeTile::kAuto, w.format, R, moe_choice_experts(d), w.k);
-  if (kernel != W4Kernel::kWgmma || !gated_form(w)) return false;
-  check_operands("moe_grouped_gemm_w4_gated", xs, w, d, out, w.n / 2);
-  if (act.situ && !(act.beta > 0.0f)) throw Error("moe_grouped_gemm_w4_gated: SiTU beta must be > 0");
-  const MoeTileMap map = moe_tile_map(d, MoeTile::kM128);
-  if (R == 0) return true;
-  launch_wgmma(xs, w, &act, gemm_args(xs, w, d, out), map, out.dtype == DType::kF32, stream);
-  return true;
-}
-
-bool moe_w4_gated_runs(const MoeW4Bank& w, const MoeDispatch& d) {
-  return gated_form(w) &&
-         moe_w4_kernel_for(MoeTile::kAuto, w.format, d.rows(), moe_choice_experts(d), w.k) == W4Kernel::kWgmma;
-}
-
-bool moe_grouped_gemm_w4_gated(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d,
-                               const GatedActivation& act, const DeviceTensor& out, cudaStream_t stream) {
-  return moe_grouped_gemm_w4_gated(xs, w, d, act, out, stream, W4Kernel::kAuto);
 }
 
 }  // namespace k3::cuda

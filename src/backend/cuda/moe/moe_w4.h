@@ -89,15 +89,4 @@ void moe_w4_upload_out_scale(const MoeW4Bank& bank, const float* host);
 void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
                          cudaStream_t stream);
 
-// GEMM 1 with the gated activation fused into the kWgmma kernel's epilogue: for a [w1 | w3] bank
-// (parts = 2: gate rows [0, N/2), up rows [N/2, N) of each expert),
-//   out[r] = act(gate_r, up_r),  gate_r / up_r = columns [0, N/2) / [N/2, N) of ys[r] as
-//   moe_grouped_gemm_w4 computes them (out_scale of each part applied), then act's alphas (ops.h).
-// The gate and up values stay fp32 into the activation (the unfused path rounds them to ys's dtype
-// first). out: f32 or bf16 [R, N/2]. Runs only where moe_w4_gated_runs(w, d); returns false
-// otherwise, having launched nothing (the caller runs moe_grouped_gemm_w4 and gated_activation).
-bool moe_w4_gated_runs(const MoeW4Bank& w, const MoeDispatch& d);
-bool moe_grouped_gemm_w4_gated(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d,
-                               const GatedActivation& act, const DeviceTensor& out, cudaStream_t stream);
-
 }  // namespace k3::cuda

@@ -40,22 +40,20 @@ extern template void launch_gemm<W4Format::kMxfp4>(MoeTile, bool, const GemmArgs
 // persistent CTA per multiprocessor. Its operands come by TMA: `x` maps a.x in boxes of
 // kWgmmaBoxRows × 64 (tensor_map_bf16_sw128); `codes` and `scales` map the bank as [row groups,
 // chunks, words of a group's chunk] in boxes of kWgmmaBoxGroups groups × kWgmmaStageChunks chunks.
-// gated != nullptr: GEMM 1 with the activation in its epilogue (a.y: [R, N/2]).
 inline constexpr int kWgmmaBoxRows = 16;
-inline constexpr int kWgmmaBoxGroups = 4;  // half an item: its groups 0-3 and 4-7, or (gated) its gate and up groups
+inline constexpr int kWgmmaBoxGroups = 4;  // half an item: its groups 0-3 and 4-7
 inline constexpr int kWgmmaStageChunks = 2;
-inline constexpr int kWgmmaGatedCols = 64;  // gated: output columns per work item
 struct WgmmaMaps {
   CUtensorMap x, codes, scales;
 };
 template <W4Format F>
-void launch_wgmma(bool f32_out, const GatedActivation* gated, const WgmmaMaps& maps, const GemmArgs& a,
-                  const MoeTileMap& map, int multiprocessors, cudaStream_t stream);
+void launch_wgmma(bool f32_out, const WgmmaMaps& maps, const GemmArgs& a, const MoeTileMap& map, int multiprocessors,
+                  cudaStream_t stream);
 
-extern template void launch_wgmma<W4Format::kNvfp4>(bool, const GatedActivation*, const WgmmaMaps&, const GemmArgs&,
-                                                    const MoeTileMap&, int, cudaStream_t);
-extern template void launch_wgmma<W4Format::kMxfp4>(bool, const GatedActivation*, const WgmmaMaps&, const GemmArgs&,
-                                                    const MoeTileMap&, int, cudaStream_t);
+extern template void launch_wgmma<W4Format::kNvfp4>(bool, const WgmmaMaps&, const GemmArgs&, const MoeTileMap&, int,
+                                                    cudaStream_t);
+extern template void launch_wgmma<W4Format::kMxfp4>(bool, const WgmmaMaps&, const GemmArgs&, const MoeTileMap&, int,
+                                                    cudaStream_t);
 
 // The decode kernel (moe_w4_decode.cuh): 16 warps = 8 K slices × 2 pairs of 16-row groups per unit
 // of 64 weight rows, `xrows` (16 or 8) of the tile's activation rows in shared memory, a cp.async ring

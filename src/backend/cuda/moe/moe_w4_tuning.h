@@ -26,14 +26,11 @@ bool moe_w4_decode_fits(W4Format f, int64_t k, W4Kernel kernel = W4Kernel::kDeco
 // class first. docs/decisions/w4-decode-kernel-choice.md, w4-prefill-kernel-per-tile-class.md.
 W4Kernel moe_w4_kernel_for(MoeTile tile, W4Format f, int64_t rows, int64_t experts, int64_t k);
 
-// moe_grouped_gemm_w4 / moe_grouped_gemm_w4_gated with the kernel forced (kAuto: the choice above
+// moe_grouped_gemm_w4 with the kernel forced (kAuto: the choice above
 // for the dispatch's choice E); the MoeTile overload takes the tile class's kernel.
 void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
                          cudaStream_t stream, W4Kernel kernel);
 void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
                          cudaStream_t stream, MoeTile tile);
-bool moe_grouped_gemm_w4_gated(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d,
-                               const GatedActivation& act, const DeviceTensor& out, cudaStream_t stream,
-                               W4Kernel kernel);
 
 }  // namespace k3::cuda

@@ -19,17 +19,10 @@
 //     rows rounded up to 16: rows past the expert's are multiplied but never stored), commits, and
 //     releases the previous round's two activation stages once its wgmmas are done, so one round's
 //     MMAs overlap the next round's dequantisation. (Rounds of one chunk, one barrier each, ran at
-//     the same speed for plain items at 4096 tokens, 5–7 % slower at 2048 and 7–14 % slower for gated
-//     items: H200, 2026-12-02.)
+//     the same speed at 4096 tokens and 5–7 % slower at 2048: H200, 2026-12-02.)
 //     (A straight from registers, as in the mma.sync kernels, does not work here: ptxas reuses an
 //     in-flight wgmma's A registers for the next chunk's fragments — wrong results on the H200 — or,
 //     when they are kept live, serialises the wgmmas.)
-// Gated items (kGated, moe_grouped_gemm_w4_gated: GEMM 1 of a [w1 | w3] bank with the activation in
-// the epilogue): 64 output features per item, the stage's first box their gate rows and the second
-// their up rows; each warp places its group's rows in the A tile interleaved by eight (Consumer::
-// a_row_base), so that one lane's accumulator holds gate and up of the same feature and token and the
-// epilogue needs no exchange: act(gate·2^7·out_scale[e, 0], up·2^7·out_scale[e, 1]) in fp32, stored
-// as [R, N/2].
 // Full/empty mbarrier pairs per stage; the producers run ahead across items, so an item's epilogue
 // (fp32 × 2^7 · out_scale[expert, part], stored in pairs as in moe_w4_gemm.cuh) overlaps the next
 // item's loads. The item count is read on the device: graph-capturable. Needs sm_90a.
@@ -37,9 +30,6 @@
 
 #include <cuda.h>
 
-#include <type_traits>
-
-#include "backend/cuda/ops/activation.cuh"
 #include "backend/cuda/core/bulk_copy.cuh"
 #include "backend/cuda/moe/moe_w4_gemm.cuh"
 #include "backend/cuda/core/wgmma.cuh"
@@ -52,8 +42,6 @@ struct WgmmaCfg {
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
   static constexpr int kGroups = 4 * kConsumerWarpgroups;  // 16-row groups per item, one per consumer warp
   static constexpr int BF = 16 * kGroups;                  // weight rows per item
-  static constexpr int kGatedCols = kWgmmaGatedCols;       // gated items: output columns (BF / 2 gate + up rows)
-  static_assert(2 * kGatedCols == BF, "a gated item's gate and up rows fill the item");
   static constexpr int BT = 128;                           // rows of one expert per item (MoeTile::kM128)
   static_assert(BT % kWgmmaBoxRows == 0 && kWgmmaBoxRows % 8 == 0, "boxes of whole swizzle atoms");
   // A round: the two 64-column chunks of one weight stage, dequantised side by side and multiplied
@@ -76,16 +64,6 @@ struct WgmmaCfg {
   static constexpr int kSmemBytes = kBarOffset + 2 * (kXStages + kWStages) * 8 + 1024;  // + alignment of the base
 };
 
-// What an instantiation's items store: plain GEMM output, or (gated items) one activation of gate
-// and up. The activation is a template parameter rather than a runtime switch: with all three inlined
-// in the epilogue, ptxas compiled the chunk loop with more integer-pipe address arithmetic and the
-// fused kernel ran 17 % slower than the plain one at the same instruction count (Nsight, H200).
-enum class Epilogue { kPlain, kSilu, kSitu, kSituCapped };
-constexpr bool is_gated(Epilogue e) { return e != Epilogue::kPlain; }
-constexpr act::Kind act_kind(Epilogue e) {
-  return e == Epilogue::kSitu ? act::Kind::kSitu : e == Epilogue::kSituCapped ? act::Kind::kSituCapped : act::Kind::kSilu;
-}
-
 // A ring position: stage index and the parity of its current phase.
 struct RingPos {
   int stage = 0;
@@ -97,9 +75,8 @@ struct RingPos {
 
 // One consumer warp's side of the kernel (warp cw of the two consumer warpgroups, group cw); the ring
 // positions carry over from item to item.
-template <W4Format F, typename Tout, Epilogue E>
+template <W4Format F, typename Tout>
 struct Consumer {
-  static constexpr bool kGated = is_gated(E);
   using T = Trait<F>;
   using C = WgmmaCfg<F>;
   static constexpr int kSB = C::kScaleBytes;
@@ -107,24 +84,13 @@ struct Consumer {
   unsigned char* smem;
   uint64_t *full_x, *empty_x, *full_w, *empty_w;
   int cw, lane;
-  act::Act act;  // kGated: the activation's constants
   RingPos xpos{}, wpos{};
 
-  // The stage's group (slot) this warp dequantises and where its rows go in the warpgroup's A tile.
-  // Plain items: group cw, A rows 16·(cw % 4) + r. Gated items (stage groups 0–3: gate rows of the
-  // item's 64 features, 4–7: up rows of the same features): warpgroup h takes features 32h … 32h + 31
-  // — gate groups 2h, 2h + 1 (warps 0, 1) and up groups 2h, 2h + 1 (warps 2, 3) — and interleaves
-  // them by eight rows, A blocks of 8 = [gate 0–7, up 0–7, gate 8–15, up 8–15, …], so that each
-  // warp's accumulator holds gate (rows g) and up (rows g + 8) of the same eight features.
-  __device__ __forceinline__ int stage_group() const {
-    const int h = cw / 4, w = cw % 4;
-    return !kGated ? cw : w < 2 ? 2 * h + w : 4 + 2 * h + (w - 2);
-  }
-  __device__ __forceinline__ int a_row_base() const {
-    const int w = cw % 4;
-    return !kGated ? kRowGroup * w : 32 * (w % 2) + 8 * (w / 2);
-  }
-  static constexpr int kRowStep = kGated ? 16 : 8;  // A rows between a group's row r and r + 8
+  // The stage's group (slot) this warp dequantises (group cw) and where its rows go in the
+  // warpgroup's A tile (rows 16·(cw % 4) + r).
+  __device__ __forceinline__ int stage_group() const { return cw; }
+  __device__ __forceinline__ int a_row_base() const { return kRowGroup * (cw % 4); }
+  static constexpr int kRowStep = 8;  // A rows between a group's row r and r + 8
 
   // Item ct with the wgmma width N (≥ its rows).
   template <int N>
@@ -197,11 +163,7 @@ struct Consumer {
 #pragma unroll
       for (int p = 0; p < C::kRound; ++p) bulk::arrive(&empty_x[(prev_x + p) % C::kXStages]);
     }
-    if constexpr (kGated) {
-      store_gated(ct, acc);
-    } else {
-      store(ct, acc);
-    }
+    store(ct, acc);
   }
 
   // The warp's 16 weight rows of one chunk, dequantised (dequant(): the mma fragment of each k16 step,
@@ -241,38 +203,15 @@ struct Consumer {
                      row_weights_from(a.row_weight, ct.row0 + 8 * j), lane);
     }
   }
-
-  // Gated items: acc[4j], acc[4j + 1] = gate of feature 8·(cw % 4) + g of the warpgroup's 32 (tokens
-  // 8j + 2t, + 1), acc[4j + 2], acc[4j + 3] = up of the same feature and tokens (stage_group()). Each
-  // part's 2^7 · out_scale, then the activation in fp32, stored as output columns [col0, col0 + 64)
-  // of [R, N/2].
-  template <int NH>
-  __device__ __forceinline__ void store_gated(const detail::MoeCtaTile& ct, const float (&acc)[NH]) const {
-    const int f = ct.col0 + 32 * (cw / 4) + 8 * (cw % 4);
-    const float* part_scale = a.out_scale + ct.expert * a.parts;
-    const float sg = static_cast<float>(1 << kOffsetLog2) * part_scale[0];
-    const float su = static_cast<float>(1 << kOffsetLog2) * part_scale[1];
-    Tout* yt = static_cast<Tout*>(a.y) + static_cast<int64_t>(ct.row0) * a.ldy + f;
-    const int nv = (ct.rows + 7) / 8;
-#pragma unroll
-    for (int j = 0; j < NH / 4; ++j) {
-      if (j >= nv) break;
-      const float v0 = act::activate<act_kind(E)>(act, acc[4 * j] * sg, acc[4 * j + 2] * su);
-      const float v1 = act::activate<act_kind(E)>(act, acc[4 * j + 1] * sg, acc[4 * j + 3] * su);
-      store_rows8(yt + static_cast<int64_t>(8 * j) * a.ldy, a.ldy, ct.rows - 8 * j, v0, v1, 1.0f,
-                  row_weights_from(a.row_weight, ct.row0 + 8 * j), lane);
-    }
-  }
 };
 
-template <W4Format F, typename Tout, Epilogue E>
+template <W4Format F, typename Tout>
 __global__ void __launch_bounds__(WgmmaCfg<F>::kThreads, 1)
     moe_w4_wgmma_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap code_map,
-                        const __grid_constant__ CUtensorMap scale_map, GemmArgs a, act::Act act, int n_tiles,
+                        const __grid_constant__ CUtensorMap scale_map, GemmArgs a, int n_tiles,
                         const int32_t* __restrict__ tile_count, const int4* __restrict__ tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = WgmmaCfg<F>;
-  constexpr bool kGated = is_gated(E);
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   unsigned char* smem = smem_raw + ((1024u - (raw_addr & 1023u)) & 1023u);  // swizzle atoms: 1024-byte aligned
@@ -292,7 +231,7 @@ __global__ void __launch_bounds__(WgmmaCfg<F>::kThreads, 1)
   const int kchunks = (a.k / kChunk + C::kRound - 1) / C::kRound * C::kRound;
   const int n_items = *tile_count * n_tiles;
   auto item_at = [&](int i, detail::MoeCtaTile& ct) {
-    return detail::moe_tile_item(i, n_tiles, C::BT, kGated ? C::kGatedCols : C::BF, tile_count, tiles, a.offsets, ct);
+    return detail::moe_tile_item(i, n_tiles, C::BT, C::BF, tile_count, tiles, a.offsets, ct);
   };
 
   if (warp < 4) {  // producer warpgroup: warps 0 and 1, one lane each; empty barriers start "released"
@@ -301,11 +240,10 @@ __global__ void __launch_bounds__(WgmmaCfg<F>::kThreads, 1)
     for (int i = blockIdx.x; i < n_items; i += gridDim.x) {
       detail::MoeCtaTile ct;
       if (!item_at(i, ct)) break;
-      // The stage's two boxes of four groups: groups 0–3 and 4–7 of the item, or (gated) the gate
-      // groups of its 64 features and the up groups of the same features (up half: a.n / 2 rows on).
+      // The stage's two boxes of four groups: groups 0–3 and 4–7 of the item.
       const int64_t expert_row0 = static_cast<int64_t>(ct.expert) * a.n;
       const int group0 = static_cast<int>((expert_row0 + ct.col0) / kRowGroup);
-      const int group1 = kGated ? static_cast<int>((expert_row0 + a.n / 2 + ct.col0) / kRowGroup) : group0 + kWgmmaBoxGroups;
+      const int group1 = group0 + kWgmmaBoxGroups;
       for (int c = 0; c < kchunks; ++c) {  // kchunks: whole rounds (kernel entry)
         if (warp == 0) {
           // The item's rows in boxes of 16 (what its wgmma width reads; rows past the expert's: zeros or
@@ -336,9 +274,9 @@ __global__ void __launch_bounds__(WgmmaCfg<F>::kThreads, 1)
   }
 
   // Consumers: warps 4…7 and 8…11 are the two warpgroups; warp cw dequantises stage group
-  // Consumer::stage_group() (plain items: group cw, weight rows 16·cw … of the item's 128). The wgmma width is a template parameter of the whole item
+  // group cw (weight rows 16·cw … of the item's 128). The wgmma width is a template parameter of the whole item
   // (a branch around single wgmmas would make the compiler serialise them).
-  Consumer<F, Tout, E> cons{a, smem, full_x, empty_x, full_w, empty_w, warp - 4, lane, act};
+  Consumer<F, Tout> cons{a, smem, full_x, empty_x, full_w, empty_w, warp - 4, lane};
   for (int i = blockIdx.x; i < n_items; i += gridDim.x) {
     detail::MoeCtaTile ct;
     if (!item_at(i, ct)) break;
@@ -358,46 +296,28 @@ __global__ void __launch_bounds__(WgmmaCfg<F>::kThreads, 1)
 #endif
 }
 
-template <W4Format F, typename Tout, Epilogue E>
-void launch_wgmma_out(const WgmmaMaps& maps, const GemmArgs& a, const act::Act& act, const MoeTileMap& map,
-                      int multiprocessors, cudaStream_t stream) {
+template <W4Format F, typename Tout>
+void launch_wgmma_out(const WgmmaMaps& maps, const GemmArgs& a, const MoeTileMap& map, int multiprocessors,
+                      cudaStream_t stream) {
   using C = WgmmaCfg<F>;
-  const int n_tiles = is_gated(E) ? a.n / 2 / C::kGatedCols : (a.n + C::BF - 1) / C::BF;
+  const int n_tiles = (a.n + C::BF - 1) / C::BF;
   const int64_t items = static_cast<int64_t>(n_tiles) * map.bound;
   if (items > INT32_MAX) throw Error("moe_grouped_gemm_w4: too many work items");
   const int grid = static_cast<int>(std::min<int64_t>(items, multiprocessors));
-  auto* kernel = moe_w4_wgmma_kernel<F, Tout, E>;
+  auto* kernel = moe_w4_wgmma_kernel<F, Tout>;
   K3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
-  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(maps.x, maps.codes, maps.scales, a, act, n_tiles, map.count,
+  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(maps.x, maps.codes, maps.scales, a, n_tiles, map.count,
                                                        reinterpret_cast<const int4*>(map.tiles));
   K3_CUDA_CHECK_LAUNCH("moe_w4_wgmma_kernel");
 }
 
 template <W4Format F>
-void launch_wgmma(bool f32_out, const GatedActivation* gated, const WgmmaMaps& maps, const GemmArgs& a,
-                  const MoeTileMap& map, int multiprocessors, cudaStream_t stream) {
-  act::Kind kind = act::Kind::kSilu;
-  const act::Act act = gated != nullptr ? act::make_act(*gated, kind) : act::Act{};
-  auto launch = [&](auto epilogue) {
-    constexpr Epilogue E = decltype(epilogue)::value;
-    if (f32_out) {
-      launch_wgmma_out<F, float, E>(maps, a, act, map, multiprocessors, stream);
-    } else {
-      launch_wgmma_out<F, bf16, E>(maps, a, act, map, multiprocessors, stream);
-    }
-  };
-  using Plain = std::integral_constant<Epilogue, Epilogue::kPlain>;
-  using Silu = std::integral_constant<Epilogue, Epilogue::kSilu>;
-  using Situ = std::integral_constant<Epilogue, Epilogue::kSitu>;
-  using SituCapped = std::integral_constant<Epilogue, Epilogue::kSituCapped>;
-  if (gated == nullptr) {
-    launch(Plain{});
-  } else if (kind == act::Kind::kSilu) {
-    launch(Silu{});
-  } else if (kind == act::Kind::kSitu) {
-    launch(Situ{});
+void launch_wgmma(bool f32_out, const WgmmaMaps& maps, const GemmArgs& a, const MoeTileMap& map, int multiprocessors,
+                  cudaStream_t stream) {
+  if (f32_out) {
+    launch_wgmma_out<F, float>(maps, a, map, multiprocessors, stream);
   } else {
-    launch(SituCapped{});
+    launch_wgmma_out<F, bf16>(maps, a, map, multiprocessors, stream);
   }
 }
 

@@ -19,7 +19,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "quant/formats/ggml/cuda/moe_ggml.h"
 #include "backend/cuda/core/tensor.h"
 
 namespace k3::cuda {
@@ -73,15 +72,5 @@ void mla_decode_attention(const DeviceTensor& q_abs, const MlaPagedCache& cache,
 // [B, H·128]; out: f32/bf16 [B, H·128].
 void mla_unabsorb_o(const DeviceTensor& o_lat, const DeviceTensor& w_uv, const DeviceTensor& gate,
                     const DeviceTensor& out, cudaStream_t stream);
-
-// The same two products over a split GGUF kv_b kept in its GGML blocks (ExpertPack checkpoints,
-// k3-quant-formats §5.5; mla_absorb_ggml.cu): k_b [H, 512, 128] (Q4_0 in the checkpoints; bank rows
-// h·512 + c, contracted over the 128 nope dims) and v_b [H, 128, 512] (Q2_K; rows h·128 + e, over the
-// 512 latent columns), each a MoeGgmlBank with one "expert" per head. Weights are ggml's exact float
-// dequantisation, activations are not quantised (the CPU's contract for this scheme); same q / q_abs /
-// o_lat / gate / out forms as above.
-void mla_absorb_q_ggml(const DeviceTensor& q, const MoeGgmlBank& k_b, const DeviceTensor& q_abs, cudaStream_t stream);
-void mla_unabsorb_o_ggml(const DeviceTensor& o_lat, const MoeGgmlBank& v_b, const DeviceTensor& gate,
-                         const DeviceTensor& out, cudaStream_t stream);
 
 }  // namespace k3::cuda

@@ -12,6 +12,7 @@
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/core/kernel_util.cuh"
 #include "backend/cuda/ops/ops.h"
+#include "quant/formats/fp8/cuda/fp8_quant.h"
 
 namespace k3::cuda {
 namespace {

@@ -13,6 +13,7 @@
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/core/kernel_util.cuh"
 #include "backend/cuda/attention/mla/mla.h"
+#include "quant/formats/ggml/cuda/mla_absorb_ggml.h"
 #include "backend/cuda/attention/mla/mla_util.cuh"
 #include "quant/formats/ggml/cuda/moe_ggml_blocks.h"
 

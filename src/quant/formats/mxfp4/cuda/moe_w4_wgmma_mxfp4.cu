@@ -3,7 +3,7 @@
 
 namespace k3::cuda::w4 {
 
-template void launch_wgmma<W4Format::kMxfp4>(bool, const GatedActivation*, const WgmmaMaps&, const GemmArgs&,
-                                          const MoeTileMap&, int, cudaStream_t);
+template void launch_wgmma<W4Format::kMxfp4>(bool, const WgmmaMaps&, const GemmArgs&, const MoeTileMap&, int,
+                                          cudaStream_t);
 
 }  // namespace k3::cuda::w4

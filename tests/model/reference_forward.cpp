@@ -209,51 +209,12 @@ Mat mla(const K3Config& c, Weights& W, int64_t layer, const Mat& x) {
 }
 
 // Router (spec §7.1): selected experts and their weights for one token.
-std::vector<std::pair<size_t, double>> route(const K3Config& c, Weights& W, const std::string& p, const Vec& x) {
+std::vector<std::pair<int64_t, double>> route(const K3Config& c, Weights& W, const std::string& p, const Vec& x) {
   const MoeConfig& m = *c.moe;
   const size_t E = m.num_experts;
   const Vec logits = W.matvec(p + "gate.weight", x, E);
-  Vec s(E), choice(E);
   const Vec bias = m.has_score_correction_bias ? W(p + "gate.e_score_correction_bias") : Vec(E, 0.0);
-  if (m.scoring == RouterScoring::kSigmoid) {
-    for (size_t e = 0; e < E; ++e) s[e] = sigmoid(logits[e]);
-  } else {
-    const double mx = *std::max_element(logits.begin(), logits.end());
-    double sum = 0;
-    for (size_t e = 0; e < E; ++e) sum += (s[e] = std::exp(logits[e] - mx));
-    for (double& z : s) z /= sum;
-  }
-  for (size_t e = 0; e < E; ++e) choice[e] = s[e] + bias[e];
-  const size_t groups = m.use_grouped_topk ? m.num_expert_group : 1;
-  if (groups > 1 && m.topk_group < static_cast<int64_t>(groups)) {
-    const size_t per = E / groups;
-    std::vector<std::pair<double, size_t>> gscore;
-    for (size_t g = 0; g < groups; ++g) {
-      Vec members(choice.begin() + g * per, choice.begin() + (g + 1) * per);
-      std::sort(members.rbegin(), members.rend());
-      gscore.push_back({members[0] + (members.size() > 1 ? members[1] : 0.0), g});
-    }
-    std::sort(gscore.begin(), gscore.end(), [](auto& a, auto& b) { return a.first > b.first; });
-    std::vector<bool> keep(groups, false);
-    for (int64_t i = 0; i < m.topk_group; ++i) keep[gscore[i].second] = true;
-    for (size_t e = 0; e < E; ++e) {
-      if (!keep[e / per]) choice[e] = -INFINITY;
-    }
-  }
-  std::vector<size_t> order(E);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return choice[a] > choice[b]; });
-  std::vector<std::pair<size_t, double>> picked;
-  double total = 0;
-  for (int64_t i = 0; i < m.experts_per_token; ++i) {
-    picked.push_back({order[i], s[order[i]]});
-    total += s[order[i]];
-  }
-  for (auto& [e, w] : picked) {
-    if (m.renormalize) w /= (total + 1e-20);
-    w *= m.routed_scaling_factor;
-  }
-  return picked;
+  return reference::route(m, logits.data(), bias).picked;
 }
 
 Vec moe(const K3Config& c, Weights& W, int64_t layer, const Vec& x) {
@@ -445,6 +406,53 @@ std::vector<double> forward(const K3Config& c, const WeightSource& source, const
     logits.insert(logits.end(), l.begin(), l.end());
   }
   return logits;
+}
+
+RouteRef route(const MoeConfig& m, const double* logits, const std::vector<double>& bias) {
+  const size_t E = static_cast<size_t>(m.num_experts);
+  Vec s(E), choice(E);
+  if (m.scoring == RouterScoring::kSigmoid) {
+    for (size_t e = 0; e < E; ++e) s[e] = sigmoid(logits[e]);
+  } else {
+    const double mx = *std::max_element(logits, logits + E);
+    double sum = 0;
+    for (size_t e = 0; e < E; ++e) sum += (s[e] = std::exp(logits[e] - mx));
+    for (double& v : s) v /= sum;
+  }
+  for (size_t e = 0; e < E; ++e) choice[e] = s[e] + bias[e];
+  RouteRef r;
+  const size_t groups = m.use_grouped_topk ? static_cast<size_t>(m.num_expert_group) : 1;
+  if (groups > 1 && m.topk_group < static_cast<int64_t>(groups)) {
+    const size_t per = E / groups;
+    std::vector<std::pair<double, size_t>> gs;
+    for (size_t g = 0; g < groups; ++g) {
+      Vec members(choice.begin() + g * per, choice.begin() + (g + 1) * per);
+      std::sort(members.rbegin(), members.rend());
+      gs.push_back({members[0] + (per > 1 ? members[1] : 0.0), g});
+    }
+    std::stable_sort(gs.begin(), gs.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    const size_t kept = static_cast<size_t>(m.topk_group);
+    r.margin = std::min(r.margin, gs[kept - 1].first - gs[kept].first);
+    std::vector<bool> keep(groups, false);
+    for (size_t i = 0; i < kept; ++i) keep[gs[i].second] = true;
+    for (size_t e = 0; e < E; ++e) {
+      if (!keep[e / per]) choice[e] = -INFINITY;
+    }
+  }
+  std::vector<size_t> order(E);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return choice[a] > choice[b]; });
+  const size_t k = static_cast<size_t>(m.experts_per_token);
+  for (size_t i = 0; i + 1 < std::min(E, k + 1); ++i) {
+    if (std::isfinite(choice[order[i + 1]])) r.margin = std::min(r.margin, choice[order[i]] - choice[order[i + 1]]);
+  }
+  double total = 0;
+  for (size_t i = 0; i < k; ++i) {
+    r.picked.push_back({static_cast<int64_t>(order[i]), s[order[i]]});
+    total += s[order[i]];
+  }
+  for (auto& [e, w] : r.picked) w = (m.renormalize ? w / total : w) * m.routed_scaling_factor;
+  return r;
 }
 
 }  // namespace k3::reference

@@ -4,8 +4,11 @@
 // the oracle the fast paths are tested against.
 #pragma once
 
+#include <cmath>
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/config.h"
@@ -26,6 +29,17 @@ using ActivationRule = std::function<void(const std::string& weight, std::vector
 // scale/offset, GGUF int8 blocks of 32 (legacy types) or 256 (k-quants) as ggml's vec_dot_type;
 // float activations elsewhere.
 ActivationRule format_activation_rule(const LoadPlan& plan, PlanFiles& files);
+
+// Router (spec §7.1) over one token's logits [num_experts] and score-correction bias: scores,
+// choice = score + bias, grouped top-k (a group scores the sum of its two best choices), top-k by
+// choice with the lower index first on ties, weights = scores of the chosen, renormalised, times the
+// routed scaling. `margin` is the smallest gap between a kept and a dropped choice (of experts and
+// of groups): how far the selection is from a tie.
+struct RouteRef {
+  std::vector<std::pair<int64_t, double>> picked;
+  double margin = INFINITY;
+};
+RouteRef route(const MoeConfig& m, const double* logits, const std::vector<double>& bias);
 
 // Logits [T, vocab], row-major.
 std::vector<double> forward(const K3Config& config, const WeightSource& weights, const std::vector<int64_t>& ids,

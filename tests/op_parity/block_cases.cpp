@@ -74,7 +74,7 @@ void check_routing_margins(const TinyId& id, int64_t layer, const std::vector<fl
     for (int64_t e = 0; e < E; ++e) {
       for (int64_t i = 0; i < H; ++i) logits[e] += w[e * H + i] * x[t * H + i];
     }
-    const RouteRef r = route_reference(m, logits.data(), bias);
+    const reference::RouteRef r = reference::route(m, logits.data(), bias);
     if (r.margin < kRouteMinMargin) {
       throw std::runtime_error(id.label() + " layer " + std::to_string(layer) + " token " + std::to_string(t) +
                                ": routing margin " + std::to_string(r.margin) + " below kRouteMinMargin (change kInputSeed)");

@@ -39,7 +39,7 @@ class CudaOps {
   virtual std::vector<float> gated_activation(const ActivationConfig& act, const std::vector<float>& gate,
                                               const std::vector<float>& up, int64_t rows, int64_t cols,
                                               float gate_alpha, float up_alpha) = 0;
-  // [expert, weight] per choice and token, as route_reference lays them out.
+  // [expert, weight] per choice and token, as reference::route lays them out.
   virtual std::vector<float> route(const MoeConfig& m, const std::vector<float>& logits, int64_t rows,
                                    const std::vector<float>& bias) = 0;
 

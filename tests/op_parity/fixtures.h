@@ -51,15 +51,6 @@ reference::ActivationRule activation_rule(const TinyId& id);
 // has the op.
 Backend& cpu_backend();
 
-// The router's float64 reference (spec §7.1, pointwise_cases.cpp) for one token's logits: the chosen
-// experts with their weights, and the smallest gap between consecutive ranked values that decide the
-// choice (selection scores, and group scores under grouped top-k).
-struct RouteRef {
-  std::vector<std::pair<int64_t, double>> picked;
-  double margin = INFINITY;
-};
-RouteRef route_reference(const MoeConfig& m, const double* logits, const std::vector<double>& bias);
-
 // Column key of a scheme in the coverage matrix (format_columns()).
 std::string format_column(const Scheme& scheme);
 

@@ -173,55 +173,6 @@ void add_gated_activation(std::vector<OpCase>& out) {
 
 }  // namespace
 
-// Router (spec §7.1) in float64: scores, choice = score + bias, grouped top-k (a group scores the sum
-// of its two best choices), top-k by choice with the lower index first on ties, weights = scores of
-// the chosen, renormalised, times the routed scaling.
-RouteRef route_reference(const MoeConfig& m, const double* logits, const std::vector<double>& bias) {
-  const size_t E = static_cast<size_t>(m.num_experts);
-  Vec s(E), choice(E);
-  if (m.scoring == RouterScoring::kSigmoid) {
-    for (size_t e = 0; e < E; ++e) s[e] = sigmoid(logits[e]);
-  } else {
-    const double mx = *std::max_element(logits, logits + E);
-    double sum = 0;
-    for (size_t e = 0; e < E; ++e) sum += (s[e] = std::exp(logits[e] - mx));
-    for (double& v : s) v /= sum;
-  }
-  for (size_t e = 0; e < E; ++e) choice[e] = s[e] + bias[e];
-  RouteRef r;
-  const size_t groups = m.use_grouped_topk ? static_cast<size_t>(m.num_expert_group) : 1;
-  if (groups > 1 && m.topk_group < static_cast<int64_t>(groups)) {
-    const size_t per = E / groups;
-    std::vector<std::pair<double, size_t>> gs;
-    for (size_t g = 0; g < groups; ++g) {
-      Vec members(choice.begin() + g * per, choice.begin() + (g + 1) * per);
-      std::sort(members.rbegin(), members.rend());
-      gs.push_back({members[0] + (per > 1 ? members[1] : 0.0), g});
-    }
-    std::stable_sort(gs.begin(), gs.end(), [](auto& a, auto& b) { return a.first > b.first; });
-    const size_t kept = static_cast<size_t>(m.topk_group);
-    r.margin = std::min(r.margin, gs[kept - 1].first - gs[kept].first);
-    std::vector<bool> keep(groups, false);
-    for (size_t i = 0; i < kept; ++i) keep[gs[i].second] = true;
-    for (size_t e = 0; e < E; ++e) {
-      if (!keep[e / per]) choice[e] = -INFINITY;
-    }
-  }
-  std::vector<size_t> order(E);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return choice[a] > choice[b]; });
-  const size_t k = static_cast<size_t>(m.experts_per_token);
-  for (size_t i = 0; i + 1 < std::min(E, k + 1); ++i) {
-    if (std::isfinite(choice[order[i + 1]])) r.margin = std::min(r.margin, choice[order[i]] - choice[order[i + 1]]);
-  }
-  double total = 0;
-  for (size_t i = 0; i < k; ++i) {
-    r.picked.push_back({static_cast<int64_t>(order[i]), s[order[i]]});
-    total += s[order[i]];
-  }
-  for (auto& [e, w] : r.picked) w = (m.renormalize ? w / total : w) * m.routed_scaling_factor;
-  return r;
-}
 
 namespace {
 
@@ -249,7 +200,7 @@ std::vector<float> router_logits(const MoeConfig& m, int64_t rows, const std::ve
     for (uint32_t attempt = 0;; ++attempt) {
       const auto row = random_values(1, E, static_cast<uint32_t>(50 + E + 1000 * t + attempt), 1.5);
       const std::vector<double> token(row.begin(), row.end());
-      if (route_reference(m, token.data(), b).margin < 2 * kRouteMinMargin) continue;
+      if (reference::route(m, token.data(), b).margin < 2 * kRouteMinMargin) continue;
       out.insert(out.end(), row.begin(), row.end());
       break;
     }
@@ -285,7 +236,7 @@ void add_route(std::vector<OpCase>& out) {
         Expectation e{{}, 2 * k, {}, kRouteTolerance, {}, "float64 router (spec §7.1); [expert, weight] per choice"};
         for (int64_t t = 0; t < rows; ++t) {
           const std::vector<double> token(logits.begin() + t * E, logits.begin() + (t + 1) * E);
-          const RouteRef r = route_reference(m, token.data(), std::vector<double>(bias.begin(), bias.end()));
+          const reference::RouteRef r = reference::route(m, token.data(), std::vector<double>(bias.begin(), bias.end()));
           if (r.margin < kRouteMinMargin) {
             throw std::runtime_error("route fixture: token " + std::to_string(t) + " has a selection margin of " +
                                      std::to_string(r.margin) + " (below kRouteMinMargin)");

@@ -173,6 +173,21 @@ const std::vector<float>& output_of(size_t index, size_t target) {
 
 namespace {
 
+// `first` followed by " item;" per item, wrapped before 110 columns onto lines that start with
+// `indent`; the last ';' dropped.
+void print_wrapped(std::ostream& out, std::string first, const std::string& indent, const std::vector<std::string>& items) {
+  std::string line = std::move(first);
+  for (const std::string& item : items) {
+    if (line.size() + item.size() > 110) {
+      out << line << "\n";
+      line = indent;
+    }
+    line += " " + item + ";";
+  }
+  line.pop_back();
+  out << line << "\n";
+}
+
 // The expectation `target` is checked against, and whether it is also checked against the first target.
 const Expectation& expectation_for(size_t index, const Target& target, bool* agreement) {
   const OpCase& c = all_cases().at(index);
@@ -262,16 +277,7 @@ void print_cuda_skips(std::ostream& out, const std::vector<OpCase>& cases) {
   out << "\nskipped on cuda (the CUDA kernels do not take the shape or weight form):\n";
   for (const std::string& r : reasons) {
     out << "  - " << r << ":\n";
-    std::string line = "     ";
-    for (const std::string& n : cases_of[r]) {
-      if (line.size() + n.size() > 110) {
-        out << line << "\n";
-        line = "     ";
-      }
-      line += " " + n + ";";
-    }
-    line.pop_back();
-    out << line << "\n";
+    print_wrapped(out, "     ", "     ", cases_of[r]);
   }
 }
 
@@ -375,16 +381,7 @@ void print_coverage(std::ostream& out) {
       }
       out << "  " << op << " x " << col << "\n";
       for (const std::string& shapes : shape_order) {
-        std::string line = "    " + shapes + ":";
-        for (const std::string& src : sources_of[shapes]) {
-          if (line.size() + src.size() > 110) {
-            out << line << "\n";
-            line = "      ";
-          }
-          line += " " + src + ";";
-        }
-        line.pop_back();
-        out << line << "\n";
+        print_wrapped(out, "    " + shapes + ":", "      ", sources_of[shapes]);
       }
     }
   }

@@ -60,19 +60,14 @@ struct BenchArgs {
 // "1,8,64" → {1, 8, 64}: decimal integers in [1, kMaxBatch].
 std::vector<int64_t> parse_batch_sizes(const std::string& text) {
   std::vector<int64_t> sizes;
-  size_t start = 0;
-  while (true) {
-    const size_t end = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, end - start);
-    int64_t v = 0;
-    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v < 1 || v > kMaxBatch) {
+  for (const std::string& item : split_commas(text)) {
+    const std::optional<int64_t> v = parse_integer(item);
+    if (!v || *v < 1 || *v > kMaxBatch) {
       bad_flag("--batch", "'" + item + "' is not a batch size (an integer in [1, " + std::to_string(kMaxBatch) + "])");
     }
-    sizes.push_back(v);
-    if (end == text.size()) return sizes;
-    start = end + 1;
+    sizes.push_back(*v);
   }
+  return sizes;
 }
 
 // A built-in config by name, else a config.json path.

@@ -144,24 +144,34 @@ int parse_device(const std::string& text) {
   throw Error(Where{"", "", "--device"}, "'" + text + "' is not a device (cpu, cuda or cuda:N)");
 }
 
-std::vector<int64_t> parse_token_ids(const std::string& text, int64_t vocab) {
-  const Where where{"", "", "--ids"};
-  std::vector<int64_t> ids;
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> items;
   size_t start = 0;
   while (true) {
     const size_t end = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, end - start);
-    int64_t v = 0;
-    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size()) {
-      throw Error(where, "'" + item + "' is not an integer token id");
-    }
-    if (v < 0 || v >= vocab) {
+    items.push_back(text.substr(start, end - start));
+    if (end == text.size()) return items;
+    start = end + 1;
+  }
+}
+
+std::optional<int64_t> parse_integer(const std::string& item) {
+  int64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+  if (item.empty() || ec != std::errc() || ptr != item.data() + item.size()) return std::nullopt;
+  return v;
+}
+
+std::vector<int64_t> parse_token_ids(const std::string& text, int64_t vocab) {
+  const Where where{"", "", "--ids"};
+  std::vector<int64_t> ids;
+  for (const std::string& item : split_commas(text)) {
+    const std::optional<int64_t> v = parse_integer(item);
+    if (!v) throw Error(where, "'" + item + "' is not an integer token id");
+    if (*v < 0 || *v >= vocab) {
       throw Error(where, "token id " + item + " is out of range [0, " + std::to_string(vocab) + ")");
     }
-    ids.push_back(v);
-    if (end == text.size()) break;
-    start = end + 1;
+    ids.push_back(*v);
   }
   return ids;
 }

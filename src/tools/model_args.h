@@ -61,6 +61,10 @@ void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input = PromptIn
 
 // "1,2,3" → {1, 2, 3}; every entry must be a decimal integer in [0, vocab). Throws k3::Error
 // (field '--ids') naming the offending entry.
+// "a,b,c" → {"a", "b", "c"}; an empty text or item stays as "" for the caller to refuse.
+std::vector<std::string> split_commas(const std::string& text);
+// The value of a decimal integer that is the whole of `item`, else nothing.
+std::optional<int64_t> parse_integer(const std::string& item);
 std::vector<int64_t> parse_token_ids(const std::string& text, int64_t vocab);
 
 // The checkpoint's tokenizer (DIR/tiktoken.model + DIR/tokenizer_config.json); throws k3::Error when

@@ -53,10 +53,18 @@ inline uint64_t fresh_seed() {
   return std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32);
 }
 
-// A generator seeded freshly for each test; the seed goes into the failure messages.
+// `fixed`, unless K3_TEST_SEED replays another seed.
+inline uint64_t seed_or(uint64_t fixed) {
+  if (const char* s = std::getenv("K3_TEST_SEED")) return std::strtoull(s, nullptr, 10);
+  return fixed;
+}
+
+// A generator seeded freshly for each test (or with a given seed); the seed goes into the failure
+// messages.
 class Rng {
  public:
   Rng() : seed_(fresh_seed()), gen_(seed_) {}
+  explicit Rng(uint64_t seed) : seed_(seed), gen_(seed) {}
   uint64_t seed() const { return seed_; }
   std::vector<float> normal(size_t n, float stddev = 1.0f) {
     std::normal_distribution<float> d(0.0f, stddev);

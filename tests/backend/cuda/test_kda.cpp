@@ -39,28 +39,6 @@ namespace {
 
 constexpr int64_t kD = kKdaHeadDim;
 
-uint64_t seed_or(uint64_t fixed) {
-  if (const char* s = std::getenv("K3_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-  return fixed;
-}
-
-struct Gen {
-  explicit Gen(uint64_t seed) : gen(seed) {}
-  std::vector<float> normal(size_t n, float sd) {
-    std::normal_distribution<float> d(0.0f, sd);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(gen);
-    return v;
-  }
-  std::vector<float> uniform(size_t n, float lo, float hi) {
-    std::uniform_real_distribution<float> d(lo, hi);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(gen);
-    return v;
-  }
-  std::mt19937_64 gen;
-};
-
 struct KdaLayer {
   K3Config cfg;
   KdaWeights w;
@@ -68,7 +46,7 @@ struct KdaLayer {
   std::vector<float> conv_w;  // [3P][W]: q_conv | k_conv | v_conv
 };
 
-KdaLayer make_layer(int64_t H, bool safe, Gen& g) {
+KdaLayer make_layer(int64_t H, bool safe, test::Rng& g) {
   KdaLayer L;
   L.H = H, L.P = H * kD, L.hidden = L.P;
   L.cfg.file = "test";
@@ -277,10 +255,10 @@ TEST_P(KdaPipeline, PrefillContinuedPrefillAndDecodeMatchCpu) {
   K3_REQUIRE_GPU();
   test::ArenaScope scope;
   const KdaCase c = GetParam();
-  const uint64_t seed = seed_or(1000 + (c.safe ? 1 : 0) + (c.io == DType::kBF16 ? 2 : 0) +
+  const uint64_t seed = test::seed_or(1000 + (c.safe ? 1 : 0) + (c.io == DType::kBF16 ? 2 : 0) +
                                 (c.loads == KdaLoads::kBulk ? 8 : 0) + (c.cols == KdaInterCols::k16 ? 16 : 0));
   SCOPED_TRACE("seed " + std::to_string(seed));
-  Gen g(seed);
+  test::Rng g(seed);
   const KdaLayer L = make_layer(4, c.safe, g);
   const std::vector<int> lens1 = {1, 17, 64, 100, 130, 7}, lens2 = {70, 3, 1, 64, 129, 2};
   const std::vector<int32_t> slots = {5, 2, 7, 0, 3, 6};
@@ -351,9 +329,9 @@ INSTANTIATE_TEST_SUITE_P(Cases, KdaPipeline,
 TEST(KdaCuda, DecodeAfterPrefillEqualsLongerBulkPrefill) {
   K3_REQUIRE_GPU();
   test::ArenaScope scope;
-  const uint64_t seed = seed_or(2001);
+  const uint64_t seed = test::seed_or(2001);
   SCOPED_TRACE("seed " + std::to_string(seed));
-  Gen g(seed);
+  test::Rng g(seed);
   const KdaLayer L = make_layer(2, true, g);
   const std::vector<int> lens = {5, 64, 127, 200};
   const int n = static_cast<int>(lens.size());
@@ -402,9 +380,9 @@ TEST(KdaCuda, DecodeAfterPrefillEqualsLongerBulkPrefill) {
 TEST(KdaCuda, StateSaveRestoreAndZero) {
   K3_REQUIRE_GPU();
   test::ArenaScope scope;
-  const uint64_t seed = seed_or(3001);
+  const uint64_t seed = test::seed_or(3001);
   SCOPED_TRACE("seed " + std::to_string(seed));
-  Gen g(seed);
+  test::Rng g(seed);
   const KdaLayer L = make_layer(2, false, g);
   const std::vector<int> lens = {33, 90};
   const std::vector<int32_t> slots = {3, 1};

@@ -34,28 +34,6 @@ namespace {
 
 constexpr double kTol = 1e-2;
 
-uint64_t seed_or(uint64_t fixed) {
-  if (const char* s = std::getenv("K3_TEST_SEED")) return std::strtoull(s, nullptr, 10);
-  return fixed;
-}
-
-struct Gen {
-  explicit Gen(uint64_t seed) : gen(seed) {}
-  std::vector<float> normal(size_t n, float sd) {
-    std::normal_distribution<float> d(0.0f, sd);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(gen);
-    return v;
-  }
-  std::vector<float> uniform(size_t n, float lo, float hi) {
-    std::uniform_real_distribution<float> d(lo, hi);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(gen);
-    return v;
-  }
-  std::mt19937_64 gen;
-};
-
 struct MlaLayer {
   K3Config cfg;
   MlaWeights w;
@@ -64,7 +42,7 @@ struct MlaLayer {
   float scale = 0;
 };
 
-MlaLayer make_layer(int64_t H, Gen& g) {
+MlaLayer make_layer(int64_t H, test::Rng& g) {
   MlaLayer L;
   L.H = H, L.hidden = H * kMlaV;
   MlaConfig& m = L.cfg.mla;
@@ -173,7 +151,7 @@ std::vector<float> gpu_prefill(const MlaLayer& L, const Tensor& x, const std::ve
 // Absorbed-form GPU decode of one new token per sequence (x: one row each), the sequences' caches
 // (new token included) laid out in shuffled 64-row pages; rows past each length are NaN.
 std::vector<float> gpu_decode(const MlaLayer& L, const Tensor& x, const std::vector<SequenceState>& st, int splits,
-                              Gen& g) {
+                              test::Rng& g) {
   Arena& a = test::arena();
   const int B = static_cast<int>(st.size());
   constexpr int kPage = 64;
@@ -189,7 +167,7 @@ std::vector<float> gpu_decode(const MlaLayer& L, const Tensor& x, const std::vec
   }
   std::vector<int32_t> perm(static_cast<size_t>(pages));
   std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), g.gen);
+  std::shuffle(perm.begin(), perm.end(), g.gen());
   std::vector<float> cache(static_cast<size_t>(pages) * kPage * kMlaRow, std::nanf(""));
   std::vector<int32_t> table(static_cast<size_t>(B) * max_pages, 0);
   int next = 0;
@@ -235,9 +213,9 @@ TEST_P(MlaPrefill, PrefillAndContinuedPrefillMatchCpu) {
   K3_REQUIRE_GPU();
   test::ArenaScope scope;
   const PrefillCase c = GetParam();
-  const uint64_t seed = seed_or(5000 + static_cast<uint64_t>(c.heads) + (c.out == DType::kBF16 ? 100 : 0));
+  const uint64_t seed = test::seed_or(5000 + static_cast<uint64_t>(c.heads) + (c.out == DType::kBF16 ? 100 : 0));
   SCOPED_TRACE("seed " + std::to_string(seed));
-  Gen g(seed);
+  test::Rng g(seed);
   const MlaLayer L = make_layer(c.heads, g);
   const std::vector<int> lens1 = {2, 37, 64, 100, 131}, lens2 = {3, 70, 1, 64, 2};
   std::vector<SequenceState> st = fresh_states(lens1.size());
@@ -272,9 +250,9 @@ TEST_P(MlaDecode, AbsorbedDecodeMatchesCpu) {
   K3_REQUIRE_GPU();
   test::ArenaScope scope;
   const DecodeCase c = GetParam();
-  const uint64_t seed = seed_or(7000 + static_cast<uint64_t>(c.heads) * 10 + static_cast<uint64_t>(c.splits));
+  const uint64_t seed = test::seed_or(7000 + static_cast<uint64_t>(c.heads) * 10 + static_cast<uint64_t>(c.splits));
   SCOPED_TRACE("seed " + std::to_string(seed));
-  Gen g(seed);
+  test::Rng g(seed);
   const MlaLayer L = make_layer(c.heads, g);
   const std::vector<int> lens = {1, 63, 64, 65, 200, 300};
   std::vector<SequenceState> st = fresh_states(lens.size());
@@ -303,9 +281,9 @@ INSTANTIATE_TEST_SUITE_P(Cases, MlaDecode,
 TEST(MlaCuda, DecodeAfterPrefillEqualsLongerPrefill) {
   K3_REQUIRE_GPU();
   test::ArenaScope scope;
-  const uint64_t seed = seed_or(6001);
+  const uint64_t seed = test::seed_or(6001);
   SCOPED_TRACE("seed " + std::to_string(seed));
-  Gen g(seed);
+  test::Rng g(seed);
   const MlaLayer L = make_layer(8, g);
   const std::vector<int> lens = {2, 64, 129};
   std::vector<SequenceState> st = fresh_states(lens.size());

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "error_of.h"
 #include "core/error.h"
 #include "io/gguf.h"
 #include "quant/formats/ggml/ggml_dequant.h"
@@ -276,14 +277,7 @@ TEST(GgufWriter, RoundTripsEveryValueTypeAndTensorLayout) {
   fs::remove(path);
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::error_of;
 
 TEST(GgufWriter, RejectsInconsistentInput) {
   GgufWriter w;
@@ -329,8 +323,14 @@ std::vector<uint8_t> patched(std::vector<uint8_t> b, size_t at, T v) {
   return b;
 }
 
+// The parse's error message, or "no error" when the bytes parse.
 std::string parse_error(const std::vector<uint8_t>& b) {
-  return error_of([&] { GgufFile::parse(b, "t.gguf"); });
+  try {
+    GgufFile::parse(b, "t.gguf");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
 }
 
 TEST(GgufCorrupt, TinyFileLayoutIsAsAssumed) {

@@ -1,3 +1,4 @@
+#include "error_of.h"
 #include "io/safetensors.h"
 
 #include <gtest/gtest.h>
@@ -24,14 +25,7 @@ std::vector<uint8_t> raw_file(const std::string& header, uint64_t payload, std::
   return out;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const k3::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using k3::test::error_of;
 
 class SafetensorsTest : public ::testing::Test {
  protected:

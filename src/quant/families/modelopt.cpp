@@ -15,7 +15,9 @@
 #include "quant/families/modelopt_resolve.h"
 #include "quant/families/tensor_binder.h"
 #include "quant/formats/fp8/fp8.h"
+#include "quant/formats/fp8/fp8_plan.h"
 #include "quant/formats/nvfp4/nvfp4.h"
+#include "quant/formats/nvfp4/nvfp4_plan.h"
 
 namespace k3 {
 namespace modelopt {
@@ -138,9 +140,9 @@ std::vector<PartSpec> layout_of(const std::string& algo, uint64_t n, uint64_t k)
 }
 
 Scheme scheme_of(const std::string& algo) {
-  if (algo == "NVFP4") return Scheme{SchemeKind::Nvfp4, "U8", 0, 0, static_cast<uint32_t>(kNvfp4Group)};
-  if (algo == "FP8_PB_WO") return Scheme{SchemeKind::Fp8Block, "F8_E4M3", kFp8Block, kFp8Block};
-  return Scheme{SchemeKind::Fp8Tensor, "F8_E4M3"};
+  if (algo == "NVFP4") return nvfp4_scheme();
+  if (algo == "FP8_PB_WO") return fp8_block_scheme(kFp8Block, kFp8Block);
+  return fp8_tensor_scheme();
 }
 
 class Planner {

@@ -1,0 +1,30 @@
+#include "quant/formats/nvfp4/nvfp4_plan.h"
+
+#include "quant/formats/nvfp4/nvfp4.h"
+#include "quant/plan/plan_format.h"
+
+namespace k3 {
+
+Scheme nvfp4_scheme() { return Scheme{SchemeKind::Nvfp4, "U8", 0, 0, static_cast<uint32_t>(kNvfp4Group)}; }
+
+namespace {
+
+// Parts "weight", "weight_scale" and "weight_scale_2" per expert.
+void dequant_nvfp4_binding(const Binding& b, const ParamSpec& spec, PlanFiles& files, float* out) {
+  const SourcePart& weight = need_part(b, "weight");
+  const Matrix m = matrix_of(spec);
+  const SourcePart& scale = need_part(b, "weight_scale");
+  const SourcePart& global = need_part(b, "weight_scale_2");
+  for (size_t e = 0; e < weight.tensors.size(); ++e) {
+    const float g = decode_source(global.tensors.at(e), files).at(0);
+    dequant_nvfp4(files.bytes(weight.tensors[e]).data(), files.bytes(scale.tensors.at(e)).data(), g, m.n, m.k,
+                  out + e * m.n * m.k);
+  }
+}
+
+}  // namespace
+
+extern const PlanFormat plan_format_nvfp4{
+    "NVFP4", [](const Scheme& s) { return "NVFP4/g" + std::to_string(s.group_size); }, dequant_nvfp4_binding};
+
+}  // namespace k3

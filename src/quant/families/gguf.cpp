@@ -367,7 +367,7 @@ class GgufPlanner {
       part.tensors.push_back(std::move(s));
     }
     b.parts.push_back(std::move(part));
-    b.transforms.push_back(Transform::SliceGgufExpert);
+    b.transforms.push_back(Transform::SliceExpert);
   }
 
   // ExpertPack: the pack's slices of this layer and role (w1 = gate, w3 = up, w2 = down).

@@ -290,7 +290,7 @@ class Planner {
     }
   }
 
-  void check_part(const SourceTensor& t, const ModelSlimPartRule& rule, const Scheme& s, const std::string& param) {
+  void check_part(const SourceTensor& t, const PartLayout& rule, const Scheme& s, const std::string& param) {
     const std::string what = s.name() + " part '" + rule.role + "' of parameter '" + param + "'";
     const bool float_ok = t.dtype == "BF16" || t.dtype == "F16" || t.dtype == "F32";
     const bool dtype_ok = rule.dtypes.empty() ? float_ok : std::find(rule.dtypes.begin(), rule.dtypes.end(), t.dtype) != rule.dtypes.end();
@@ -313,14 +313,9 @@ class Planner {
     const bool bank = spec.kind == ParamKind::ExpertBank;
     const uint64_t n = spec.shape[spec.shape.size() - 2], k = spec.shape.back();
     Binding b{spec.name, s, {}, {}};
-    if (s.kind == SchemeKind::W4A8 && s.int4_packed_along_n && n % 2 != 0) {
-      binder_.problem_for_param(spec.name, "N = " + std::to_string(n) + " is odd; the packed int4 layout needs an even row count");
-    }
-    if (s.group_size > 0 && k % s.group_size != 0) {
-      binder_.problem_for_param(spec.name, "K = " + std::to_string(k) + " is not a multiple of group_size " + std::to_string(s.group_size));
-    }
+    for (const std::string& problem : shape_problems(s, n, k)) binder_.problem_for_param(spec.name, problem);
     const uint64_t experts = bank ? spec.shape[0] : 1;
-    for (const ModelSlimPartRule& rule : modelslim_part_rules(s, n, k)) {
+    for (const PartLayout& rule : modelslim_part_rules(s, n, k)) {
       SourcePart part{rule.role, {}};
       for (uint64_t e = 0; e < experts; ++e) {
         const std::string name = bank ? expert_tensor_name(spec.name, static_cast<int64_t>(e), rule.role) : sibling(spec.name, rule.role);

@@ -75,10 +75,7 @@ Binding bind_linear_or_dense(TensorBinder& binder, const ParamSpec& spec, const 
 
   Binding b{spec.name, layout.scheme, {{"weight", {}}, {"weight_scale", {}}}, {}};
   const uint64_t n = spec.shape[spec.shape.size() - 2], k = spec.shape.back();
-  if (const auto shape_problem = plan_format(layout.scheme.kind).shape_problem) {
-    const std::string problem = shape_problem(layout.scheme, n, k);
-    if (!problem.empty()) binder.problem_for_param(spec.name, problem);
-  }
+  for (const std::string& problem : shape_problems(layout.scheme, n, k)) binder.problem_for_param(spec.name, problem);
   bool conflict_reported = false;
   for (const auto& m : modules) {
     const auto weight = binder.take(m + "." + layout.weight_suffix, spec.name);

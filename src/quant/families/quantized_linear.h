@@ -1,5 +1,6 @@
-// Binding the Linear parameters that a quantization config may store quantized (compressed-tensors
-// MXFP4 / FP8-block, DeepSeek-style FP8 block). One rule for all of them:
+// Binding the Linear parameters that a quantization config may store quantized, each module as a
+// QuantizedLayout (quant/plan/plan_format.h) the family's config names (compressed-tensors,
+// DeepSeek-style block quantization). One rule for all of them:
 //  - the config says, per module, whether it MAY be quantized (a targeted, not ignored Linear)
 //    or MUST stay dense (ignored, or targeted by nothing);
 //  - the checkpoint's tensor names and dtypes say whether it IS quantized: a quantized main tensor

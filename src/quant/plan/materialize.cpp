@@ -43,8 +43,8 @@ std::vector<float> materialize(const Binding& binding, const ParamSpec& spec, Pl
         break;
       case Transform::ProjFromResScore:
       case Transform::OnesFromResScore:
-      case Transform::SqueezeFp8Scale4D:
-      case Transform::SliceGgufExpert:
+      case Transform::SqueezeScale4D:
+      case Transform::SliceExpert:
         break;  // layout only: the scheme reference already reads these sources correctly
     }
   }

@@ -25,6 +25,11 @@ const PlanFormat& plan_format(SchemeKind kind) {
   return *kPlanFormats[i];
 }
 
+std::vector<std::string> shape_problems(const Scheme& scheme, uint64_t n, uint64_t k) {
+  const PlanFormat& f = plan_format(scheme.kind);
+  return f.shape_problems == nullptr ? std::vector<std::string>{} : f.shape_problems(scheme, n, k);
+}
+
 std::vector<uint64_t> QuantizedLayout::weight_shape(uint64_t n, uint64_t k) const {
   const PlanFormat& f = plan_format(scheme.kind);
   if (f.linear_weight_shape == nullptr) throw Error(Where{}, std::string(f.kind_name) + " has no quantized Linear layout");

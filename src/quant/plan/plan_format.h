@@ -14,8 +14,8 @@
 namespace k3 {
 
 struct PlanFormat {
-  const char* kind_name;                 // scheme_kind_name(): "MXFP4"
-  std::string (*name)(const Scheme& s);  // Scheme::name(): "MXFP4/g32"
+  const char* kind_name;                 // scheme_kind_name(): "DENSE", …
+  std::string (*name)(const Scheme& s);  // Scheme::name(): "BF16", …
   // Exact reference: the binding's sources (every expert of a bank, in order) as float32 into out,
   // row-major in spec.shape. Reads only the bytes the binding names.
   void (*dequant)(const Binding& b, const ParamSpec& spec, PlanFiles& files, float* out);
@@ -23,12 +23,25 @@ struct PlanFormat {
   // QuantizedLayout; nullptr for schemes no QuantizedLayout uses.
   std::vector<uint64_t> (*linear_weight_shape)(const Scheme& s, uint64_t n, uint64_t k) = nullptr;
   std::vector<uint64_t> (*linear_scale_shape)(const Scheme& s, uint64_t n, uint64_t k) = nullptr;
-  // Why a Linear [n, k] cannot be stored in this scheme, or "" (nullptr: every shape can).
-  std::string (*shape_problem)(const Scheme& s, uint64_t n, uint64_t k) = nullptr;
+  // Why a weight [n, k] cannot be stored in this scheme, one text per reason (nullptr: every
+  // shape can).
+  std::vector<std::string> (*shape_problems)(const Scheme& s, uint64_t n, uint64_t k) = nullptr;
 };
 
 // The entry of a scheme kind.
 const PlanFormat& plan_format(SchemeKind kind);
+
+// Why a weight [n, k] cannot be stored in `scheme` (its entry's shape_problems); empty when it can.
+std::vector<std::string> shape_problems(const Scheme& scheme, uint64_t n, uint64_t k);
+
+// One stored part of a quantized weight [n, k], as a family binds it: its role, the dtypes and
+// shapes it may have.
+struct PartLayout {
+  std::string role;
+  std::vector<std::string> dtypes;            // empty: any float type (BF16, F16, F32)
+  std::vector<std::vector<uint64_t>> shapes;  // any of these
+  bool required = true;
+};
 
 // How one quantized Linear module is stored (quant/families/quantized_linear.h binds it):
 // `<module>.<weight_suffix>` with scheme.storage as dtype, `<module>.<scale_suffix>` with one of

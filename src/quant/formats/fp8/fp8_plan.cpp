@@ -6,6 +6,10 @@ namespace k3 {
 
 Scheme fp8_tensor_scheme() { return Scheme{SchemeKind::Fp8Tensor, "F8_E4M3"}; }
 
+std::vector<PartLayout> fp8_tensor_parts(uint64_t n, uint64_t k) {
+  return {{"weight", {"F8_E4M3"}, {{n, k}}}, {"weight_scale", {"F32"}, {{}}}, {"input_scale", {"F32"}, {{}}}};
+}
+
 Scheme fp8_block_scheme(uint32_t block_n, uint32_t block_k) {
   return Scheme{SchemeKind::Fp8Block, "F8_E4M3", block_n, block_k};
 }

@@ -18,9 +18,9 @@ Scheme w8a8_scheme(bool static_activation) {
   return s;
 }
 
-std::vector<ModelSlimPartRule> modelslim_part_rules(const Scheme& s, uint64_t n, uint64_t k) {
+std::vector<PartLayout> modelslim_part_rules(const Scheme& s, uint64_t n, uint64_t k) {
   const std::vector<std::vector<uint64_t>> per_channel{{n, 1}};
-  std::vector<ModelSlimPartRule> rules;
+  std::vector<PartLayout> rules;
   const bool packed = s.kind == SchemeKind::W4A8 && s.int4_packed_along_n;
   rules.push_back({"weight", {"I8"}, {{packed ? n / 2 : n, k}}});
   rules.push_back({"weight_scale", {}, per_channel});
@@ -46,7 +46,19 @@ extern const PlanFormat plan_format_w4a8{
       return std::string("W4A8") + (s.group_size ? "/g" + std::to_string(s.group_size) : "/channel") +
              (s.int4_packed_along_n ? "/packed" : "/unpacked");
     },
-    dequant_modelslim_binding};
+    dequant_modelslim_binding,
+    nullptr,
+    nullptr,
+    [](const Scheme& s, uint64_t n, uint64_t k) {
+      std::vector<std::string> problems;
+      if (s.int4_packed_along_n && n % 2 != 0) {
+        problems.push_back("N = " + std::to_string(n) + " is odd; the packed int4 layout needs an even row count");
+      }
+      if (s.group_size > 0 && k % s.group_size != 0) {
+        problems.push_back("K = " + std::to_string(k) + " is not a multiple of group_size " + std::to_string(s.group_size));
+      }
+      return problems;
+    }};
 
 extern const PlanFormat plan_format_w8a8{
     "W8A8", [](const Scheme& s) { return std::string(s.static_activation ? "W8A8_STATIC" : "W8A8_DYNAMIC"); },

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "quant/plan/scheme.h"
+#include "quant/plan/plan_format.h"
 
 namespace k3 {
 
@@ -15,14 +15,7 @@ Scheme w4a8_scheme(uint32_t group_size, bool packed_along_n);
 // I8 codes × per-channel scale; static_activation: the static-activation parts are bound too.
 Scheme w8a8_scheme(bool static_activation);
 
-// One stored part of a W4A8 / W8A8 weight [n, k]: its role, accepted dtypes and shapes.
-struct ModelSlimPartRule {
-  std::string role;
-  std::vector<std::string> dtypes;            // empty: any float type (BF16, F16, F32)
-  std::vector<std::vector<uint64_t>> shapes;  // any of these
-  bool required = true;
-};
 // The parts of a weight [n, k] stored in `scheme` (W4A8 or W8A8), in binding order.
-std::vector<ModelSlimPartRule> modelslim_part_rules(const Scheme& scheme, uint64_t n, uint64_t k);
+std::vector<PartLayout> modelslim_part_rules(const Scheme& scheme, uint64_t n, uint64_t k);
 
 }  // namespace k3

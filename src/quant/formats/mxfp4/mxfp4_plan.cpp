@@ -32,9 +32,9 @@ extern const PlanFormat plan_format_mxfp4{
     [](const Scheme&, uint64_t n, uint64_t k) { return std::vector<uint64_t>{n, k / 2}; },
     [](const Scheme& s, uint64_t n, uint64_t k) { return std::vector<uint64_t>{n, k / s.group_size}; },
     [](const Scheme& s, uint64_t, uint64_t k) {
-      return k % s.group_size == 0 ? std::string()
-                                   : "MXFP4 needs the input dimension K = " + std::to_string(k) + " to be a multiple of " +
-                                         std::to_string(s.group_size);
+      if (k % s.group_size == 0) return std::vector<std::string>{};
+      return std::vector<std::string>{"MXFP4 needs the input dimension K = " + std::to_string(k) + " to be a multiple of " +
+                                      std::to_string(s.group_size)};
     }};
 
 }  // namespace k3

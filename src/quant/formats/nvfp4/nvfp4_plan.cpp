@@ -7,6 +7,13 @@ namespace k3 {
 
 Scheme nvfp4_scheme() { return Scheme{SchemeKind::Nvfp4, "U8", 0, 0, static_cast<uint32_t>(kNvfp4Group)}; }
 
+std::vector<PartLayout> nvfp4_parts(uint64_t n, uint64_t k) {
+  return {{"weight", {"U8"}, {{n, k / 2}}},
+          {"weight_scale", {"F8_E4M3"}, {{n, k / kNvfp4Group}}},
+          {"weight_scale_2", {"F32"}, {{}}},
+          {"input_scale", {"F32"}, {{}}}};
+}
+
 namespace {
 
 // Parts "weight", "weight_scale" and "weight_scale_2" per expert.
@@ -25,6 +32,12 @@ void dequant_nvfp4_binding(const Binding& b, const ParamSpec& spec, PlanFiles& f
 }  // namespace
 
 extern const PlanFormat plan_format_nvfp4{
-    "NVFP4", [](const Scheme& s) { return "NVFP4/g" + std::to_string(s.group_size); }, dequant_nvfp4_binding};
+    "NVFP4", [](const Scheme& s) { return "NVFP4/g" + std::to_string(s.group_size); }, dequant_nvfp4_binding,
+    nullptr,
+    nullptr,
+    [](const Scheme& s, uint64_t, uint64_t k) {
+      if (k % s.group_size == 0) return std::vector<std::string>{};
+      return std::vector<std::string>{"NVFP4 needs K % " + std::to_string(s.group_size) + " == 0, K is " + std::to_string(k)};
+    }};
 
 }  // namespace k3

@@ -48,7 +48,7 @@ const SourcePart& need_part(const Binding& b, const char* role) {
   return *p;
 }
 
-Matrix matrix_of(const ParamSpec& spec) {
+MatrixDims matrix_of(const ParamSpec& spec) {
   const auto& s = spec.shape;
   if (s.size() < 2) throw Error(Where{"", spec.name, "shape"}, "quantized parameter must be at least 2-D");
   return {static_cast<int64_t>(s[s.size() - 2]), static_cast<int64_t>(s[s.size() - 1])};

@@ -61,9 +61,9 @@ struct QuantizedLayout {
 // The binding's part `role`; a k3::Error naming the parameter when it has none (or no tensor).
 const SourcePart& need_part(const Binding& b, const char* role);
 // Rows and columns of one (per-expert) 2-D weight slice of the parameter.
-struct Matrix {
+struct MatrixDims {
   int64_t n, k;
 };
-Matrix matrix_of(const ParamSpec& spec);
+MatrixDims matrix_of(const ParamSpec& spec);
 
 }  // namespace k3

@@ -68,11 +68,16 @@ TEST(PlanFormat, QuantizedLinearLayouts) {
 }
 
 TEST(PlanFormat, ShapeProblems) {
+  using Texts = std::vector<std::string>;
   EXPECT_TRUE(shape_problems(mxfp4_layout().scheme, 8, 64).empty());
-  EXPECT_EQ(shape_problems(mxfp4_layout().scheme, 8, 48).size(), 1u);
+  EXPECT_EQ(shape_problems(mxfp4_layout().scheme, 8, 48),
+            (Texts{"MXFP4 needs the input dimension K = 48 to be a multiple of 32"}));
   EXPECT_TRUE(shape_problems(nvfp4_scheme(), 8, 32).empty());
-  EXPECT_EQ(shape_problems(nvfp4_scheme(), 8, 40).size(), 1u);
-  EXPECT_EQ(shape_problems(w4a8_scheme(64, true), 7, 96).size(), 2u);  // odd packed N and K % 64
+  EXPECT_EQ(shape_problems(nvfp4_scheme(), 8, 40), (Texts{"NVFP4 needs K % 16 == 0, K is 40"}));
+  EXPECT_EQ(shape_problems(w4a8_scheme(64, true), 7, 96),
+            (Texts{"N = 7 is odd; the packed int4 layout needs an even row count",
+                   "K = 96 is not a multiple of group_size 64"}));
+  EXPECT_TRUE(shape_problems(w4a8_scheme(0, false), 7, 96).empty());
   EXPECT_TRUE(shape_problems(w8a8_scheme(false), 7, 96).empty());
   EXPECT_TRUE(shape_problems(fp8_block_scheme(128, 128), 7, 9).empty());
 }

@@ -25,7 +25,7 @@ uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 // Parts "weight" and "weight_scale" per expert; a per-tensor scale is one tile of the whole matrix.
 void dequant_fp8(const Binding& b, const ParamSpec& spec, PlanFiles& files, float* out) {
   const SourcePart& weight = need_part(b, "weight");
-  const Matrix m = matrix_of(spec);
+  const MatrixDims m = matrix_of(spec);
   const SourcePart& scale = need_part(b, "weight_scale");
   const bool block = b.scheme.kind == SchemeKind::Fp8Block;
   for (size_t e = 0; e < weight.tensors.size(); ++e) {

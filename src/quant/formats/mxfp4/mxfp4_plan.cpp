@@ -15,7 +15,7 @@ namespace {
 // Parts "weight" and "weight_scale" per expert.
 void dequant_mxfp4_binding(const Binding& b, const ParamSpec& spec, PlanFiles& files, float* out) {
   const SourcePart& weight = need_part(b, "weight");
-  const Matrix m = matrix_of(spec);
+  const MatrixDims m = matrix_of(spec);
   const SourcePart& scale = need_part(b, "weight_scale");
   for (size_t e = 0; e < weight.tensors.size(); ++e) {
     dequant_mxfp4(files.bytes(weight.tensors[e]).data(), files.bytes(scale.tensors.at(e)).data(), m.n, m.k,

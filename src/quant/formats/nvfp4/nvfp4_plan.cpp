@@ -19,7 +19,7 @@ namespace {
 // Parts "weight", "weight_scale" and "weight_scale_2" per expert.
 void dequant_nvfp4_binding(const Binding& b, const ParamSpec& spec, PlanFiles& files, float* out) {
   const SourcePart& weight = need_part(b, "weight");
-  const Matrix m = matrix_of(spec);
+  const MatrixDims m = matrix_of(spec);
   const SourcePart& scale = need_part(b, "weight_scale");
   const SourcePart& global = need_part(b, "weight_scale_2");
   for (size_t e = 0; e < weight.tensors.size(); ++e) {

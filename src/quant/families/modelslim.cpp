@@ -315,7 +315,7 @@ class Planner {
     Binding b{spec.name, s, {}, {}};
     for (const std::string& problem : shape_problems(s, n, k)) binder_.problem_for_param(spec.name, problem);
     const uint64_t experts = bank ? spec.shape[0] : 1;
-    for (const PartLayout& rule : modelslim_part_rules(s, n, k)) {
+    for (const PartLayout& rule : modelslim_parts(s, n, k)) {
       SourcePart part{rule.role, {}};
       for (uint64_t e = 0; e < experts; ++e) {
         const std::string name = bank ? expert_tensor_name(spec.name, static_cast<int64_t>(e), rule.role) : sibling(spec.name, rule.role);

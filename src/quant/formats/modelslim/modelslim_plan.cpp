@@ -18,7 +18,7 @@ Scheme w8a8_scheme(bool static_activation) {
   return s;
 }
 
-std::vector<PartLayout> modelslim_part_rules(const Scheme& s, uint64_t n, uint64_t k) {
+std::vector<PartLayout> modelslim_parts(const Scheme& s, uint64_t n, uint64_t k) {
   const std::vector<std::vector<uint64_t>> per_channel{{n, 1}};
   std::vector<PartLayout> rules;
   const bool packed = s.kind == SchemeKind::W4A8 && s.int4_packed_along_n;

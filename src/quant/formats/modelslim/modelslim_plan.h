@@ -16,6 +16,6 @@ Scheme w4a8_scheme(uint32_t group_size, bool packed_along_n);
 Scheme w8a8_scheme(bool static_activation);
 
 // The parts of a weight [n, k] stored in `scheme` (W4A8 or W8A8), in binding order.
-std::vector<PartLayout> modelslim_part_rules(const Scheme& scheme, uint64_t n, uint64_t k);
+std::vector<PartLayout> modelslim_parts(const Scheme& scheme, uint64_t n, uint64_t k);
 
 }  // namespace k3

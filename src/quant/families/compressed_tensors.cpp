@@ -5,7 +5,9 @@
 #include "quant/families/checkpoint_writer.h"
 #include "quant/families/family.h"
 #include "quant/families/fp8_block.h"
+#include "quant/formats/fp8/fp8_plan.h"
 #include "quant/formats/mxfp4/mxfp4.h"
+#include "quant/formats/mxfp4/mxfp4_plan.h"
 #include "model/tiny_config.h"
 
 namespace k3 {

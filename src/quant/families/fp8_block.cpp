@@ -8,6 +8,7 @@
 #include "quant/families/family.h"
 #include "quant/families/quantized_linear.h"
 #include "quant/formats/fp8/fp8.h"
+#include "quant/formats/fp8/fp8_plan.h"
 
 namespace k3 {
 namespace {

@@ -19,7 +19,9 @@
 #include "quant/families/expert_pack.h"
 #include "quant/families/family.h"
 #include "quant/families/tensor_binder.h"
+#include "quant/formats/dense/dense_plan.h"
 #include "quant/formats/ggml/ggml_dequant.h"
+#include "quant/formats/ggml/ggml_plan.h"
 #include "quant/formats/ggml/ggml_quantize.h"
 
 namespace k3::family {
@@ -300,7 +302,7 @@ class GgufPlanner {
   // The scheme of a stored tensor, or nullopt (problem recorded) for a type k3 cannot decode or
   // a quantized type on an unquantized parameter.
   std::optional<Scheme> scheme_of(const GgufTensorInfo& t, const ParamSpec& spec) {
-    if (is_float_type(t.type)) return Scheme{SchemeKind::Dense, float_dtype_name(t.type)};
+    if (is_float_type(t.type)) return dense_scheme(float_dtype_name(t.type));
     const bool unquantized = spec.kind == ParamKind::Vector || spec.kind == ParamKind::Conv;
     if (unquantized) {
       problem(where_of(t, "type"), "GGML type " + std::string(ggml_type_name(t.type)) + " is not a float type, but parameter '" +
@@ -311,7 +313,7 @@ class GgufPlanner {
       problem(where_of(t, "type"), "GGML type " + std::string(ggml_type_name(t.type)) + " is not supported by k3");
       return std::nullopt;
     }
-    return Scheme{SchemeKind::Ggml, std::string(ggml_type_name(t.type))};
+    return ggml_scheme(t.type);
   }
 
   bool shape_ok(const GgufTensorInfo& t, const ParamSpec& spec, bool squeeze) {
@@ -365,7 +367,7 @@ class GgufPlanner {
       part.tensors.push_back(std::move(s));
     }
     b.parts.push_back(std::move(part));
-    b.transforms.push_back(Transform::SliceGgufExpert);
+    b.transforms.push_back(Transform::SliceExpert);
   }
 
   // ExpertPack: the pack's slices of this layer and role (w1 = gate, w3 = up, w2 = down).
@@ -373,7 +375,7 @@ class GgufPlanner {
     const int role = ends_with(spec.name, "w1.weight") ? static_cast<int>(PackRole::Gate)
                      : ends_with(spec.name, "w3.weight") ? static_cast<int>(PackRole::Up)
                                                          : static_cast<int>(PackRole::Down);
-    b.scheme = Scheme{SchemeKind::Ggml, std::string(ggml_type_name(pack_plan_.roles[role].type))};
+    b.scheme = ggml_scheme(pack_plan_.roles[role].type);
     if (!pack_plan_.valid()) return;  // the pack's problems are already recorded
     const auto it = std::find(pack_plan_.layers.begin(), pack_plan_.layers.end(), spec.layer);
     b.parts.push_back({"weight", pack_plan_.slices[static_cast<size_t>(it - pack_plan_.layers.begin())][role]});
@@ -381,7 +383,7 @@ class GgufPlanner {
 
   // Split MLA K/V (spec §5.5): k_b [n_h, r_kv, d_nope] Q4_0 and v_b [n_h, d_v, r_kv] Q2_K.
   void bind_split_kv_b(const ParamSpec& spec, Binding& b) {
-    b.scheme = Scheme{SchemeKind::GgmlSplitKvB, "q4_0+q2_K"};
+    b.scheme = ggml_split_kv_b_scheme();
     const auto [k_name, v_name] = split_kv_b_names(spec.layer);
     const GgufTensorInfo* k = take(k_name, spec.name);
     const GgufTensorInfo* v = take(v_name, spec.name);

@@ -15,7 +15,9 @@
 #include "quant/families/modelopt_resolve.h"
 #include "quant/families/tensor_binder.h"
 #include "quant/formats/fp8/fp8.h"
+#include "quant/formats/fp8/fp8_plan.h"
 #include "quant/formats/nvfp4/nvfp4.h"
+#include "quant/formats/nvfp4/nvfp4_plan.h"
 
 namespace k3 {
 namespace modelopt {
@@ -115,32 +117,22 @@ FamilyId variant_of(const std::string& algo) {
 
 // ---- binding ----------------------------------------------------------------------------------
 
-// One stored tensor of a quantized unit: its role, dtype and the shapes it may have.
-struct PartSpec {
-  std::string role;
-  std::string dtype;
-  std::vector<std::vector<uint64_t>> shapes;
-};
-
-std::vector<PartSpec> layout_of(const std::string& algo, uint64_t n, uint64_t k) {
+// The stored tensors of a quantized unit [n, k] (each with one dtype).
+std::vector<PartLayout> layout_of(const std::string& algo, uint64_t n, uint64_t k) {
   const auto cdiv = [](uint64_t a, uint64_t b) { return (a + b - 1) / b; };
-  if (algo == "NVFP4") {
-    return {{"weight", "U8", {{n, k / 2}}},
-            {"weight_scale", "F8_E4M3", {{n, k / kNvfp4Group}}},
-            {"weight_scale_2", "F32", {{}}},
-            {"input_scale", "F32", {{}}}};
-  }
+  if (algo == "NVFP4") return nvfp4_parts(n, k);
   if (algo == "FP8_PB_WO") {
+    // ModelOpt stores the block scale 4-D, [N/128, 1, K/128, 1], or 2-D.
     const uint64_t nb = cdiv(n, kFp8Block), kb = cdiv(k, kFp8Block);
-    return {{"weight", "F8_E4M3", {{n, k}}}, {"weight_scale", "F32", {{nb, 1, kb, 1}, {nb, kb}}}};
+    return {{"weight", {"F8_E4M3"}, {{n, k}}}, {"weight_scale", {"F32"}, {{nb, 1, kb, 1}, {nb, kb}}}};
   }
-  return {{"weight", "F8_E4M3", {{n, k}}}, {"weight_scale", "F32", {{}}}, {"input_scale", "F32", {{}}}};  // FP8
+  return fp8_tensor_parts(n, k);
 }
 
 Scheme scheme_of(const std::string& algo) {
-  if (algo == "NVFP4") return Scheme{SchemeKind::Nvfp4, "U8", 0, 0, static_cast<uint32_t>(kNvfp4Group)};
-  if (algo == "FP8_PB_WO") return Scheme{SchemeKind::Fp8Block, "F8_E4M3", kFp8Block, kFp8Block};
-  return Scheme{SchemeKind::Fp8Tensor, "F8_E4M3"};
+  if (algo == "NVFP4") return nvfp4_scheme();
+  if (algo == "FP8_PB_WO") return fp8_block_scheme(kFp8Block, kFp8Block);
+  return fp8_tensor_scheme();
 }
 
 class Planner {
@@ -253,9 +245,9 @@ class Planner {
     return std::nullopt;
   }
 
-  void check_part(const ParamSpec& spec, const std::string& algo, const PartSpec& want, const SourceTensor& t) {
+  void check_part(const ParamSpec& spec, const std::string& algo, const PartLayout& want, const SourceTensor& t) {
     const std::string what = " (" + algo + " " + want.role + " of parameter '" + spec.name + "')";
-    if (t.dtype != want.dtype) binder_.problem(t, "dtype", "dtype " + t.dtype + " is not " + want.dtype + what);
+    if (t.dtype != want.dtypes.front()) binder_.problem(t, "dtype", "dtype " + t.dtype + " is not " + want.dtypes.front() + what);
     if (std::find(want.shapes.begin(), want.shapes.end(), t.shape) == want.shapes.end()) {
       std::string allowed;
       for (const auto& s : want.shapes) allowed += (allowed.empty() ? "" : " or ") + shape_string(s);
@@ -271,10 +263,10 @@ class Planner {
       if (group.value_or(kNvfp4Group) != kNvfp4Group) {
         binder_.problem_for_param(spec.name, "NVFP4 group_size " + std::to_string(*group) + " is not supported (ModelOpt NVFP4 uses 16)");
       }
-      if (k % kNvfp4Group != 0) binder_.problem_for_param(spec.name, "NVFP4 needs K % 16 == 0, K is " + std::to_string(k));
     }
-    const std::vector<PartSpec> layout = layout_of(algo, n, k);
-    for (const PartSpec& part : layout) b.parts.push_back({part.role, {}});
+    for (const std::string& problem : shape_problems(b.scheme, n, k)) binder_.problem_for_param(spec.name, problem);
+    const std::vector<PartLayout> layout = layout_of(algo, n, k);
+    for (const PartLayout& part : layout) b.parts.push_back({part.role, {}});
     bool scale_4d = false;
     for (int64_t u = 0; u < unit_count(spec); ++u) {
       for (size_t i = 0; i < layout.size(); ++i) {
@@ -285,7 +277,7 @@ class Planner {
         b.parts[i].tensors.push_back(*t);
       }
     }
-    if (scale_4d) b.transforms.push_back(Transform::SqueezeFp8Scale4D);
+    if (scale_4d) b.transforms.push_back(Transform::SqueezeScale4D);
     if (algo == "FP8_PB_WO" && modelopt::dequantized_at_load(spec.name)) b.transforms.push_back(Transform::DequantToBf16);
     return b;
   }

@@ -24,6 +24,7 @@
 #include "quant/families/family.h"
 #include "quant/families/tensor_binder.h"
 #include "quant/formats/modelslim/modelslim.h"
+#include "quant/formats/modelslim/modelslim_plan.h"
 #include "quant/quant_config.h"
 
 namespace k3::family {
@@ -289,36 +290,7 @@ class Planner {
     }
   }
 
-  struct PartRule {
-    std::string role;
-    std::vector<std::string> dtypes;            // empty: any float type (BF16, F16, F32)
-    std::vector<std::vector<uint64_t>> shapes;  // any of these
-    bool required = true;
-  };
-
-  std::vector<PartRule> part_rules(const Scheme& s, uint64_t n, uint64_t k) const {
-    const std::vector<std::vector<uint64_t>> per_channel{{n, 1}};
-    std::vector<PartRule> rules;
-    const bool packed = s.kind == SchemeKind::W4A8 && s.int4_packed_along_n;
-    rules.push_back({"weight", {"I8"}, {{packed ? n / 2 : n, k}}});
-    rules.push_back({"weight_scale", {}, per_channel});
-    rules.push_back({"weight_offset", {}, per_channel});
-    if (s.kind == SchemeKind::W4A8 && s.group_size > 0) {
-      const std::vector<std::vector<uint64_t>> per_group{{n, k / s.group_size}};
-      rules.push_back({"weight_scale_second", {}, per_group});
-      rules.push_back({"weight_offset_second", {}, per_group});
-    }
-    if (packed) rules.push_back({"scale_bias", {"F32"}, {{n, 1}, {n, 16}}, false});  // kernel epilogue term, unused by dequant
-    if (s.kind == SchemeKind::W8A8 && s.static_activation) {
-      rules.push_back({"input_scale", {}, {{1}}});
-      rules.push_back({"input_offset", {}, {{1}}});
-      rules.push_back({"quant_bias", {"I32"}, {{n}}});
-      rules.push_back({"deq_scale", {"F32", "I64"}, {{n}}});
-    }
-    return rules;
-  }
-
-  void check_part(const SourceTensor& t, const PartRule& rule, const Scheme& s, const std::string& param) {
+  void check_part(const SourceTensor& t, const PartLayout& rule, const Scheme& s, const std::string& param) {
     const std::string what = s.name() + " part '" + rule.role + "' of parameter '" + param + "'";
     const bool float_ok = t.dtype == "BF16" || t.dtype == "F16" || t.dtype == "F32";
     const bool dtype_ok = rule.dtypes.empty() ? float_ok : std::find(rule.dtypes.begin(), rule.dtypes.end(), t.dtype) != rule.dtypes.end();
@@ -335,27 +307,15 @@ class Planner {
   }
 
   Binding bind_quantized(const ParamSpec& spec, const Resolved& r) {
-    Scheme s;
-    s.storage = "I8";
-    if (r.scheme == MsScheme::W4A8Dynamic) {
-      s.kind = SchemeKind::W4A8;
-      s.group_size = r.per_group ? static_cast<uint32_t>(desc_.group_size()) : 0;
-      s.int4_packed_along_n = desc_.packed();
-    } else {
-      s.kind = SchemeKind::W8A8;
-      s.static_activation = r.scheme == MsScheme::W8A8Static;
-    }
+    const Scheme s = r.scheme == MsScheme::W4A8Dynamic
+                         ? w4a8_scheme(r.per_group ? static_cast<uint32_t>(desc_.group_size()) : 0, desc_.packed())
+                         : w8a8_scheme(r.scheme == MsScheme::W8A8Static);
     const bool bank = spec.kind == ParamKind::ExpertBank;
     const uint64_t n = spec.shape[spec.shape.size() - 2], k = spec.shape.back();
     Binding b{spec.name, s, {}, {}};
-    if (s.kind == SchemeKind::W4A8 && s.int4_packed_along_n && n % 2 != 0) {
-      binder_.problem_for_param(spec.name, "N = " + std::to_string(n) + " is odd; the packed int4 layout needs an even row count");
-    }
-    if (s.group_size > 0 && k % s.group_size != 0) {
-      binder_.problem_for_param(spec.name, "K = " + std::to_string(k) + " is not a multiple of group_size " + std::to_string(s.group_size));
-    }
+    for (const std::string& problem : shape_problems(s, n, k)) binder_.problem_for_param(spec.name, problem);
     const uint64_t experts = bank ? spec.shape[0] : 1;
-    for (const PartRule& rule : part_rules(s, n, k)) {
+    for (const PartLayout& rule : modelslim_parts(s, n, k)) {
       SourcePart part{rule.role, {}};
       for (uint64_t e = 0; e < experts; ++e) {
         const std::string name = bank ? expert_tensor_name(spec.name, static_cast<int64_t>(e), rule.role) : sibling(spec.name, rule.role);

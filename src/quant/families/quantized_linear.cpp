@@ -7,8 +7,6 @@ namespace {
 
 constexpr size_t kWeightSuffixLen = 7;  // ".weight"
 
-uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
-
 // Logical module names of a parameter: "…self_attn.q_proj", or one per expert "…experts.{e}.w1".
 std::vector<std::string> modules_of(const ParamSpec& spec) {
   if (spec.kind != ParamKind::ExpertBank) return {spec.name.substr(0, spec.name.size() - kWeightSuffixLen)};
@@ -62,28 +60,6 @@ void check_part(TensorBinder& binder, const SourceTensor& t, const std::string& 
 
 }  // namespace
 
-std::vector<uint64_t> QuantizedLayout::weight_shape(uint64_t n, uint64_t k) const {
-  return scheme.kind == SchemeKind::Mxfp4 ? std::vector<uint64_t>{n, k / 2} : std::vector<uint64_t>{n, k};
-}
-
-std::vector<uint64_t> QuantizedLayout::scale_shape(uint64_t n, uint64_t k) const {
-  if (scheme.kind == SchemeKind::Mxfp4) return {n, k / scheme.group_size};
-  return {cdiv(n, scheme.block_n), cdiv(k, scheme.block_k)};
-}
-
-QuantizedLayout mxfp4_layout() {
-  Scheme s{SchemeKind::Mxfp4, "U8"};
-  s.group_size = 32;
-  return {s, "weight_packed", "weight_scale", {"U8", "F8_E8M0"}};
-}
-
-QuantizedLayout fp8_block_layout(uint32_t block_n, uint32_t block_k, const std::string& scale_suffix) {
-  Scheme s{SchemeKind::Fp8Block, "F8_E4M3"};
-  s.block_n = block_n;
-  s.block_k = block_k;
-  return {s, "weight", scale_suffix, {"F32", "BF16", "F16"}};
-}
-
 bool is_linear_module(const ParamSpec& spec) {
   return spec.kind == ParamKind::ExpertBank || (spec.kind == ParamKind::Linear && spec.group != ParamGroup::Router);
 }
@@ -99,10 +75,7 @@ Binding bind_linear_or_dense(TensorBinder& binder, const ParamSpec& spec, const 
 
   Binding b{spec.name, layout.scheme, {{"weight", {}}, {"weight_scale", {}}}, {}};
   const uint64_t n = spec.shape[spec.shape.size() - 2], k = spec.shape.back();
-  if (layout.scheme.kind == SchemeKind::Mxfp4 && k % layout.scheme.group_size != 0) {
-    binder.problem_for_param(spec.name, "MXFP4 needs the input dimension K = " + std::to_string(k) + " to be a multiple of " +
-                                            std::to_string(layout.scheme.group_size));
-  }
+  for (const std::string& problem : shape_problems(layout.scheme, n, k)) binder.problem_for_param(spec.name, problem);
   bool conflict_reported = false;
   for (const auto& m : modules) {
     const auto weight = binder.take(m + "." + layout.weight_suffix, spec.name);

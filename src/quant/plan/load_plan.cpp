@@ -10,9 +10,9 @@ const char* transform_name(Transform t) {
     case Transform::ALogFromNegExp: return "A_log=log(-ssm_a)";
     case Transform::ProjFromResScore: return "proj=res_score";
     case Transform::OnesFromResScore: return "norm=1";
-    case Transform::SqueezeFp8Scale4D: return "squeeze-4D-scale";
+    case Transform::SqueezeScale4D: return "squeeze-4D-scale";
     case Transform::DequantToBf16: return "dequant-to-BF16";
-    case Transform::SliceGgufExpert: return "slice-expert";
+    case Transform::SliceExpert: return "slice-expert";
   }
   return "?";
 }
@@ -33,7 +33,7 @@ const SourceTensor& Binding::source(const char* role, int64_t expert) const {
 
 bool Binding::layout_only() const {
   return std::all_of(transforms.begin(), transforms.end(), [](Transform t) {
-    return t == Transform::SqueezeFp8Scale4D || t == Transform::SliceGgufExpert;
+    return t == Transform::SqueezeScale4D || t == Transform::SliceExpert;
   });
 }
 

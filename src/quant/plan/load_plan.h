@@ -37,9 +37,9 @@ enum class Transform : uint8_t {
   ALogFromNegExp,     // GGUF ssm_a stores -exp(A_log): A_log = log(-v), v must be finite and < 0
   ProjFromResScore,   // GGUF *_res_score = norm ⊙ proj: proj = v[None, :]
   OnesFromResScore,   // … and the matching norm = 1
-  SqueezeFp8Scale4D,  // ModelOpt [N/128,1,K/128,1] block scale viewed as [N/128,K/128]
+  SqueezeScale4D,     // a 4-D block scale [N/bn,1,K/bk,1] (ModelOpt) viewed as [N/bn,K/bk]
   DequantToBf16,      // tiny projection dequantized to BF16 at load (spec §2.4)
-  SliceGgufExpert,    // one expert of a GGUF 3-D bank [E, N, row_bytes]
+  SliceExpert,        // one expert of a 3-D bank [E, N, row_bytes] stored as one tensor
 };
 const char* transform_name(Transform t);
 

@@ -16,17 +16,19 @@ enum class SchemeKind : uint8_t {
 #undef K3_SCHEME_ENUMERATOR
 };
 
+// The kind and the parameters of its variant; each scheme's folder says which fields it uses
+// (its plan entry, quant/plan/plan_format.h, names them in Scheme::name()).
 struct Scheme {
   SchemeKind kind = SchemeKind::Dense;
-  std::string storage;              // element type of the main tensor: "BF16", "F8_E4M3", "U8", "Q2_K"…
-  uint32_t block_n = 0;             // Fp8Block tile rows
-  uint32_t block_k = 0;             // Fp8Block tile columns
-  uint32_t group_size = 0;          // Nvfp4 16, Mxfp4 32, W4A8 per-group K (0 = per channel only)
-  bool int4_packed_along_n = false; // W4A8 "1.0.0" layout: two int4 along N per int8 byte
-  bool static_activation = false;   // W8A8 static (input_scale/offset, quant_bias, deq_scale)
+  std::string storage;              // element type of the main tensor: "BF16", "U8", "Q2_K"…
+  uint32_t block_n = 0;             // tile rows of a per-tile scale
+  uint32_t block_k = 0;             // tile columns of a per-tile scale
+  uint32_t group_size = 0;          // elements of K per scale (0 = per channel only)
+  bool int4_packed_along_n = false; // two int4 codes along N per int8 byte
+  bool static_activation = false;   // static activation quantization: its parts are bound too
 
   bool operator==(const Scheme&) const = default;
-  // Short stable text, e.g. "BF16", "FP8_BLOCK128x128", "NVFP4/g16", "GGUF:Q2_K".
+  // Short stable text, e.g. "BF16" or a kind with its parameters: the text of `k3 check`.
   std::string name() const;
 };
 

@@ -141,7 +141,7 @@ TEST(GgufFamily, KimiLinearEveryParameterIsTheDequantOfTheWrittenBytes) {
   // Kimi-Linear expert rows are 128 wide: Q4_0 banks, sliced per expert.
   const auto& b = plan.bindings[plan.index_of("model.layers.1.block_sparse_moe.experts.w1.weight")];
   EXPECT_EQ(b.scheme.name(), "GGUF:q4_0");
-  ASSERT_EQ(b.transforms, std::vector<Transform>{Transform::SliceGgufExpert});
+  ASSERT_EQ(b.transforms, std::vector<Transform>{Transform::SliceExpert});
   ASSERT_EQ(b.parts.at(0).tensors.size(), 8u);
   EXPECT_EQ(b.parts[0].tensors[1].offset - b.parts[0].tensors[0].offset, 256u * 128 / 32 * 18);
 }

@@ -232,7 +232,7 @@ void expect_family_exact(FamilyId variant, TinyArch arch) {
 
     const bool tiny = algo == "FP8_PB_WO" && modelopt::dequantized_at_load(spec.name);
     std::vector<Transform> transforms;
-    if (algo == "FP8_PB_WO") transforms.push_back(Transform::SqueezeFp8Scale4D);
+    if (algo == "FP8_PB_WO") transforms.push_back(Transform::SqueezeScale4D);
     if (tiny) transforms.push_back(Transform::DequantToBf16);
     if (!algo.empty()) {
       EXPECT_EQ(b.transforms, transforms) << spec.name;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/numeric.h"
+#include "quant/plan/plan_format.h"
 
 namespace k3 {
 namespace {
@@ -27,12 +28,6 @@ float amax_of(const float* v, int64_t count) {
 
 int8_t low_nibble(int8_t byte) { return static_cast<int8_t>(static_cast<int8_t>(static_cast<uint8_t>(byte) << 4) >> 4); }
 int8_t high_nibble(int8_t byte) { return static_cast<int8_t>(byte >> 4); }
-
-const SourcePart& need_part(const Binding& b, const char* role) {
-  const SourcePart* p = b.part(role);
-  if (p == nullptr || p->tensors.empty()) throw Error(Where{"", b.param, role}, "binding has no '" + std::string(role) + "' source");
-  return *p;
-}
 
 // One float part of expert e, which must hold exactly `count` values.
 std::vector<float> decode_part(const Binding& b, const char* role, size_t e, uint64_t count, PlanFiles& files) {
@@ -225,9 +220,7 @@ W8A8StaticParts read_w8a8_static_parts(const Binding& b, int64_t n, size_t e, Pl
 }
 
 void dequant_modelslim_binding(const Binding& b, const ParamSpec& spec, PlanFiles& files, float* out) {
-  const auto& shape = spec.shape;
-  if (shape.size() < 2) throw Error(Where{"", spec.name, "shape"}, "quantized parameter must be at least 2-D");
-  const int64_t n = static_cast<int64_t>(shape[shape.size() - 2]), k = static_cast<int64_t>(shape[shape.size() - 1]);
+  const auto [n, k] = matrix_of(spec);
   for (size_t e = 0; e < need_part(b, "weight").tensors.size(); ++e) {
     const ModelSlimWeight w = read_modelslim_weight(b, n, k, e, files);
     const auto* q = reinterpret_cast<const int8_t*>(w.weight.data());

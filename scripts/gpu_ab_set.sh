@@ -6,7 +6,7 @@
 #   model      k3 bench --synthetic kimi-linear-48b-a3b --batch 1,8,64
 #   moe-w4     k3_bench_cuda --moe-w4 --tokens 1,64,4096
 #   attention  k3_bench_cuda_attention --quick
-# and prints, line by line of each output, every tree's per-field medians over the rounds and the
+# and prints (scripts/ab_compare.py), line by line of each output, every tree's per-field medians over the rounds and the
 # ratio of each field to the first tree's. Logs: $OUT (when set) or build/ab-logs.
 #
 #   scripts/gpu_ab_set.sh [--rounds N]   (default 3; 0 builds only)
@@ -43,24 +43,4 @@ for r in $(seq 1 "$rounds"); do
   done
 done
 [ "$rounds" -gt 0 ] || exit 0
-python3 - "$logs" "$rounds" "${sets[*]}" "${trees[@]}" <<'PY'
-import re, statistics, sys
-logs, rounds, sets, trees = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), [t.split("/")[-1] for t in sys.argv[4:]]
-num = re.compile(r"-?\d+(?:\.\d+)?")
-for s in sets:
-    print(f"== {s}: per-field medians over {rounds} rounds; ratio = tree / {trees[0]}")
-    runs = {t: [open(f"{logs}/{t}.{s}.round{r}.log").read().splitlines() for r in range(1, rounds + 1)] for t in trees}
-    base = runs[trees[0]][0]
-    for i, line in enumerate(base):
-        if len(num.findall(line)) < 2:
-            continue
-        med = {}
-        for t in trees:
-            vals = [num.findall(rs[i]) if i < len(rs) else [] for rs in runs[t]]
-            n = min(len(v) for v in vals)
-            med[t] = [statistics.median(float(v[j]) for v in vals) for j in range(n)]
-        print("  " + line.strip()[:110])
-        for t in trees[1:]:
-            ratios = ["%.3f" % (b / a) if a not in (0.0,) else "-" for a, b in zip(med[trees[0]], med[t])]
-            print(f"    {t}: " + " ".join(ratios))
-PY
+python3 scripts/ab_compare.py "$logs" "$rounds" "${sets[*]}" "${trees[@]}"

@@ -12,7 +12,7 @@
 //   H::Embedding    the embedding table [vocab, hidden]
 //   H::KdaConv      a KDA layer's q, k and v short-conv weights, each [P][W]
 //   H::MlaAbsorbed  kv_b in the absorbed-decode form (§5): per-head W_UK [n_h][d_nope][r_kv] and
-//                   W_UV [n_h][d_v][r_kv], or where a backend keeps it so, a split GGUF kv_b's k_b / v_b
+//                   W_UV [n_h][d_v][r_kv], or, where a backend keeps it so, kv_b in its stored packed form
 //   H::Experts      a MoE layer's routed experts w1 (gate), w3 (up), w2 (down) over all experts
 //   H::ModelExtras  backend-only bookkeeping of the whole tree (an empty struct where there is none)
 //

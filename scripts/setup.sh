@@ -8,6 +8,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev libomp-dev
   clang libclang-rt-14-dev
+  libboost-dev
 )
 
 missing=()

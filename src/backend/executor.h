@@ -1,12 +1,21 @@
-// The interface every device implements under the Engine (runtime/engine.h): the bound weights and
-// each sequence's state, and one batched forward call over the next tokens of several sequences.
-// The CPU executor runs backend/cpu/forward.h; the CUDA one is backend/cuda/executor/cuda_model.h.
+// The interface every device implements under the Engine (runtime/engine.h): the bound weights, the
+// serving caches and each sequence's state, and one batched forward call over the next tokens of
+// several sequences. The CPU executor runs backend/cpu/forward.h; the CUDA one is
+// backend/cuda/executor/cuda_model.h.
+//
+// Caches: the MLA latent cache is paged — `kv_blocks` blocks of `block_tokens` positions, each one
+// page per MLA layer; the Engine hands out block ids (runtime/block_pool.h) and passes every
+// sequence's block table with each call. Each running sequence holds one KDA state slot (recurrent
+// and conv state of every KDA layer), taken at add_sequence and given back at free_sequence.
+// Snapshots copy a sequence's KDA states into one of `snapshot_slots` slots, by id, and back: what
+// the prefix cache keeps at block boundaries.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "core/tensor.h"
 #include "model/config.h"
@@ -15,21 +24,41 @@
 
 namespace k3 {
 
-// One sequence's rows [row0, row0 + n) of a batch.
+// One sequence's rows [row0, row0 + n) of a batch; `blocks` covers its positions up to length + n.
 struct BatchSlice {
   int64_t sequence = 0;
   int64_t row0 = 0, n = 0;
+  const std::vector<int32_t>* blocks = nullptr;
+};
+
+struct CacheGeometry {
+  int64_t block_tokens = 64;     // positions per block (a multiple of the KDA chunk, 64)
+  int64_t kv_blocks = 0;         // blocks of the paged latent cache
+  int64_t state_slots = 0;       // sequences that can run at once (KDA state slots)
+  int64_t snapshot_slots = 0;    // KDA state snapshots that can be kept (0: no prefix cache on hybrids)
+  uint64_t kv_block_bytes = 0;   // memory of one block (all MLA layers)
+  uint64_t state_bytes = 0;      // memory of one KDA state slot (or snapshot)
+  // Whether the executor reads the block tables it is given. One that does not keeps each
+  // sequence's cache in its own slot and cannot share pages (no prefix cache).
+  bool paged = true;
 };
 
 class Executor {
  public:
   virtual ~Executor() = default;
-  virtual void add_sequence(int64_t sequence) = 0;
+  virtual CacheGeometry caches() const = 0;
+  // Takes a KDA state slot (zeroed) for a sequence whose first `length` positions are already in
+  // its blocks (a prefix-cache hit; 0 for a new sequence); throws k3::Error when none is free.
+  virtual void add_sequence(int64_t sequence, int64_t length) = 0;
   virtual void free_sequence(int64_t sequence) = 0;
   // Runs `ids` (sequence after sequence, covered in order by `slices`, all validated by the Engine),
   // advances each sequence's state and returns the logits of `logit_rows`, [rows, vocab].
   virtual Tensor run(std::span<const int64_t> ids, std::span<const BatchSlice> slices,
                      std::span<const int64_t> logit_rows) = 0;
+  // Copies the sequence's KDA states into snapshot slot `snapshot`, or from it (the sequence then
+  // continues from the snapshot's position; its MLA pages come from its block table).
+  virtual void save_snapshot(int64_t sequence, int32_t snapshot) = 0;
+  virtual void restore_snapshot(int64_t sequence, int32_t snapshot) = 0;
 };
 
 // Binds a planned checkpoint for a device. `files` outlives the executor.

@@ -8,33 +8,10 @@
 #include <set>
 #include <thread>
 
-#include "backend/cpu/forward.h"
+#include "core/error.h"
+#include "runtime/cpu_executor.h"
 
 namespace k3 {
-namespace {
-
-// forward() over the CPU backend, with each sequence's state in host memory.
-class CpuExecutor final : public Executor {
- public:
-  CpuExecutor(const K3Config& config, const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& linear)
-      : config_(config), weights_(bind_weights(config, plan, files, linear)), backend_(make_cpu_backend()) {}
-
-  void add_sequence(int64_t sequence) override { states_.emplace(sequence, new_sequence_state(config_)); }
-  void free_sequence(int64_t sequence) override { states_.erase(sequence); }
-  Tensor run(std::span<const int64_t> ids, std::span<const BatchSlice> slices, std::span<const int64_t> logit_rows) override {
-    std::vector<SeqSlice> seq;
-    for (const BatchSlice& s : slices) seq.push_back({s.row0, s.n, &states_.at(s.sequence)});
-    return forward(config_, weights_, *backend_, ids, seq, logit_rows);
-  }
-
- private:
-  const K3Config config_;
-  ModelWeights weights_;
-  std::unique_ptr<Backend> backend_;
-  std::map<int64_t, SequenceState> states_;
-};
-
-}  // namespace
 
 int max_engine_threads() {
   return kMaxThreadsPerHardwareThread * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -69,35 +46,84 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options) : max
   config_ = *ckpt.config;
   plan_ = std::make_unique<LoadPlan>(plan_checkpoint(ckpt));
   files_ = std::make_unique<PlanFiles>(*plan_);
+  for (const auto& [field, value] : {std::pair{"max_sequences", options.max_sequences}, std::pair{"kv_blocks", options.kv_blocks},
+                                     std::pair{"snapshot_slots", options.snapshot_slots}}) {
+    if (value < 0) throw Error(Where{"", "", field}, "must be ≥ 0 (0 = the default)");
+  }
   executor_ = options.executor ? options.executor(config_, *plan_, *files_)
-                              : std::make_unique<CpuExecutor>(config_, *plan_, *files_, options.linear);
+                              : make_cpu_executor(config_, *plan_, *files_, options.linear,
+                                                  {options.max_sequences, options.kv_blocks, options.snapshot_slots,
+                                                   options.max_context});
+  caches_ = executor_->caches();
+  kv_pool_ = BlockPool(caches_.kv_blocks);
+  snapshot_pool_ = BlockPool(caches_.snapshot_slots);
 }
 
 Engine::~Engine() = default;
 
-int64_t Engine::new_sequence() {
-  executor_->add_sequence(next_id_);
-  lengths_.emplace(next_id_, 0);
+int64_t Engine::new_sequence() { return new_sequence({}, 0, -1); }
+
+int64_t Engine::new_sequence(std::vector<int32_t> blocks, int64_t length, int32_t snapshot) {
+  const int64_t id = next_id_;
+  try {
+    if (length < 0 || blocks_for(length, caches_.block_tokens) > static_cast<int64_t>(blocks.size())) {
+      throw Error("a resumed sequence of " + std::to_string(length) + " tokens needs " +
+                  std::to_string(blocks_for(std::max<int64_t>(length, 0), caches_.block_tokens)) + " blocks, got " +
+                  std::to_string(blocks.size()));
+    }
+    executor_->add_sequence(id, length);
+    if (snapshot >= 0) executor_->restore_snapshot(id, snapshot);
+  } catch (...) {
+    kv_pool_.release_all(blocks);
+    if (snapshot >= 0) snapshot_pool_.release(snapshot);
+    executor_->free_sequence(id);  // a no-op when add_sequence failed
+    throw;
+  }
+  if (snapshot >= 0) snapshot_pool_.release(snapshot);
+  sequences_.emplace(id, Sequence{length, std::move(blocks)});
   return next_id_++;
 }
 
 void Engine::free_sequence(int64_t sequence) {
-  if (lengths_.erase(sequence) == 0) throw Error("unknown sequence " + std::to_string(sequence));
+  auto it = sequences_.find(sequence);
+  if (it == sequences_.end()) throw Error("unknown sequence " + std::to_string(sequence));
+  kv_pool_.release_all(it->second.blocks);
+  sequences_.erase(it);
   executor_->free_sequence(sequence);
 }
 
 int64_t Engine::sequence_length(int64_t sequence) const {
-  auto it = lengths_.find(sequence);
-  if (it == lengths_.end()) throw Error("unknown sequence " + std::to_string(sequence));
-  return it->second;
+  auto it = sequences_.find(sequence);
+  if (it == sequences_.end()) throw Error("unknown sequence " + std::to_string(sequence));
+  return it->second.length;
+}
+
+const std::vector<int32_t>& Engine::sequence_blocks(int64_t sequence) const {
+  auto it = sequences_.find(sequence);
+  if (it == sequences_.end()) throw Error("unknown sequence " + std::to_string(sequence));
+  return it->second.blocks;
+}
+
+int64_t Engine::blocks_needed(int64_t sequence, int64_t tokens) const {
+  const Sequence& s = sequences_.at(sequence);
+  return std::max<int64_t>(0, blocks_for(s.length + tokens, caches_.block_tokens) - static_cast<int64_t>(s.blocks.size()));
+}
+
+int32_t Engine::save_snapshot(int64_t sequence) {
+  if (!sequences_.contains(sequence)) throw Error("unknown sequence " + std::to_string(sequence));
+  const std::optional<int32_t> id = snapshot_pool_.allocate();
+  if (!id) return -1;
+  executor_->save_snapshot(sequence, *id);
+  return *id;
 }
 
 std::vector<StepResult> Engine::step(const std::vector<SequenceInput>& inputs) {
   std::vector<int64_t> ids, logit_rows;
   std::vector<BatchSlice> slices;
   std::set<int64_t> seen;
+  int64_t new_blocks = 0;
   for (const SequenceInput& in : inputs) {
-    if (!lengths_.contains(in.sequence)) throw Error("unknown sequence " + std::to_string(in.sequence));
+    if (!sequences_.contains(in.sequence)) throw Error("unknown sequence " + std::to_string(in.sequence));
     if (!seen.insert(in.sequence).second) throw Error("sequence " + std::to_string(in.sequence) + " appears twice in one step");
     if (in.tokens.empty()) throw Error("sequence " + std::to_string(in.sequence) + ": no tokens to run");
     for (int64_t id : in.tokens) {
@@ -106,19 +132,29 @@ std::vector<StepResult> Engine::step(const std::vector<SequenceInput>& inputs) {
       }
     }
     const int64_t row0 = static_cast<int64_t>(ids.size()), n = static_cast<int64_t>(in.tokens.size());
-    if (max_context_ > 0 && n > max_context_ - lengths_.at(in.sequence)) {
+    const int64_t length = sequences_.at(in.sequence).length;
+    if (max_context_ > 0 && n > max_context_ - length) {
       throw Error(Where{"", "", "max_context"}, "sequence " + std::to_string(in.sequence) + " would hold " +
-                                                    std::to_string(lengths_.at(in.sequence) + n) +
-                                                    " tokens, over the context limit of " + std::to_string(max_context_));
+                                                    std::to_string(length + n) + " tokens, over the context limit of " +
+                                                    std::to_string(max_context_));
     }
-    slices.push_back({in.sequence, row0, n});
+    new_blocks += blocks_needed(in.sequence, n);
+    slices.push_back({in.sequence, row0, n, &sequences_.at(in.sequence).blocks});
     ids.insert(ids.end(), in.tokens.begin(), in.tokens.end());
     for (int64_t t = in.all_logits ? 0 : n - 1; t < n; ++t) logit_rows.push_back(row0 + t);
+  }
+  if (new_blocks > kv_pool_.free_count()) {
+    throw Error(Where{"", "", "kv_blocks"}, "the step needs " + std::to_string(new_blocks) + " more cache blocks, " +
+                                                std::to_string(kv_pool_.free_count()) + " of " +
+                                                std::to_string(kv_pool_.capacity()) + " are free");
+  }
+  for (const BatchSlice& s : slices) {
+    if (!kv_pool_.allocate(blocks_needed(s.sequence, s.n), sequences_.at(s.sequence).blocks)) throw Error("kv_pool: allocation failed");
   }
   std::vector<StepResult> results;
   if (inputs.empty()) return results;
   const Tensor logits = executor_->run(ids, slices, logit_rows);
-  for (const BatchSlice& s : slices) lengths_[s.sequence] += s.n;
+  for (const BatchSlice& s : slices) sequences_[s.sequence].length += s.n;
   const std::string model_dir = std::filesystem::path(config_.file).parent_path().string();
   int64_t row = 0;
   for (const SequenceInput& in : inputs) {
@@ -126,7 +162,7 @@ std::vector<StepResult> Engine::step(const std::vector<SequenceInput>& inputs) {
     r.sequence = in.sequence;
     r.rows = in.all_logits ? static_cast<int64_t>(in.tokens.size()) : 1;
     r.logits.assign(logits.row(row), logits.row(row) + r.rows * logits.cols);
-    require_finite_logits(r.logits, logits.cols, lengths_[in.sequence] - r.rows, model_dir);
+    require_finite_logits(r.logits, logits.cols, sequences_[in.sequence].length - r.rows, model_dir);
     row += r.rows;
     results.push_back(std::move(r));
   }

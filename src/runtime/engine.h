@@ -1,8 +1,10 @@
 // The engine: a checkpoint bound for a device plus the sequences it serves. step() runs the next
 // tokens of several sequences (each of any length: a prompt prefill, a continuation, or one decode
-// token) in one batched forward call — the API the server uses. The Engine validates requests and
-// keeps sequence lengths; an Executor holds the bound weights and each sequence's state (the CPU
-// executor runs backend/cpu/forward.cpp on the CPU backend; the CUDA one lives in backend/cuda/executor/).
+// token) in one batched forward call — the API the server uses. The Engine validates requests,
+// keeps sequence lengths and block tables (the paged MLA cache's block ids, runtime/block_pool.h,
+// allocated as sequences grow and released when they end) and the ids of KDA state snapshots; an
+// Executor holds the bound weights, the cache memory and each sequence's state (the CPU executor
+// runs backend/cpu/forward.cpp on the CPU backend; the CUDA one lives in backend/cuda/executor/).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,8 @@
 
 #include "backend/cpu/cpu_linear.h"
 #include "backend/executor.h"
+#include "runtime/block_pool.h"
+#include "runtime/cpu_executor.h"
 #include "quant/families/family.h"
 
 namespace k3 {
@@ -30,6 +34,13 @@ inline constexpr int64_t kPrefillChunk = 256;
 struct EngineOptions {
   int threads = 0;  // OpenMP threads; 0 = all cores; at most max_engine_threads()
   int64_t max_context = 0;  // tokens per sequence; 0 = no limit
+  // CPU caches (a device executor sizes its own): sequences alive at once (KDA state slots), blocks
+  // of the paged latent cache, KDA snapshots. 0 = defaults: kCpuDefaultSequences; enough blocks for
+  // that many sequences at the full context, capped at kCpuCacheMemoryShare of available memory;
+  // one snapshot per block likewise capped.
+  int64_t max_sequences = 0;
+  int64_t kv_blocks = 0;
+  int64_t snapshot_slots = 0;
   int64_t prefill_chunk = kPrefillChunk;  // prompt tokens per prefill step (runtime/generate.h prefill())
   cpu::LinearOptions linear;
   ExecutorFactory executor;  // empty: the CPU executor
@@ -63,15 +74,34 @@ class Engine {
   const LoadPlan& plan() const { return *plan_; }
   const Executor& executor() const { return *executor_; }
 
+  // A new empty sequence; throws k3::Error when every state slot is taken.
   int64_t new_sequence();
+  // A sequence resuming a cached prefix of `length` tokens: `blocks` (block ids whose references
+  // the caller took for it) hold its MLA rows, snapshot slot `snapshot` its KDA states (−1 for a
+  // model without KDA layers). The sequence owns the block references from here on; the snapshot's
+  // reference is given back once its states are copied in. On failure every reference is given back.
+  int64_t new_sequence(std::vector<int32_t> blocks, int64_t length, int32_t snapshot);
+  // Ends the sequence: its state slot and block references are given back.
   void free_sequence(int64_t sequence);
   int64_t sequence_length(int64_t sequence) const;  // tokens consumed so far
+  const std::vector<int32_t>& sequence_blocks(int64_t sequence) const;
+  int64_t live_sequences() const { return static_cast<int64_t>(sequences_.size()); }
+
+  const CacheGeometry& caches() const { return caches_; }
+  BlockPool& kv_pool() { return kv_pool_; }
+  BlockPool& snapshot_pool() { return snapshot_pool_; }
+  // Blocks `sequence` must still get to run `tokens` more tokens.
+  int64_t blocks_needed(int64_t sequence, int64_t tokens) const;
+  // Copies the sequence's KDA states into a free snapshot slot, returned with one reference for the
+  // caller; −1 when none is free (or the model has no KDA layers).
+  int32_t save_snapshot(int64_t sequence);
   int64_t max_context() const { return max_context_; }  // 0 = no limit
   int64_t prefill_chunk() const { return prefill_chunk_; }
 
   // Validates every input (known, distinct sequences; non-empty, in-vocabulary tokens; no sequence
-  // past max_context) before running anything; results come in input order. Non-finite logits fail
-  // the step (require_finite_logits) after the sequences' states have advanced.
+  // past max_context; enough free cache blocks) before running anything; results come in input
+  // order. Non-finite logits fail the step (require_finite_logits) after the sequences' states have
+  // advanced.
   std::vector<StepResult> step(const std::vector<SequenceInput>& inputs);
 
  private:
@@ -79,7 +109,13 @@ class Engine {
   std::unique_ptr<LoadPlan> plan_;
   std::unique_ptr<PlanFiles> files_;
   std::unique_ptr<Executor> executor_;
-  std::map<int64_t, int64_t> lengths_;  // sequence → tokens consumed
+  CacheGeometry caches_;
+  BlockPool kv_pool_{0}, snapshot_pool_{0};
+  struct Sequence {
+    int64_t length = 0;           // tokens consumed
+    std::vector<int32_t> blocks;  // block table: one reference per block
+  };
+  std::map<int64_t, Sequence> sequences_;
   int64_t next_id_ = 0;
   int64_t max_context_ = 0;
   int64_t prefill_chunk_ = kPrefillChunk;

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "runtime/prefill_chunks.h"
 
 namespace k3 {
 namespace {
@@ -31,7 +32,7 @@ StepResult prefill(Engine& engine, int64_t sequence, const std::vector<int64_t>&
   StepResult result;
   result.sequence = sequence;
   for (int64_t done = 0; done < total;) {
-    const int64_t n = std::min(chunk, total - done);
+    const int64_t n = next_prefill_end(done, total, chunk) - done;
     const bool last = done + n == total;
     SequenceInput in{sequence, std::vector<int64_t>(prompt.begin() + done, prompt.begin() + done + n), all_logits};
     StepResult r = std::move(engine.step({std::move(in)}).front());

@@ -14,7 +14,8 @@ namespace k3 {
 // Called after each prefill step with the prompt tokens done so far and the prompt's length.
 using PrefillProgress = std::function<void(int64_t done, int64_t total)>;
 
-// Runs `prompt` on `sequence` in steps of at most `chunk` tokens (0: the engine's prefill_chunk()).
+// Runs `prompt` on `sequence` in steps of about `chunk` tokens (0: the engine's prefill_chunk()),
+// cut by next_prefill_end (runtime/prefill_chunks.h).
 // Returns the logits of every prompt token when all_logits, else of the last one. Throws k3::Error
 // (field 'max_context') before any work when the prompt does not fit the engine's context limit.
 StepResult prefill(Engine& engine, int64_t sequence, const std::vector<int64_t>& prompt, bool all_logits,

@@ -16,6 +16,22 @@ void validate(const SamplingParams& p) {
   if (!(p.top_p > 0 && p.top_p <= 1)) throw Error(Where{"", "", "top_p"}, "must be in (0, 1]");
 }
 
+TokenLogprobs logprobs_of(std::span<const float> logits, int64_t chosen, int top_n) {
+  const double top = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - top);
+  const double log_z = top + std::log(sum);
+  const auto lp = [&](int64_t id) { return static_cast<float>(static_cast<double>(logits[id]) - log_z); };
+  TokenLogprobs r{chosen, lp(chosen), {}};
+  std::vector<int64_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  const size_t n = std::min<size_t>(static_cast<size_t>(std::max(top_n, 0)), order.size());
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
+                    [&](int64_t a, int64_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  for (size_t i = 0; i < n; ++i) r.top.emplace_back(order[i], lp(order[i]));
+  return r;
+}
+
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) { validate(params); }
 
 int64_t Sampler::next(std::span<const float> logits) {

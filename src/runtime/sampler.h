@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <utility>
+#include <vector>
 
 namespace k3 {
 
@@ -18,6 +20,15 @@ struct SamplingParams {
 
 // Throws k3::Error naming the field for out-of-range parameters.
 void validate(const SamplingParams& params);
+
+// The chosen token's log-probability and the top_n most likely tokens' (log-softmax of the raw
+// logits, accumulated in double; sorted by logprob, then id).
+struct TokenLogprobs {
+  int64_t id = 0;
+  float logprob = 0;
+  std::vector<std::pair<int64_t, float>> top;
+};
+TokenLogprobs logprobs_of(std::span<const float> logits, int64_t chosen, int top_n);
 
 class Sampler {
  public:

@@ -118,7 +118,11 @@ std::vector<float> run_block(const BlockOp& op, const TinyId& id, int64_t layer,
     }
     return out.data;
   }
-  SequenceState state = new_sequence_state(c);
+  std::vector<int64_t> mla_index(static_cast<size_t>(c.num_layers), -1);
+  mla_index[static_cast<size_t>(layer)] = 0;  // one page per block: this layer's
+  LatentPages pages(1, kPrefill + 1, c.mla.kv_lora_rank + c.mla.qk_rope_head_dim, mla_index);
+  SequenceState state = new_sequence_state(c, &pages);
+  state.blocks = {0};
   std::vector<float> all;
   for (const auto& [row0, n] : {std::pair<int64_t, int64_t>{0, kPrefill}, {kPrefill, 1}}) {
     const std::vector<float> part(x.begin() + row0 * c.hidden_size, x.begin() + (row0 + n) * c.hidden_size);

@@ -16,6 +16,16 @@
 namespace k3::cpu {
 namespace {
 
+thread_local LinearPath t_linear_path = LinearPath::kByTokens;
+
+}  // namespace
+
+ScopedLinearPath::ScopedLinearPath(LinearPath path) : previous_(t_linear_path) { t_linear_path = path; }
+ScopedLinearPath::~ScopedLinearPath() { t_linear_path = previous_; }
+LinearPath current_linear_path() { return t_linear_path; }
+
+namespace {
+
 // Rows per work item: small enough that every thread gets several, a multiple of 16 so SIMD row
 // groups stay whole.
 int64_t row_chunk(int64_t rows) {
@@ -41,7 +51,8 @@ class KernelLinear final : public CpuLinear {
     PreparedActivations a;
     w_->prepare(x, m, a);
     const int64_t n = rows(), k = cols(), chunk = row_chunk(n), chunks = (n + chunk - 1) / chunk;
-    if (m <= kFusedMaxTokens) {
+    const LinearPath path = current_linear_path();
+    if (path == LinearPath::kFused || (path == LinearPath::kByTokens && m <= kFusedMaxTokens)) {
       // One chunk (router, small projections): no fork/join.
 #pragma omp parallel for schedule(static) if (chunks > 1)
       for (int64_t c = 0; c < chunks; ++c) w_->dot_rows(a, c * chunk, std::min(n, (c + 1) * chunk), y, n);

@@ -85,6 +85,25 @@ std::unique_ptr<CpuLinear> make_f32_linear(std::vector<float> weight, int64_t ro
 // rows to float32 once and multiply them with every token.
 class WeightMatrix;
 inline constexpr int64_t kFusedMaxTokens = 4;
+
+// Which of the two paths a linear call takes. kByTokens (the default) picks by the token count as
+// above. A forward call that must give every row the same numerics whatever the batch holds
+// (backend/cpu/forward.h: decode calls fused, prefill calls tiled) forces one: both paths compute
+// each token's row independently of the other tokens, so a forced path is batch invariant.
+enum class LinearPath { kByTokens, kFused, kTiles };
+// Sets the path of the linear calls made on this thread for its lifetime (the OpenMP workers a
+// call forks never read it), then restores the previous one.
+class ScopedLinearPath {
+ public:
+  explicit ScopedLinearPath(LinearPath path);
+  ~ScopedLinearPath();
+  ScopedLinearPath(const ScopedLinearPath&) = delete;
+  ScopedLinearPath& operator=(const ScopedLinearPath&) = delete;
+
+ private:
+  LinearPath previous_;
+};
+LinearPath current_linear_path();
 std::unique_ptr<CpuLinear> make_kernel_linear(std::unique_ptr<WeightMatrix> matrix);
 
 }  // namespace k3::cpu

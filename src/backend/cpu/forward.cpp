@@ -1,5 +1,6 @@
 #include "backend/cpu/forward.h"
 
+#include "backend/cpu/cpu_linear.h"
 #include "core/error.h"
 #include "model/block_order.h"
 
@@ -63,24 +64,20 @@ class BackendOps {
 
 }  // namespace
 
-SequenceState new_sequence_state(const K3Config& config) {
+SequenceState new_sequence_state(const K3Config& config, LatentPages* latent) {
   SequenceState s;
   s.kda.resize(static_cast<size_t>(config.num_layers));
-  s.mla.resize(static_cast<size_t>(config.num_layers));
+  s.latent = latent;
   return s;
 }
 
-Tensor forward(const K3Config& c, const ModelWeights& w, Backend& be, std::span<const int64_t> ids,
-               std::span<const SeqSlice> slices, std::span<const int64_t> logit_rows) {
+namespace {
+
+// One forward call whose linears all take `path`.
+Tensor forward_pass(const K3Config& c, const ModelWeights& w, Backend& be, std::span<const int64_t> ids,
+                    std::span<const SeqSlice> slices, std::span<const int64_t> logit_rows, cpu::LinearPath path) {
+  const cpu::ScopedLinearPath scoped(path);
   const int64_t T = static_cast<int64_t>(ids.size());
-  int64_t covered = 0;
-  for (const SeqSlice& s : slices) {
-    if (s.row0 != covered || s.n < 1 || s.state == nullptr || s.state->kda.size() != static_cast<size_t>(c.num_layers)) {
-      throw Error("forward: slices must cover the batch rows in order, each with n ≥ 1 and a sized state");
-    }
-    covered += s.n;
-  }
-  if (covered != T) throw Error("forward: slices cover " + std::to_string(covered) + " of " + std::to_string(T) + " rows");
   Tensor x(T, c.hidden_size), normed;
   be.embed(w.embed, ids, x);
   BackendOps ops(c, w, be, slices);
@@ -91,6 +88,53 @@ Tensor forward(const K3Config& c, const ModelWeights& w, Backend& be, std::span<
     std::copy_n(normed.row(logit_rows[i]), c.hidden_size, picked.row(static_cast<int64_t>(i)));
   }
   be.linear(*w.lm_head, picked, logits);
+  return logits;
+}
+
+}  // namespace
+
+Tensor forward(const K3Config& c, const ModelWeights& w, Backend& be, std::span<const int64_t> ids,
+               std::span<const SeqSlice> slices, std::span<const int64_t> logit_rows) {
+  const int64_t T = static_cast<int64_t>(ids.size());
+  int64_t covered = 0;
+  bool decode = false, prefill = false;
+  for (const SeqSlice& s : slices) {
+    if (s.row0 != covered || s.n < 1 || s.state == nullptr || s.state->kda.size() != static_cast<size_t>(c.num_layers)) {
+      throw Error("forward: slices must cover the batch rows in order, each with n ≥ 1 and a sized state");
+    }
+    covered += s.n;
+    (s.n == 1 ? decode : prefill) = true;
+  }
+  if (covered != T) throw Error("forward: slices cover " + std::to_string(covered) + " of " + std::to_string(T) + " rows");
+  if (!(decode && prefill)) return forward_pass(c, w, be, ids, slices, logit_rows, prefill ? cpu::LinearPath::kTiles : cpu::LinearPath::kFused);
+  // Both kinds: one pass each, the logits put back in logit_rows order.
+  struct Pass {
+    std::vector<int64_t> ids, logit_rows;
+    std::vector<SeqSlice> slices;
+    std::vector<int64_t> local_row;  // batch row → row in this pass (−1: not in it)
+  } passes[2];  // [0] one-token slices, [1] the others
+  for (Pass& p : passes) p.local_row.assign(static_cast<size_t>(T), -1);
+  for (const SeqSlice& s : slices) {
+    Pass& p = passes[s.n == 1 ? 0 : 1];
+    const int64_t row0 = static_cast<int64_t>(p.ids.size());
+    for (int64_t r = 0; r < s.n; ++r) p.local_row[static_cast<size_t>(s.row0 + r)] = row0 + r;
+    p.ids.insert(p.ids.end(), ids.begin() + s.row0, ids.begin() + s.row0 + s.n);
+    p.slices.push_back({row0, s.n, s.state});
+  }
+  for (int64_t row : logit_rows) {
+    for (Pass& p : passes) {
+      if (p.local_row[static_cast<size_t>(row)] >= 0) p.logit_rows.push_back(p.local_row[static_cast<size_t>(row)]);
+    }
+  }
+  const Tensor decoded = forward_pass(c, w, be, passes[0].ids, passes[0].slices, passes[0].logit_rows, cpu::LinearPath::kFused);
+  const Tensor prefilled = forward_pass(c, w, be, passes[1].ids, passes[1].slices, passes[1].logit_rows, cpu::LinearPath::kTiles);
+  Tensor logits(static_cast<int64_t>(logit_rows.size()), decoded.cols);
+  int64_t next[2] = {0, 0};
+  for (size_t i = 0; i < logit_rows.size(); ++i) {
+    const int which = passes[0].local_row[static_cast<size_t>(logit_rows[i])] >= 0 ? 0 : 1;
+    const Tensor& from = which == 0 ? decoded : prefilled;
+    std::copy_n(from.row(next[which]++), from.cols, logits.row(static_cast<int64_t>(i)));
+  }
   return logits;
 }
 

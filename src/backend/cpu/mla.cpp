@@ -1,7 +1,9 @@
 // MLA on the CPU (spec §5, §10), the operations model/blocks.h mla_block composes with the
 // projections: kv_a norm into the latent cache, NoPE causal softmax, output gate. New tokens append
-// [c | k_pe] to the sequence's latent cache; a multi-token slice attends in the expanded form (kv_b applied to every cached latent), a one-token slice in the absorbed form
-// against the latent cache (q_lat = W_UKᵀ q_nope, o = W_UV Σ p c).
+// [c | k_pe] to the sequence's pages of the paged latent cache (model/state.h LatentPages), which
+// attention reads in place through the block table; a multi-token slice attends in the expanded
+// form (kv_b applied to every cached latent), a one-token slice in the absorbed form against the
+// latent cache (q_lat = W_UKᵀ q_nope, o = W_UV Σ p c).
 #include <cmath>
 
 #include "backend/cpu/block_ops.h"
@@ -27,12 +29,24 @@ struct Dims {
         r(m.kv_lora_rank), row(m.kv_lora_rank + m.qk_rope_head_dim) {}
 };
 
+// The cache rows of `layer` for one sequence whose new tokens are already appended: `total` of them.
+struct CacheView {
+  const LatentPages& pages;
+  const std::vector<int32_t>& table;
+  int64_t layer, total;
+  const float* row(int64_t j) const { return pages.row(table, layer, j); }
+};
+
+CacheView cache_of(const SeqSlice& s, int64_t layer) {
+  return {*s.state->latent, s.state->blocks, layer, s.state->length + s.n};
+}
+
 // Expanded causal attention for slice rows whose cache holds `total` tokens, the last s.n new.
-void attend_expanded(const MlaWeights& w, const Dims& d, float scale, const Tensor& q,
-                     const MlaLayerCache& cache, const SeqSlice& s, Tensor& o) {
-  const int64_t total = static_cast<int64_t>(cache.rows.size()) / d.row;
-  Tensor latent(total, d.r), kvb;
-  for (int64_t j = 0; j < total; ++j) std::copy_n(cache.rows.data() + j * d.row, d.r, latent.row(j));
+void attend_expanded(const MlaWeights& w, const Dims& d, float scale, const Tensor& q, const CacheView& cache,
+                     const SeqSlice& s, Tensor& o) {
+  const int64_t total = cache.total;
+  Tensor latent(total, d.r), kvb;  // kv_b's input: the cached latents
+  for (int64_t j = 0; j < total; ++j) std::copy_n(cache.row(j), d.r, latent.row(j));
   linear(*w.kv_b, latent, kvb);  // [total][nh·(dn+dv)]
   const int64_t first = total - s.n;
 #pragma omp parallel for collapse(2) schedule(dynamic)
@@ -43,7 +57,7 @@ void attend_expanded(const MlaWeights& w, const Dims& d, float scale, const Tens
       std::vector<float> p(static_cast<size_t>(visible));
       for (int64_t j = 0; j < visible; ++j) {
         const float* kj = kvb.row(j) + h * (d.dn + d.dv);
-        const float* pe = cache.rows.data() + j * d.row + d.r;
+        const float* pe = cache.row(j) + d.r;
         float acc = 0;
         for (int64_t e = 0; e < d.dn; ++e) acc += qi[e] * kj[e];
         for (int64_t e = 0; e < d.dr; ++e) acc += qi[d.dn + e] * pe[e];
@@ -61,9 +75,9 @@ void attend_expanded(const MlaWeights& w, const Dims& d, float scale, const Tens
 }
 
 // Absorbed attention of the slice's single new token against the whole latent cache.
-void attend_absorbed(const MlaWeights& w, const Dims& d, float scale, const Tensor& q, const MlaLayerCache& cache,
+void attend_absorbed(const MlaWeights& w, const Dims& d, float scale, const Tensor& q, const CacheView& cache,
                      const SeqSlice& s, Tensor& o) {
-  const int64_t total = static_cast<int64_t>(cache.rows.size()) / d.row;
+  const int64_t total = cache.total;
 #pragma omp parallel for schedule(static)
   for (int64_t h = 0; h < d.nh; ++h) {
     const float* qh = q.row(s.row0) + h * d.dqk;
@@ -75,7 +89,7 @@ void attend_absorbed(const MlaWeights& w, const Dims& d, float scale, const Tens
       for (int64_t c = 0; c < d.r; ++c) q_lat[c] += uk[e * d.r + c] * qh[e];
     }
     for (int64_t j = 0; j < total; ++j) {
-      const float* row = cache.rows.data() + j * d.row;
+      const float* row = cache.row(j);
       float acc = 0;
       for (int64_t c = 0; c < d.r; ++c) acc += q_lat[c] * row[c];
       for (int64_t e = 0; e < d.dr; ++e) acc += qh[d.dn + e] * row[d.r + e];
@@ -83,7 +97,7 @@ void attend_absorbed(const MlaWeights& w, const Dims& d, float scale, const Tens
     }
     softmax_inplace(p.data(), total);
     for (int64_t j = 0; j < total; ++j) {
-      const float* row = cache.rows.data() + j * d.row;
+      const float* row = cache.row(j);
       for (int64_t c = 0; c < d.r; ++c) o_lat[c] += p[j] * row[c];
     }
     float* oh = o.row(s.row0) + h * d.dv;
@@ -112,10 +126,11 @@ void BlockOps::mla_append_cache(int64_t layer, const MlaWeights& w, MlaBuffers& 
   for (int64_t t = 0; t < kv.rows; ++t) std::copy_n(kv.row(t), d.r, c_raw.row(t));
   rms_norm(c_raw, w.kv_a_norm, m.low_rank_norm_eps, latent);
   for (const SeqSlice& sl : slices_) {
-    MlaLayerCache& cache = sl.state->mla[static_cast<size_t>(layer)];
+    LatentPages& pages = *sl.state->latent;
     for (int64_t t = 0; t < sl.n; ++t) {
-      cache.rows.insert(cache.rows.end(), latent.row(sl.row0 + t), latent.row(sl.row0 + t) + d.r);
-      cache.rows.insert(cache.rows.end(), kv.row(sl.row0 + t) + d.r, kv.row(sl.row0 + t) + d.row);
+      float* row = pages.row(sl.state->blocks, layer, sl.state->length + t);
+      std::copy_n(latent.row(sl.row0 + t), d.r, row);
+      std::copy_n(kv.row(sl.row0 + t) + d.r, d.dr, row + d.r);
     }
   }
 }
@@ -126,7 +141,7 @@ void BlockOps::mla_attention(int64_t layer, const MlaWeights& w, MlaBuffers& s) 
   const float scale = static_cast<float>(m.softmax_scale());
   Tensor& o = s.o;
   for (const SeqSlice& sl : slices_) {
-    const MlaLayerCache& cache = sl.state->mla[static_cast<size_t>(layer)];
+    const CacheView cache = cache_of(sl, layer);
     if (sl.n == 1) {
       attend_absorbed(w, d, scale, s.q, cache, sl, o);
     } else {

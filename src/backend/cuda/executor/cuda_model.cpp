@@ -189,7 +189,22 @@ class CudaExecutor final : public Executor {
     if (host_meta_ != nullptr) cudaFreeHost(host_meta_);
   }
 
-  void add_sequence(int64_t sequence) override {
+  // Each sequence's latent rows live in its own slot of max_context rows (block tables identity-mapped
+  // per slot): the Engine's block ids are counted but not read, and no pages are shared.
+  CacheGeometry caches() const override {
+    CacheGeometry g;
+    g.block_tokens = page_size_;
+    g.state_slots = options_.max_sequences;
+    g.kv_blocks = options_.max_sequences * pages_per_slot_;
+    g.snapshot_slots = 0;
+    g.paged = false;
+    return g;
+  }
+  void save_snapshot(int64_t, int32_t) override { throw Error("the CUDA executor keeps no KDA state snapshots"); }
+  void restore_snapshot(int64_t, int32_t) override { throw Error("the CUDA executor keeps no KDA state snapshots"); }
+
+  void add_sequence(int64_t sequence, int64_t length) override {
+    if (length != 0) throw Error("the CUDA executor cannot resume a cached prefix");
     if (free_slots_.empty()) {
       throw Error(Where{"", "", "--max-sequences"}, "all " + std::to_string(options_.max_sequences) +
                                                         " sequence slots are in use; free one or raise the flag");

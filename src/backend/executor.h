@@ -61,6 +61,16 @@ class Executor {
   virtual void restore_snapshot(int64_t sequence, int32_t snapshot) = 0;
 };
 
+// Block tables for callers that drive an Executor directly (benchmarks, tests) rather than through
+// the Engine: table i of `sequences` lists blocks [i·per, (i+1)·per), none shared.
+inline std::vector<std::vector<int32_t>> disjoint_block_tables(int64_t sequences, int64_t per) {
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(sequences));
+  for (int64_t i = 0; i < sequences; ++i) {
+    for (int64_t b = 0; b < per; ++b) tables[static_cast<size_t>(i)].push_back(static_cast<int32_t>(i * per + b));
+  }
+  return tables;
+}
+
 // Binds a planned checkpoint for a device. `files` outlives the executor.
 using ExecutorFactory = std::function<std::unique_ptr<Executor>(const K3Config&, const LoadPlan&, PlanFiles&)>;
 

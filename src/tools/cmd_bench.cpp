@@ -253,9 +253,10 @@ Measured measure(const BenchArgs& a, const K3Config& config, const std::vector<i
   // Decode steps: sequence s is row s and gives the logits of row s.
   std::vector<int64_t> rows;
   std::vector<BatchSlice> slices;
+  const auto tables = disjoint_block_tables(options.max_sequences, options.max_context / 64);
   for (int64_t s = 0; s < options.max_sequences; ++s) {
     rows.push_back(s);
-    slices.push_back({s, s, 1});
+    slices.push_back({s, s, 1, &tables[static_cast<size_t>(s)]});
   }
   auto decode_step = [&](int64_t batch) {
     const size_t n = static_cast<size_t>(batch);
@@ -266,10 +267,10 @@ Measured measure(const BenchArgs& a, const K3Config& config, const std::vector<i
   m.graphs = options.graphs;
   for (const int64_t batch : batches) {
     for (int64_t s = 0; s < batch; ++s) {
-      executor->add_sequence(s);
+      executor->add_sequence(s, 0);
       for (int64_t done = 0; done < a.context;) {
         const int64_t n = std::min(a.context - done, options.max_step_tokens);
-        const BatchSlice slice{s, 0, n};
+        const BatchSlice slice{s, 0, n, &tables[static_cast<size_t>(s)]};
         const int64_t last = n - 1;
         const auto t0 = std::chrono::steady_clock::now();
         executor->run(tokens(n), std::span(&slice, 1), std::span(&last, 1));

@@ -28,12 +28,13 @@ std::vector<float> run_steps(const K3Config& config, uint64_t seed) {
   const int64_t vocab = config.vocab_size;
   std::vector<int64_t> prompt(29);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int64_t>((i * 7919 + 11) % static_cast<size_t>(vocab));
-  ex->add_sequence(0);
-  ex->add_sequence(1);
-  const std::vector<BatchSlice> prefill = {{0, 0, 20}, {1, 20, 9}};
+  ex->add_sequence(0, 0);
+  ex->add_sequence(1, 0);
+  const auto tables = disjoint_block_tables(2, o.max_context / 64);
+  const std::vector<BatchSlice> prefill = {{0, 0, 20, &tables[0]}, {1, 20, 9, &tables[1]}};
   const std::vector<int64_t> last_rows = {19, 28};
   std::vector<float> logits = ex->run(prompt, prefill, last_rows).data;
-  const std::vector<BatchSlice> decode = {{0, 0, 1}, {1, 1, 1}};
+  const std::vector<BatchSlice> decode = {{0, 0, 1, &tables[0]}, {1, 1, 1, &tables[1]}};
   const std::vector<int64_t> rows = {0, 1};
   for (int step = 0; step < 4; ++step) {
     const std::vector<int64_t> ids = {prompt[static_cast<size_t>(step)], prompt[static_cast<size_t>(step + 20)]};

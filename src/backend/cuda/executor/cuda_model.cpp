@@ -136,6 +136,8 @@ void check_options(const CudaOptions& o) {
     bad("--max-context", "must be a positive multiple of " + std::to_string(kMlaDecodeTile));
   }
   if (o.max_step_tokens < 1) bad("--max-step-tokens", "must be ≥ 1");
+  if (o.kv_blocks < 0) bad("--kv-blocks", "must be ≥ 0 (0 = every sequence at the full context)");
+  if (o.snapshot_slots < 0) bad("--snapshot-slots", "must be ≥ 0");
 }
 
 // What the CUDA kernels can run: any KDA head dim and MLA per-head width up to the generic kernels'
@@ -189,22 +191,24 @@ class CudaExecutor final : public Executor {
     if (host_meta_ != nullptr) cudaFreeHost(host_meta_);
   }
 
-  // Each sequence's latent rows live in its own slot of max_context rows (block tables identity-mapped
-  // per slot): the Engine's block ids are counted but not read, and no pages are shared.
+  // The MLA latent cache is kv_blocks pages of page_size_ rows, read through the Engine's block tables.
   CacheGeometry caches() const override {
     CacheGeometry g;
     g.block_tokens = page_size_;
     g.state_slots = options_.max_sequences;
-    g.kv_blocks = options_.max_sequences * pages_per_slot_;
-    g.snapshot_slots = 0;
-    g.paged = false;
+    g.kv_blocks = kv_blocks_;
+    g.snapshot_slots = options_.snapshot_slots;
+    g.kv_block_bytes = static_cast<uint64_t>(page_size_ * (config_.mla.kv_lora_rank + config_.mla.qk_rope_head_dim)) * 2 *
+                       static_cast<uint64_t>(config_.num_layers - config_.count(MixerKind::kKda));
+    for (const LayerState& st : state_) {
+      if (st.kda.recurrent != nullptr) g.state_bytes += (st.kda.recurrent_floats_per_slot() + st.kda.conv_floats_per_slot()) * sizeof(float);
+    }
     return g;
   }
-  void save_snapshot(int64_t, int32_t) override { throw Error("the CUDA executor keeps no KDA state snapshots"); }
-  void restore_snapshot(int64_t, int32_t) override { throw Error("the CUDA executor keeps no KDA state snapshots"); }
+  void save_snapshot(int64_t sequence, int32_t snapshot) override { copy_kda(sequence, snapshot, true); }
+  void restore_snapshot(int64_t sequence, int32_t snapshot) override { copy_kda(sequence, snapshot, false); }
 
   void add_sequence(int64_t sequence, int64_t length) override {
-    if (length != 0) throw Error("the CUDA executor cannot resume a cached prefix");
     if (free_slots_.empty()) {
       throw Error(Where{"", "", "--max-sequences"}, "all " + std::to_string(options_.max_sequences) +
                                                         " sequence slots are in use; free one or raise the flag");
@@ -217,7 +221,7 @@ class CudaExecutor final : public Executor {
     }
     stream_.sync();
     free_slots_.pop_back();
-    sequences_[sequence] = {slot, 0};
+    sequences_[sequence] = {slot, length};
   }
 
   void free_sequence(int64_t sequence) override {
@@ -286,8 +290,30 @@ class CudaExecutor final : public Executor {
     return device;
   }
 
+  // Copies every KDA layer's recurrent and conv state of the sequence's slot to snapshot slot
+  // `snapshot` (save) or back.
+  void copy_kda(int64_t sequence, int32_t snapshot, bool save) {
+    if (snapshot < 0 || snapshot >= options_.snapshot_slots) {
+      throw Error("snapshot slot " + std::to_string(snapshot) + " outside the " + std::to_string(options_.snapshot_slots) + " slots");
+    }
+    const int64_t slot = sequences_.at(sequence).slot;
+    for (const LayerState& st : state_) {
+      if (st.kda.recurrent == nullptr) continue;
+      const size_t r = st.kda.recurrent_floats_per_slot(), c = st.kda.conv_floats_per_slot();
+      float* live_r = st.kda.recurrent + slot * r;
+      float* live_c = st.kda.conv + slot * c;
+      float* snap_r = st.snapshot_recurrent + snapshot * r;
+      float* snap_c = st.snapshot_conv + snapshot * c;
+      K3_CUDA_CHECK(cudaMemcpyAsync(save ? snap_r : live_r, save ? live_r : snap_r, r * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+      K3_CUDA_CHECK(cudaMemcpyAsync(save ? snap_c : live_c, save ? live_c : snap_c, c * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+    }
+    stream_.sync();
+  }
+
   void allocate_state() {
     const int64_t slots = options_.max_sequences;
+    kv_blocks_ = options_.kv_blocks > 0 ? options_.kv_blocks : slots * (options_.max_context / page_size_);
+    const int64_t snapshots = options_.snapshot_slots;
     for (int64_t l = 0; l < config_.num_layers; ++l) {
       LayerState& st = state_.emplace_back();
       if (config_.is_kda(l)) {
@@ -297,8 +323,12 @@ class CudaExecutor final : public Executor {
         st.kda.conv_width = config_.kda.short_conv_kernel_size;
         st.kda.recurrent = arena_.alloc_n<float>(st.kda.recurrent_floats_per_slot() * slots, "kda recurrent state");
         st.kda.conv = arena_.alloc_n<float>(st.kda.conv_floats_per_slot() * slots, "kda conv state");
+        if (snapshots > 0) {
+          st.snapshot_recurrent = arena_.alloc_n<float>(st.kda.recurrent_floats_per_slot() * snapshots, "kda snapshots");
+          st.snapshot_conv = arena_.alloc_n<float>(st.kda.conv_floats_per_slot() * snapshots, "kda conv snapshots");
+        }
       } else {
-        st.cache = arena_.alloc_tensor(DType::kBF16, slots * options_.max_context,
+        st.cache = arena_.alloc_tensor(DType::kBF16, kv_blocks_ * page_size_,
                                        config_.mla.kv_lora_rank + config_.mla.qk_rope_head_dim, "mla latent cache");
       }
     }
@@ -355,11 +385,17 @@ class CudaExecutor final : public Executor {
       h_slots[s] = seq.slot;
       h_seqlens[s] = static_cast<int32_t>(after);
       h_cu_kv[s + 1] = static_cast<int32_t>(h_cu_kv[s] + after);
-      for (int64_t t = 0; t < sl.n; ++t) {
-        h_cache_dst[sl.row0 + t] = static_cast<int32_t>(seq.slot * options_.max_context + seq.length + t);
+      const std::vector<int32_t>& table = *sl.blocks;
+      if (static_cast<int64_t>(table.size()) * page_size_ < after || static_cast<int64_t>(table.size()) > pages_per_slot_) {
+        throw Error("sequence " + std::to_string(sl.sequence) + ": a block table of " + std::to_string(table.size()) +
+                    " blocks for " + std::to_string(after) + " tokens");
       }
+      const auto row_of = [&](int64_t position) {
+        return static_cast<int32_t>(table[static_cast<size_t>(position / page_size_)] * page_size_ + position % page_size_);
+      };
+      for (int64_t t = 0; t < sl.n; ++t) h_cache_dst[sl.row0 + t] = row_of(seq.length + t);
       for (int64_t p = 0; p < pages_per_slot_; ++p) {
-        h_tables[s * pages_per_slot_ + p] = static_cast<int32_t>(seq.slot * pages_per_slot_ + p);
+        h_tables[s * pages_per_slot_ + p] = p < static_cast<int64_t>(table.size()) ? table[static_cast<size_t>(p)] : 0;
       }
       m.max_q = std::max<int>(m.max_q, static_cast<int>(sl.n));
       m.max_kv = std::max<int>(m.max_kv, static_cast<int>(after));
@@ -372,8 +408,10 @@ class CudaExecutor final : public Executor {
     int32_t* h_kv_src = take(expanded ? static_cast<size_t>(m.kv_rows) : 0);
     if (expanded) {
       for (int64_t s = 0; s < n; ++s) {
-        const int32_t base = h_slots[s] * static_cast<int32_t>(options_.max_context);
-        for (int32_t j = 0; j < h_seqlens[s]; ++j) h_kv_src[h_cu_kv[s] + j] = base + j;
+        const std::vector<int32_t>& table = *slices[s].blocks;
+        for (int32_t j = 0; j < h_seqlens[s]; ++j) {
+          h_kv_src[h_cu_kv[s] + j] = static_cast<int32_t>(table[static_cast<size_t>(j / page_size_)] * page_size_ + j % page_size_);
+        }
       }
     }
     K3_CUDA_CHECK(cudaMemcpyAsync(device_meta_, host_meta_, used * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
@@ -450,7 +488,8 @@ class CudaExecutor final : public Executor {
   int multiprocessors_ = 0;
   bool fast_mla_ = mla_fast_geometry(config_.mla);
   int page_size_ = kMlaDecodeTile;
-  int64_t pages_per_slot_ = 0;
+  int64_t pages_per_slot_ = 0;  // block-table width: max_context / page_size_
+  int64_t kv_blocks_ = 0;
   std::vector<LayerState> state_;
   size_t meta_capacity_ = 0;
   int32_t* device_meta_ = nullptr;

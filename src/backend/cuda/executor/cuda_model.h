@@ -19,6 +19,10 @@ struct CudaOptions {
   int64_t max_sequences = 8;       // state slots: sequences alive at once
   int64_t max_context = 4096;      // tokens per sequence (MLA cache rows per slot; a multiple of 64)
   int64_t max_step_tokens = 8192;  // rows of one forward step (prompt chunks above it are refused)
+  // Blocks of 64 positions of the paged MLA latent cache (0: max_sequences × max_context / 64, every
+  // sequence at the full context) and KDA state snapshots kept for the prefix cache.
+  int64_t kv_blocks = 0;
+  int64_t snapshot_slots = 0;
   bool graphs = true;              // replay decode steps as CUDA graphs
   // Routed experts of the formats whose packed kernels take integer activations
   // (CudaFormat::needs_packed_int; validated on the H200 2026-11-29) on those kernels instead of

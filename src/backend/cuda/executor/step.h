@@ -38,7 +38,9 @@ struct StepMeta {
 
 struct LayerState {
   KdaStatePool kda;     // KDA layers
-  DeviceTensor cache;   // MLA layers: bf16 [slots · max_context, r + d_rope] latent rows [c | k_pe]
+  float* snapshot_recurrent = nullptr;  // KDA layers: snapshot slots of the recurrent and conv state
+  float* snapshot_conv = nullptr;
+  DeviceTensor cache;   // MLA layers: bf16 [kv_blocks · page_size, r + d_rope] latent rows [c | k_pe], paged
 };
 
 class ExpertStream;  // expert_stream.h

@@ -10,6 +10,11 @@
 namespace k3 {
 
 void validate(const SamplingParams& p) {
+  if (!(p.min_p >= 0 && p.min_p <= 1)) throw Error(Where{"", "", "min_p"}, "must be in [0, 1]");
+  if (!(p.presence_penalty >= -2 && p.presence_penalty <= 2))
+    throw Error(Where{"", "", "presence_penalty"}, "must be in [-2, 2]");
+  if (!(p.frequency_penalty >= -2 && p.frequency_penalty <= 2))
+    throw Error(Where{"", "", "frequency_penalty"}, "must be in [-2, 2]");
   if (p.greedy) return;
   if (!(p.temperature > 0) || !std::isfinite(p.temperature)) throw Error(Where{"", "", "temperature"}, "must be a finite number > 0");
   if (p.top_k < 0) throw Error(Where{"", "", "top_k"}, "must be ≥ 0 (0 = no limit)");
@@ -17,24 +22,49 @@ void validate(const SamplingParams& p) {
 }
 
 TokenLogprobs logprobs_of(std::span<const float> logits, int64_t chosen, int top_n) {
-  const double top = *std::max_element(logits.begin(), logits.end());
+  const int64_t n = static_cast<int64_t>(logits.size());
+  if (chosen < 0 || chosen >= n) throw Error(Where{"", "", "chosen"}, "id out of range of the logits");
+  double top = -INFINITY;
+  for (float l : logits) top = std::max(top, static_cast<double>(l));
   double sum = 0;
-  for (float v : logits) sum += std::exp(static_cast<double>(v) - top);
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - top);
   const double log_z = top + std::log(sum);
-  const auto lp = [&](int64_t id) { return static_cast<float>(static_cast<double>(logits[id]) - log_z); };
-  TokenLogprobs r{chosen, lp(chosen), {}};
-  std::vector<int64_t> order(logits.size());
+  auto logprob = [&](int64_t i) { return static_cast<float>(static_cast<double>(logits[static_cast<size_t>(i)]) - log_z); };
+  TokenLogprobs r;
+  r.id = chosen;
+  r.logprob = logprob(chosen);
+  const int64_t k = std::min<int64_t>(std::clamp(top_n, 0, kMaxTopLogprobs), n);
+  if (k == 0) return r;
+  std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
-  const size_t n = std::min<size_t>(static_cast<size_t>(std::max(top_n, 0)), order.size());
-  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
-                    [&](int64_t a, int64_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-  for (size_t i = 0; i < n; ++i) r.top.emplace_back(order[i], lp(order[i]));
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
+    const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
+    return la != lb ? la > lb : a < b;
+  });
+  for (int64_t i = 0; i < k; ++i) r.top.emplace_back(order[static_cast<size_t>(i)], logprob(order[static_cast<size_t>(i)]));
   return r;
 }
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) { validate(params); }
 
+void Sampler::observe(int64_t id) {
+  if (penalized()) ++counts_[id];
+}
+
 int64_t Sampler::next(std::span<const float> logits) {
+  if (!penalized()) return choose(logits);
+  penalized_.assign(logits.begin(), logits.end());
+  for (const auto& [id, count] : counts_) {
+    if (id < 0 || id >= static_cast<int64_t>(penalized_.size())) continue;
+    float& l = penalized_[static_cast<size_t>(id)];
+    l = static_cast<float>(l - (params_.presence_penalty + params_.frequency_penalty * static_cast<double>(count)));
+  }
+  const int64_t id = choose(penalized_);
+  ++counts_[id];
+  return id;
+}
+
+int64_t Sampler::choose(std::span<const float> logits) {
   const int64_t n = static_cast<int64_t>(logits.size());
   if (params_.greedy) return std::max_element(logits.begin(), logits.end()) - logits.begin();
   // Candidates by decreasing logit (ties: lower id first), cut to top-k.
@@ -57,6 +87,13 @@ int64_t Sampler::next(std::span<const float> logits) {
       keep = i + 1;
       break;
     }
+  }
+  // Min-p: of those, the ones at least min_p times as likely as the best (a prefix: prob is sorted).
+  if (params_.min_p > 0) {
+    const double floor = params_.min_p * prob.front();
+    size_t above = 1;
+    while (above < keep && prob[above] >= floor) ++above;
+    keep = above;
   }
   const double kept = std::accumulate(prob.begin(), prob.begin() + static_cast<std::ptrdiff_t>(keep), 0.0);
   const double u = std::uniform_real_distribution<double>(0.0, kept)(rng_);

@@ -78,5 +78,99 @@ TEST(Sampler, RejectsOutOfRangeParameters) {
   EXPECT_EQ(message(sampling(1.0, 0, 0.0, 0)), "field 'top_p': must be in (0, 1]");
 }
 
+TEST(Sampler, RejectsOutOfRangeExtensions) {
+  auto message = [](SamplingParams p) {
+    try {
+      validate(p);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  SamplingParams p;  // greedy: the extensions are still checked
+  p.min_p = 1.5;
+  EXPECT_EQ(message(p), "field 'min_p': must be in [0, 1]");
+  p.min_p = 0;
+  p.presence_penalty = 2.5;
+  EXPECT_EQ(message(p), "field 'presence_penalty': must be in [-2, 2]");
+  p.presence_penalty = -2;
+  p.frequency_penalty = NAN;
+  EXPECT_EQ(message(p), "field 'frequency_penalty': must be in [-2, 2]");
+  p.frequency_penalty = 2;
+  EXPECT_EQ(message(p), "no error");
+}
+
+TEST(Sampler, GreedyAppliesPresencePenalty) {
+  SamplingParams p;
+  p.presence_penalty = 1.0;
+  Sampler s(p);
+  // 2.0 (id 1) → 1.0 after its first use; then id 3 (2.0) wins, then both at 1.0 and the lower id.
+  EXPECT_EQ(s.next(kLogits), 1);
+  EXPECT_EQ(s.next(kLogits), 3);
+  EXPECT_EQ(s.next(kLogits), 1);  // 1: 1.0, 3: 1.0, 4: 1.0 → lowest id; presence does not grow
+  EXPECT_EQ(s.next(kLogits), 1);
+}
+
+TEST(Sampler, GreedyAppliesFrequencyPenaltyAndObserve) {
+  SamplingParams p;
+  p.frequency_penalty = 0.75;
+  Sampler s(p);
+  s.observe(1);
+  s.observe(3);  // ids 1 and 3 at 1.25: id 4 (1.0) still below
+  EXPECT_EQ(s.next(kLogits), 1);  // 1 → 0.5 after
+  EXPECT_EQ(s.next(kLogits), 3);  // 3 → 0.5
+  EXPECT_EQ(s.next(kLogits), 4);  // 4 (1.0) now best
+  SamplingParams negative;
+  negative.frequency_penalty = -2;  // a negative penalty favours repeats
+  Sampler r(negative);
+  r.observe(4);
+  EXPECT_EQ(r.next(kLogits), 4);
+  EXPECT_EQ(r.next(kLogits), 4);
+}
+
+TEST(Sampler, NoExtensionsKeepsTheSequence) {
+  SamplingParams a = sampling(0.7, 3, 0.9, 11), b = a;
+  b.min_p = 0;
+  b.presence_penalty = 0;
+  Sampler sa(a), sb(b);
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(sa.next(kLogits), sb.next(kLogits));
+}
+
+TEST(Sampler, MinPDropsUnlikelyTokens) {
+  // At T=1: p(1)=p(3)=0.358, p(4)=0.132 (ratio 0.368), p(0) ratio 0.223, p(2) ratio 0.05.
+  SamplingParams p = sampling(1.0, 0, 1.0, 7);
+  p.min_p = 0.3;
+  Sampler s(p);
+  std::map<int64_t, int> seen;
+  for (int i = 0; i < 4000; ++i) ++seen[s.next(kLogits)];
+  EXPECT_EQ(seen.size(), 3u);
+  EXPECT_FALSE(seen.count(0) || seen.count(2));
+  EXPECT_NEAR(seen[4] / 4000.0, 0.132 / 0.848, 0.03);
+  p.min_p = 1.0;  // only the best (ties at the maximum stay)
+  Sampler best(p);
+  for (int i = 0; i < 50; ++i) {
+    const int64_t id = best.next(kLogits);
+    EXPECT_TRUE(id == 1 || id == 3);
+  }
+}
+
+TEST(Logprobs, LogSoftmaxOfRawLogitsAndSortedTop) {
+  const TokenLogprobs lp = logprobs_of(kLogits, 4, 3);
+  double z = 0;
+  for (float l : kLogits) z += std::exp(static_cast<double>(l));
+  EXPECT_EQ(lp.id, 4);
+  EXPECT_NEAR(lp.logprob, 1.0 - std::log(z), 1e-6);
+  ASSERT_EQ(lp.top.size(), 3u);
+  EXPECT_EQ(lp.top[0].first, 1);  // ties by id
+  EXPECT_EQ(lp.top[1].first, 3);
+  EXPECT_EQ(lp.top[2].first, 4);
+  EXPECT_FLOAT_EQ(lp.top[2].second, lp.logprob);
+  EXPECT_TRUE(logprobs_of(kLogits, 0, 0).top.empty());
+  EXPECT_EQ(logprobs_of(kLogits, 0, 20).top.size(), kLogits.size());
+  // Large logits do not overflow (double accumulation, max subtracted).
+  const std::vector<float> big = {1000.0f, 1000.0f};
+  EXPECT_NEAR(logprobs_of(big, 0, 0).logprob, -std::log(2.0), 1e-6);
+}
+
 }  // namespace
 }  // namespace k3

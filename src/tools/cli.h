@@ -24,5 +24,6 @@ Registered add_logits(CLI::App& app);
 Registered add_generate(CLI::App& app);
 Registered add_chat(CLI::App& app);
 Registered add_bench(CLI::App& app);
+Registered add_serve(CLI::App& app);
 
 }  // namespace k3::cli

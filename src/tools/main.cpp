@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
       k3::cli::add_generate(app),
       k3::cli::add_chat(app),
       k3::cli::add_bench(app),
+      k3::cli::add_serve(app),
   };
 
   try {

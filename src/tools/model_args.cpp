@@ -91,8 +91,10 @@ std::optional<SizeText> read_size(const std::string& text) {
 
 }  // namespace
 
-uint64_t parse_expert_cache(const std::string& text) {
-  const Where where{"", "", "--expert-cache"};
+uint64_t parse_expert_cache(const std::string& text) { return parse_byte_size(text, "--expert-cache"); }
+
+uint64_t parse_byte_size(const std::string& text, const std::string& flag) {
+  const Where where{"", "", flag};
   const std::optional<SizeText> size = read_size(text);
   if (!size || size->percent) throw Error(where, "'" + text + "' is not a size (e.g. 8G, 512M, or bytes)");
   if (!(size->value >= 1) || size->value > 1e18) {
@@ -199,7 +201,9 @@ EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
   if (args.gpu_memory_option && args.gpu_memory_option->count() > 0 && device < 0) {
     throw Error(Where{"", "", "--gpu-memory"}, "sizes the CUDA memory arena: it needs --device cuda");
   }
-  if (args.max_sequences_option && args.max_sequences_option->count() > 0 && device < 0) {
+  if (args.cpu_sequences) {
+    options.max_sequences = args.max_sequences;
+  } else if (args.max_sequences_option && args.max_sequences_option->count() > 0 && device < 0) {
     throw Error(Where{"", "", "--max-sequences"}, "sizes the CUDA state slots: it needs --device cuda");
   }
   options.max_context = context_limit(args, config, device >= 0);

@@ -35,6 +35,8 @@ struct ModelArgs {
   std::string expert_cache;           // --expert-cache SIZE: CUDA expert streaming (empty: off)
   CLI::Option* gpu_memory_option = nullptr;
   CLI::Option* max_sequences_option = nullptr;
+  // --max-sequences sizes the CPU engine's state slots too (k3 serve); else it is CUDA-only.
+  bool cpu_sequences = false;
 };
 
 inline constexpr int64_t kDefaultCudaContext = 4096;
@@ -49,6 +51,9 @@ void check_gpu_memory(const std::string& text);
 // The context limit for this run: --max-context, else the default described at ModelArgs::max_context.
 int64_t context_limit(const ModelArgs& args, const K3Config& config, bool cuda);
 
+// A byte-size flag: "<n>" or "<n>K|M|G" (binary units, fractions allowed: "1.5G"), at least one
+// byte. Throws k3::Error (field `flag`) on anything else.
+uint64_t parse_byte_size(const std::string& text, const std::string& flag);
 // --expert-cache SIZE → bytes: "<n>" or "<n>K|M|G" (binary units, fractions allowed: "1.5G"), > 0.
 // Throws k3::Error (field '--expert-cache') on anything else.
 uint64_t parse_expert_cache(const std::string& text);

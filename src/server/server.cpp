@@ -1,0 +1,209 @@
+#include "server/server.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "server/api/openai_request.h"
+#include "server/api/openai_response.h"
+#include "server/api_error.h"
+#include "server/completion_job.h"
+
+namespace k3::server {
+namespace {
+
+struct Route {
+  const char* path;
+  const char* method;
+  bool api;  // behind the API key, needs the model
+};
+constexpr Route kRoutes[] = {
+    {"/v1/completions", "POST", true}, {"/v1/chat/completions", "POST", true}, {"/v1/models", "GET", true},
+    {"/tokenize", "POST", true},       {"/detokenize", "POST", true},          {"/health", "GET", false},
+    {"/metrics", "GET", false},
+};
+
+// The path without a query string.
+std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
+
+// Constant-time comparison of the presented key with the configured one.
+bool same_key(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % std::max<size_t>(1, b.size())]);
+  return diff == 0;
+}
+
+}  // namespace
+
+Server::Server(ServerOptions options) : options_(std::move(options)) {
+  http_ = std::make_unique<HttpServer>(
+      options_.host, options_.port, options_.http,
+      [this](HttpRequest request, std::shared_ptr<HttpExchange> exchange) { handle(std::move(request), std::move(exchange)); },
+      options_.io_threads);
+}
+
+Server::~Server() {
+  if (scheduler_) scheduler_->stop();
+  if (loop_.joinable()) loop_.join();
+  http_->shutdown();
+}
+
+void Server::start() { http_->start(); }
+int Server::port() const { return http_->port(); }
+
+void Server::serve(Engine& engine, const Tokenizer& tokenizer) {
+  engine_ = &engine;
+  tokenizer_ = &tokenizer;
+  created_ = unix_seconds_now();
+  if (options_.prefix_cache_bytes > 0) {
+    const CacheGeometry& g = engine.caches();
+    const uint64_t per_block = std::max<uint64_t>(1, g.kv_block_bytes + g.state_bytes);
+    options_.scheduler.prefix_cache_blocks = std::max<int64_t>(1, static_cast<int64_t>(options_.prefix_cache_bytes / per_block));
+  }
+  scheduler_ = std::make_unique<Scheduler>(engine, options_.scheduler, [this](const StepReport& r) { observe_step(r); });
+  loop_ = std::thread([this] { scheduler_->run_until_stopped(); });
+  ready_ = true;
+}
+
+void Server::drain() {
+  draining_ = true;
+  http_->stop_accepting();
+  if (scheduler_) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.drain_timeout_s);
+    while (!scheduler_->idle() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    scheduler_->stop();
+    if (loop_.joinable()) loop_.join();
+    scheduler_->cancel_all(FinishReason::kCancelled);  // what the drain timeout cut
+  }
+  http_->shutdown();
+}
+
+void Server::observe_step(const StepReport& r) {
+  metrics_.step_batch_tokens.observe(static_cast<double>(r.tokens));
+  metrics_.step_batch_sequences.observe(static_cast<double>(r.sequences));
+  const SchedulerStats s = scheduler_->stats();
+  metrics_.requests_running.set(static_cast<double>(s.running));
+  metrics_.requests_waiting.set(static_cast<double>(s.waiting));
+  metrics_.kv_blocks_used.set(static_cast<double>(s.kv_blocks_used));
+  metrics_.kv_blocks_free.set(static_cast<double>(s.kv_blocks_free));
+  metrics_.kda_slots_used.set(static_cast<double>(s.state_slots_used));
+  metrics_.prefix_cache_hit_tokens.inc(static_cast<double>(s.prefix_hit_tokens - last_stats_.prefix_hit_tokens));
+  metrics_.prefix_cache_query_tokens.inc(static_cast<double>(s.prefix_query_tokens - last_stats_.prefix_query_tokens));
+  last_stats_ = s;
+}
+
+void Server::log(const JobSummary& job) const {
+  if (options_.json_logs) {
+    nlohmann::ordered_json j{{"endpoint", job.endpoint}, {"status", job.status}, {"prompt_tokens", job.prompt_tokens},
+                             {"completion_tokens", job.completion_tokens}, {"seconds", job.seconds}};
+    if (!job.error.empty()) j["error"] = job.error;
+    std::fprintf(stderr, "%s\n", j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
+  } else {
+    std::fprintf(stderr, "%s %d prompt=%lld completion=%lld %.3fs%s%s\n", job.endpoint.c_str(), job.status,
+                 static_cast<long long>(job.prompt_tokens), static_cast<long long>(job.completion_tokens), job.seconds,
+                 job.error.empty() ? "" : " error=", job.error.c_str());
+  }
+}
+
+void Server::handle(HttpRequest request, std::shared_ptr<HttpExchange> exchange) {
+  try {
+    route(request, exchange);
+  } catch (const ApiError& e) {
+    exchange->respond(e.status(), "application/json", e.body());
+    metrics_.requests.inc(1, std::to_string(e.status()));
+  } catch (const std::exception& e) {
+    // Nothing a client sends gets here: the API layer turns every bad input into an ApiError.
+    exchange->respond_error(500, std::string("internal error: ") + e.what());
+    metrics_.requests.inc(1, "500");
+  }
+}
+
+void Server::route(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange) {
+  const std::string path = path_of(request.target);
+  const Route* found = nullptr;
+  for (const Route& r : kRoutes) {
+    if (path == r.path) found = &r;
+  }
+  if (found == nullptr) throw ApiError(404, "no route " + quote_bytes(path, 128), "", "not_found");
+  if (request.method != found->method) {
+    exchange->respond(405, "application/json",
+                      ApiError(405, "method " + quote_bytes(request.method) + " is not allowed on " + path + " (use " +
+                                        found->method + ")").body(),
+                      {{"Allow", found->method}});
+    metrics_.requests.inc(1, "405");
+    return;
+  }
+  if (path == "/health") {
+    const bool up = ready_ && !draining_;
+    exchange->respond(up ? 200 : 503, "application/json",
+                      std::string("{\"status\":\"") + (draining_ ? "draining" : ready_ ? "ok" : "loading") + "\"}");
+    return;
+  }
+  if (path == "/metrics") {
+    exchange->respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render());
+    return;
+  }
+  if (!options_.api_key.empty()) {
+    const std::string auth = request.header("authorization");
+    const std::string prefix = "Bearer ";
+    if (auth.size() <= prefix.size() || auth.compare(0, prefix.size(), prefix) != 0 ||
+        !same_key(auth.substr(prefix.size()), options_.api_key)) {
+      throw ApiError(401, auth.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key", "",
+                     "invalid_api_key");
+    }
+  }
+  if (!ready_) throw ApiError(503, "the model is still loading", "", "loading");
+  if (draining_) throw ApiError(503, "the server is shutting down", "", "draining");
+  const ApiContext ctx{*tokenizer_, engine_->config(), options_.served_model_name, engine_->max_context(), options_.max_n};
+  if (path == "/v1/models") {
+    exchange->respond(200, "application/json", models_response(options_.served_model_name, created_, engine_->max_context()));
+  } else if (path == "/tokenize") {
+    exchange->respond(200, "application/json", tokenize_response(request.body, ctx));
+  } else if (path == "/detokenize") {
+    exchange->respond(200, "application/json", detokenize_response(request.body, ctx));
+  } else {
+    completion(request, exchange, path == "/v1/chat/completions");
+  }
+}
+
+void Server::completion(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange, bool chat) {
+  const ApiContext ctx{*tokenizer_, engine_->config(), options_.served_model_name, engine_->max_context(), options_.max_n};
+  CompletionJob::Setup setup;
+  setup.endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
+  setup.chat = chat;
+  setup.timeout_s = options_.request_timeout_s;
+  RequestCommon common;
+  if (chat) {
+    ChatCompletionRequest r = parse_chat_request(request.body, ctx);
+    for (int i = 0; i < r.n; ++i) setup.choices.push_back(choice_config(r));
+    common = std::move(r);
+  } else {
+    CompletionRequest r = parse_completion_request(request.body, ctx);
+    for (int i = 0; i < r.n; ++i) setup.choices.push_back(choice_config(r));
+    common = std::move(r);
+  }
+  setup.head = {new_response_id(chat ? "chatcmpl-" : "cmpl-"), options_.served_model_name, unix_seconds_now(),
+                common.stream && common.include_usage};
+  setup.stream = common.stream;
+  setup.prompt_tokens = static_cast<int64_t>(common.gen.prompt.size());
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < common.n; ++i) {
+    const GenerationParams g = choice_params(common.gen, i);
+    specs.push_back({g.prompt, g.max_tokens, g.sampling, g.stop_token_ids, g.top_logprobs, std::nullopt});
+  }
+  auto job = std::make_shared<CompletionJob>(std::move(setup), *tokenizer_, exchange, metrics_,
+                                             [this](const JobSummary& s) { log(s); });
+  try {
+    job->start(*scheduler_, std::move(specs));
+  } catch (const Error& e) {
+    // The queue is full (retry later), or the request can never fit the cache.
+    if (e.where().field == "max_queue") throw ApiError(503, "the server is busy: " + e.detail(), "", "queue_full");
+    throw ApiError(400, e.detail(), e.where().field == "max_tokens" ? "max_tokens" : "", "context_length_exceeded");
+  }
+}
+
+}  // namespace k3::server

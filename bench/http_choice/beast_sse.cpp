@@ -18,9 +18,9 @@ using tcp = net::ip::tcp;
 
 static Hub* g_hub;
 
-class Session : public Stream, public std::enable_shared_from_this<Session> {
+class Connection : public Stream, public std::enable_shared_from_this<Connection> {
  public:
-  explicit Session(tcp::socket s) : stream_(std::move(s)) {}
+  explicit Connection(tcp::socket s) : stream_(std::move(s)) {}
   void start() {
     parser_.emplace();
     parser_->header_limit(16 << 10);
@@ -107,7 +107,7 @@ class Session : public Stream, public std::enable_shared_from_this<Session> {
 
 static void do_accept(tcp::acceptor& acc, net::io_context& ioc) {
   acc.async_accept(net::make_strand(ioc), [&](beast::error_code ec, tcp::socket s) {
-    if (!ec) std::make_shared<Session>(std::move(s))->start();
+    if (!ec) std::make_shared<Connection>(std::move(s))->start();
     do_accept(acc, ioc);
   });
 }

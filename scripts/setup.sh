@@ -8,13 +8,16 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev libomp-dev
   clang libclang-rt-14-dev
-  libboost-dev
+  libboost-dev nodejs
 )
 
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+
+# npm comes with some nodejs builds; the Debian one is a package of its own.
+command -v npm >/dev/null || missing+=(npm)
 
 if [ "${#missing[@]}" -eq 0 ] && [ -z "${K3_FORCE_SETUP:-}" ]; then
   echo "setup: all ${#PACKAGES[@]} packages present"
@@ -25,5 +28,6 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 echo "setup: installing ${missing[*]:-${PACKAGES[*]}}"
 $SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" \
+  $(command -v npm >/dev/null || echo npm) >/dev/null
 echo "setup: done"

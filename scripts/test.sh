@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 # spinning workers starve each other (the engine tests run ~4x slower with the default policy).
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 scripts/setup.sh
+scripts/setup_node.sh
 scripts/check_history.sh
 
 scripts/build.sh release

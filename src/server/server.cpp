@@ -80,6 +80,7 @@ void Server::drain() {
     scheduler_->cancel_all(FinishReason::kCancelled);  // what the drain timeout cut
   }
   http_->shutdown();
+  scheduler_.reset();  // gives its cache blocks back to the engine while that is alive
 }
 
 void Server::observe_step(const StepReport& r) {

@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
+#include <optional>
 
 #include "core/error.h"
 #include "server/server.h"
@@ -104,10 +106,14 @@ Registered add_serve(CLI::App& app) {
             o.scheduler.max_queue = a->max_queue;
             o.scheduler.prefix_cache = a->prefix_cache == "on";
             if (!a->prefix_cache_size.empty()) o.prefix_cache_bytes = parse_byte_size(a->prefix_cache_size, "--prefix-cache-size");
+            // The model outlives the server, which holds references to it.
+            std::unique_ptr<Engine> model;
+            std::optional<Tokenizer> tokenizer_holder;
             server::Server server(o);
             server.start();
-            Engine engine(a->model.model, engine_opts);
-            const Tokenizer tokenizer = load_tokenizer(a->model.model, engine.config().vocab_size);
+            model = std::make_unique<Engine>(a->model.model, engine_opts);
+            Engine& engine = *model;
+            const Tokenizer& tokenizer = tokenizer_holder.emplace(load_tokenizer(a->model.model, engine.config().vocab_size));
             server.serve(engine, tokenizer);
             std::printf("k3 serve: %s ready at http://%s:%d/v1 (%lld sequences, context %lld, %lld cache blocks)\n",
                         o.served_model_name.c_str(), o.host.c_str(), server.port(),

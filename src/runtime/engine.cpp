@@ -31,7 +31,7 @@ void require_finite_logits(std::span<const float> logits, int64_t vocab, int64_t
   }
 }
 
-Engine::Engine(const std::string& model_dir, const EngineOptions& options) : max_context_(options.max_context), prefill_chunk_(options.prefill_chunk) {
+void Engine::check_options(const EngineOptions& options) {
   if (options.threads < 0) throw Error(Where{"", "", "threads"}, "must be ≥ 0 (0 = all cores)");
   if (options.threads > max_engine_threads()) {
     throw Error(Where{"", "", "threads"}, std::to_string(options.threads) + " is more than " +
@@ -40,23 +40,43 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options) : max
   }
   if (options.max_context < 0) throw Error(Where{"", "", "max_context"}, "must be ≥ 0 (0 = no limit)");
   if (options.prefill_chunk < 1) throw Error(Where{"", "", "prefill_chunk"}, "must be ≥ 1");
+  for (const auto& [field, value] : {std::pair{"max_sequences", options.max_sequences}, std::pair{"kv_blocks", options.kv_blocks},
+                                     std::pair{"snapshot_slots", options.snapshot_slots}}) {
+    if (value < 0) throw Error(Where{"", "", field}, "must be ≥ 0 (0 = the default)");
+  }
   if (options.threads > 0) omp_set_num_threads(options.threads);
+}
+
+void Engine::adopt_executor(std::unique_ptr<Executor> executor) {
+  executor_ = std::move(executor);
+  caches_ = executor_->caches();
+  kv_pool_ = BlockPool(caches_.kv_blocks);
+  snapshot_pool_ = BlockPool(caches_.snapshot_slots);
+}
+
+Engine::Engine(const std::string& model_dir, const EngineOptions& options)
+    : max_context_(options.max_context), prefill_chunk_(options.prefill_chunk) {
+  check_options(options);
   const CheckpointDir ckpt = open_checkpoint_dir(model_dir);
   if (!ckpt.config) throw Error(Where{ckpt.path("config.json"), "", ""}, "a model directory needs config.json");
   config_ = *ckpt.config;
   plan_ = std::make_unique<LoadPlan>(plan_checkpoint(ckpt));
   files_ = std::make_unique<PlanFiles>(*plan_);
-  for (const auto& [field, value] : {std::pair{"max_sequences", options.max_sequences}, std::pair{"kv_blocks", options.kv_blocks},
-                                     std::pair{"snapshot_slots", options.snapshot_slots}}) {
-    if (value < 0) throw Error(Where{"", "", field}, "must be ≥ 0 (0 = the default)");
-  }
-  executor_ = options.executor ? options.executor(config_, *plan_, *files_)
-                              : make_cpu_executor(config_, *plan_, *files_, options.linear,
-                                                  {options.max_sequences, options.kv_blocks, options.snapshot_slots,
-                                                   options.max_context});
-  caches_ = executor_->caches();
-  kv_pool_ = BlockPool(caches_.kv_blocks);
-  snapshot_pool_ = BlockPool(caches_.snapshot_slots);
+  adopt_executor(options.executor ? options.executor(config_, *plan_, *files_)
+                                  : make_cpu_executor(config_, *plan_, *files_, options.linear,
+                                                      {options.max_sequences, options.kv_blocks, options.snapshot_slots,
+                                                       options.max_context}));
+}
+
+Engine::Engine(const K3Config& config, std::unique_ptr<Executor> executor, const EngineOptions& options)
+    : config_(config), max_context_(options.max_context), prefill_chunk_(options.prefill_chunk) {
+  check_options(options);
+  adopt_executor(std::move(executor));
+}
+
+const LoadPlan& Engine::plan() const {
+  if (!plan_) throw Error("this engine was made without a checkpoint (synthetic weights): it has no load plan");
+  return *plan_;
 }
 
 Engine::~Engine() = default;

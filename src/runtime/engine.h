@@ -68,10 +68,13 @@ class Engine {
  public:
   // Plans the checkpoint directory (any family), refuses a plan with problems, binds the weights.
   explicit Engine(const std::string& model_dir, const EngineOptions& options = {});
+  // An engine over an executor made without a checkpoint (synthetic weights generated on a device,
+  // for benchmarks at real shapes): no plan. options.executor is not used.
+  Engine(const K3Config& config, std::unique_ptr<Executor> executor, const EngineOptions& options);
   ~Engine();
 
   const K3Config& config() const { return config_; }
-  const LoadPlan& plan() const { return *plan_; }
+  const LoadPlan& plan() const;  // throws for an engine without a checkpoint
   const Executor& executor() const { return *executor_; }
 
   // A new empty sequence; throws k3::Error when every state slot is taken.
@@ -105,6 +108,9 @@ class Engine {
   std::vector<StepResult> step(const std::vector<SequenceInput>& inputs);
 
  private:
+  void check_options(const EngineOptions& options);
+  void adopt_executor(std::unique_ptr<Executor> executor);
+
   K3Config config_;
   std::unique_ptr<LoadPlan> plan_;
   std::unique_ptr<PlanFiles> files_;

@@ -70,24 +70,6 @@ std::vector<int64_t> parse_batch_sizes(const std::string& text) {
   return sizes;
 }
 
-// A built-in config by name, else a config.json path.
-K3Config resolve_config(const std::string& what) {
-  if (const std::optional<std::string> text = known_config_json(what)) {
-    return parse_k3_config(parse_json(*text, what + " (built in)"));
-  }
-  std::error_code ec;
-  if (!std::filesystem::exists(what, ec)) {
-    std::string names;
-    for (const std::string& n : known_config_names()) names += (names.empty() ? "" : ", ") + n;
-    bad_flag("--synthetic", "'" + what + "' is neither a known config (" + names + ") nor a file");
-  }
-  try {
-    return load_k3_config(what);
-  } catch (const Error& e) {
-    bad_flag("--synthetic", e.what());
-  }
-}
-
 // What one decode step must move through memory, in bytes: every weight except the routed experts
 // (bf16 matrices, f32 vectors; the embedding only as the rows looked up unless it is the lm_head),
 // the experts the batch hits (the expected number of distinct experts among B·k uniform picks,
@@ -318,7 +300,7 @@ int run_bench(const BenchArgs& a) {
   const int device = parse_device(a.device);
   if (device < 0) bad_flag("--device", "the benchmark runs on a CUDA device (cuda or cuda:N)");
   if (!a.expert_cache.empty()) parse_expert_cache(a.expert_cache);
-  K3Config config = resolve_config(a.synthetic);
+  K3Config config = resolve_synthetic_config(a.synthetic);
   if (a.layers != 0) {
     if (a.layers < 1 || a.layers > config.num_layers) {
       bad_flag("--layers", "must be in [1, " + std::to_string(config.num_layers) + "], got " + std::to_string(a.layers));

@@ -18,6 +18,7 @@
 #include "server/server.h"
 #include "tools/cli.h"
 #include "tools/flag_checks.h"
+#include "tokenizer/synthetic_tokenizer.h"
 #include "tools/model_args.h"
 
 namespace k3::cli {
@@ -28,6 +29,8 @@ inline constexpr int64_t kServeMaxBatchTokensFlag = int64_t{1} << 20;
 
 struct ServeArgs {
   ModelArgs model;
+  std::string synthetic;  // --synthetic NAME|CONFIG.json: weights generated on the GPU
+  uint64_t seed = 1;
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string served_model_name;
@@ -55,9 +58,21 @@ sigset_t block_stop_signals() {
 Registered add_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   a->model.max_sequences = kServeDefaultSequences;
-  a->model.cpu_sequences = true;
+  a->model.serving = true;
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
   add_model_args(cmd, a->model, PromptInput::kNone);
+  CLI::Option* model = cmd->get_option("--model");
+  model->required(false);
+  CLI::Option* synthetic = cmd->add_option(
+      "--synthetic", a->synthetic,
+      "serve synthetic weights generated on the GPU for a built-in config name or a config.json (as k3 bench; "
+      "token-id prompts, ids shown as ' <id>' text), instead of --model");
+  synthetic->excludes(model);
+  model->excludes(synthetic);
+  cmd->add_option("--seed", a->seed, "--synthetic: seed of the weights")->check(unsigned_integer())->capture_default_str();
+  cmd->callback([model, synthetic] {
+    if (model->count() == 0 && synthetic->count() == 0) throw CLI::RequiredError("--model or --synthetic");
+  });
   cmd->add_option("--host", a->host, "address to bind")->capture_default_str();
   cmd->add_option("--port", a->port, "port to bind (0: any free port)")->check(integer_in(0, 65535))->capture_default_str();
   cmd->add_option("--served-model-name", a->served_model_name, "the model name of the API (default: the directory's name)");
@@ -84,14 +99,25 @@ Registered add_serve(CLI::App& app) {
       ->capture_default_str();
   return {cmd, [a] {
             const sigset_t stop_signals = block_stop_signals();
-            const CheckpointDir ckpt = open_checkpoint_dir(a->model.model);
-            if (!ckpt.config) throw Error(Where{ckpt.path("config.json"), "", ""}, "a model directory needs config.json");
-            const EngineOptions engine_opts = engine_options(a->model, *ckpt.config);
+            std::optional<K3Config> config;
+            if (a->synthetic.empty()) {
+              const CheckpointDir ckpt = open_checkpoint_dir(a->model.model);
+              if (!ckpt.config) throw Error(Where{ckpt.path("config.json"), "", ""}, "a model directory needs config.json");
+              config = *ckpt.config;
+            } else {
+              config = resolve_synthetic_config(a->synthetic);
+              if (parse_device(a->model.device) < 0) {
+                throw Error(Where{"", "", "--synthetic"}, "generates its weights on a GPU: it needs --device cuda");
+              }
+            }
+            const EngineOptions engine_opts = engine_options(a->model, *config);
             server::ServerOptions o;
             o.host = a->host;
             o.port = a->port;
             o.served_model_name = a->served_model_name;
-            if (o.served_model_name.empty()) {
+            if (o.served_model_name.empty() && !a->synthetic.empty()) {
+              o.served_model_name = std::filesystem::path(a->synthetic).stem().string();
+            } else if (o.served_model_name.empty()) {
               o.served_model_name = std::filesystem::path(a->model.model).lexically_normal().filename().string();
               if (o.served_model_name.empty()) o.served_model_name = std::filesystem::path(a->model.model).parent_path().filename().string();
             }
@@ -111,9 +137,15 @@ Registered add_serve(CLI::App& app) {
             std::optional<Tokenizer> tokenizer_holder;
             server::Server server(o);
             server.start();
-            model = std::make_unique<Engine>(a->model.model, engine_opts);
+            if (a->synthetic.empty()) {
+              model = std::make_unique<Engine>(a->model.model, engine_opts);
+              tokenizer_holder.emplace(load_tokenizer(a->model.model, model->config().vocab_size));
+            } else {
+              model = make_synthetic_engine(*config, engine_opts, a->model, a->seed);
+              tokenizer_holder.emplace(synthetic_tokenizer(config->vocab_size));
+            }
             Engine& engine = *model;
-            const Tokenizer& tokenizer = tokenizer_holder.emplace(load_tokenizer(a->model.model, engine.config().vocab_size));
+            const Tokenizer& tokenizer = *tokenizer_holder;
             server.serve(engine, tokenizer);
             std::printf("k3 serve: %s ready at http://%s:%d/v1 (%lld sequences, context %lld, %lld cache blocks)\n",
                         o.served_model_name.c_str(), o.host.c_str(), server.port(),

@@ -5,10 +5,12 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <string_view>
 
 #include "core/error.h"
+#include "model/known_configs.h"
 #include "quant/families/family.h"
 #include "tools/flag_checks.h"
 
@@ -90,6 +92,24 @@ std::optional<SizeText> read_size(const std::string& text) {
 }
 
 }  // namespace
+
+K3Config resolve_synthetic_config(const std::string& what) {
+  const Where where{"", "", "--synthetic"};
+  if (const std::optional<std::string> text = known_config_json(what)) {
+    return parse_k3_config(parse_json(*text, what + " (built in)"));
+  }
+  std::error_code ec;
+  if (!std::filesystem::exists(what, ec)) {
+    std::string names;
+    for (const std::string& n : known_config_names()) names += (names.empty() ? "" : ", ") + n;
+    throw Error(where, "'" + what + "' is neither a known config (" + names + ") nor a file");
+  }
+  try {
+    return load_k3_config(what);
+  } catch (const Error& e) {
+    throw Error(where, e.what());
+  }
+}
 
 uint64_t parse_expert_cache(const std::string& text) { return parse_byte_size(text, "--expert-cache"); }
 
@@ -187,6 +207,24 @@ Tokenizer load_tokenizer(const std::string& dir, int64_t vocab) {
   return tok;
 }
 
+#ifdef K3_HAVE_CUDA
+namespace {
+
+cuda::CudaOptions cuda_options(const ModelArgs& args, const EngineOptions& options, int device, uint64_t expert_cache) {
+  cuda::CudaOptions cuda;
+  cuda.w4a4 = options.linear.activation == cpu::ActivationNumerics::CheckpointContract;
+  cuda.device = device;
+  cuda.memory = args.gpu_memory;
+  cuda.max_sequences = args.max_sequences;
+  cuda.max_context = options.max_context;
+  cuda.expert_cache_bytes = expert_cache;
+  if (args.serving) cuda.snapshot_slots = kServeSnapshotSlots;
+  return cuda;
+}
+
+}  // namespace
+#endif
+
 EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
   EngineOptions options;
   options.threads = args.threads;
@@ -201,7 +239,7 @@ EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
   if (args.gpu_memory_option && args.gpu_memory_option->count() > 0 && device < 0) {
     throw Error(Where{"", "", "--gpu-memory"}, "sizes the CUDA memory arena: it needs --device cuda");
   }
-  if (args.cpu_sequences) {
+  if (args.serving) {
     options.max_sequences = args.max_sequences;
   } else if (args.max_sequences_option && args.max_sequences_option->count() > 0 && device < 0) {
     throw Error(Where{"", "", "--max-sequences"}, "sizes the CUDA state slots: it needs --device cuda");
@@ -212,14 +250,8 @@ EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
     if (options.linear.activation == cpu::ActivationNumerics::Bf16Inputs) {
       throw Error(Where{"", "", "--activations"}, "'" + args.activations + "' applies to the CPU backend only");
     }
-    cuda::CudaOptions cuda;
-    cuda.w4a4 = options.linear.activation == cpu::ActivationNumerics::CheckpointContract;
-    cuda.device = device;
-    cuda.memory = args.gpu_memory;
-    cuda.max_sequences = args.max_sequences;
-    cuda.max_context = options.max_context;
+    const cuda::CudaOptions cuda = cuda_options(args, options, device, expert_cache);
     options.prefill_chunk = cuda.max_step_tokens;
-    cuda.expert_cache_bytes = expert_cache;
     options.executor = [cuda](const K3Config& config, const LoadPlan& plan, PlanFiles& files) {
       return cuda::make_cuda_executor(cuda, config, plan, files);
     };
@@ -228,6 +260,17 @@ EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
 #endif
   }
   return options;
+}
+
+std::unique_ptr<Engine> make_synthetic_engine(const K3Config& config, const EngineOptions& options, const ModelArgs& args,
+                                              uint64_t seed) {
+#ifdef K3_HAVE_CUDA
+  const cuda::CudaOptions cuda = cuda_options(args, options, parse_device(args.device), 0);
+  return std::make_unique<Engine>(config, cuda::make_synthetic_cuda_executor(cuda, config, seed), options);
+#else
+  (void)config, (void)options, (void)args, (void)seed;
+  throw Error(Where{"", "", "--synthetic"}, "this k3 was built without the CUDA backend (configure with -DK3_CUDA=ON)");
+#endif
 }
 
 LoadedModel load_model(const ModelArgs& args, int64_t max_tokens) {

@@ -35,11 +35,13 @@ struct ModelArgs {
   std::string expert_cache;           // --expert-cache SIZE: CUDA expert streaming (empty: off)
   CLI::Option* gpu_memory_option = nullptr;
   CLI::Option* max_sequences_option = nullptr;
-  // --max-sequences sizes the CPU engine's state slots too (k3 serve); else it is CUDA-only.
-  bool cpu_sequences = false;
+  // k3 serve: --max-sequences sizes the CPU engine's state slots too (else it is CUDA-only), and
+  // the CUDA executor keeps kServeSnapshotSlots KDA snapshots for the prefix cache.
+  bool serving = false;
 };
 
 inline constexpr int64_t kDefaultCudaContext = 4096;
+inline constexpr int64_t kServeSnapshotSlots = 64;
 inline constexpr int64_t kMaxContextFlag = int64_t{1} << 30;  // --max-context's upper bound
 inline constexpr int64_t kMaxSequencesFlag = 4096;            // --max-sequences' upper bound (CUDA slots)
 inline constexpr int64_t kMaxTokensFlag = int64_t{1} << 30;   // --max-tokens' upper bound
@@ -50,6 +52,10 @@ void check_gpu_memory(const std::string& text);
 
 // The context limit for this run: --max-context, else the default described at ModelArgs::max_context.
 int64_t context_limit(const ModelArgs& args, const K3Config& config, bool cuda);
+
+// --synthetic's value: a built-in config by name (model/known_configs.h), else a config.json path.
+// Throws k3::Error (field '--synthetic') naming the known configs when it is neither.
+K3Config resolve_synthetic_config(const std::string& what);
 
 // A byte-size flag: "<n>" or "<n>K|M|G" (binary units, fractions allowed: "1.5G"), at least one
 // byte. Throws k3::Error (field `flag`) on anything else.
@@ -79,6 +85,11 @@ Tokenizer load_tokenizer(const std::string& dir, int64_t vocab);
 // The engine's options from the flags and the model's config, every flag checked (CUDA-only flags
 // refused with --device cpu).
 EngineOptions engine_options(const ModelArgs& args, const K3Config& config);
+
+// An engine over synthetic weights generated on the GPU of args.device (k3 serve --synthetic), with
+// the CUDA options engine_options() gives a checkpoint.
+std::unique_ptr<Engine> make_synthetic_engine(const K3Config& config, const EngineOptions& options, const ModelArgs& args,
+                                              uint64_t seed);
 
 // Reads only the model's config to validate the prompt (its ids, and its length plus `max_tokens`
 // against the context limit), then binds the weights. With --prompt the text is encoded with

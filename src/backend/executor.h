@@ -55,11 +55,19 @@ class Executor {
   // advances each sequence's state and returns the logits of `logit_rows`, [rows, vocab].
   virtual Tensor run(std::span<const int64_t> ids, std::span<const BatchSlice> slices,
                      std::span<const int64_t> logit_rows) = 0;
+  // run(), returning only each logit row's largest column (lowest on ties; −1 for a row holding a
+  // NaN or an infinity) — the greedy next tokens. A device executor picks them where the logits
+  // are and copies back one id per row; this default picks them from run()'s logits.
+  virtual std::vector<int64_t> run_argmax(std::span<const int64_t> ids, std::span<const BatchSlice> slices,
+                                          std::span<const int64_t> logit_rows);
   // Copies the sequence's KDA states into snapshot slot `snapshot`, or from it (the sequence then
   // continues from the snapshot's position; its MLA pages come from its block table).
   virtual void save_snapshot(int64_t sequence, int32_t snapshot) = 0;
   virtual void restore_snapshot(int64_t sequence, int32_t snapshot) = 0;
 };
+
+// The greedy pick of each row of `logits` [rows, vocab], as run_argmax documents.
+std::vector<int64_t> argmax_rows(const Tensor& logits);
 
 // Block tables for callers that drive an Executor directly (benchmarks, tests) rather than through
 // the Engine: table i of `sequences` lists blocks [i·per, (i+1)·per), none shared.

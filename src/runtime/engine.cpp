@@ -17,17 +17,23 @@ int max_engine_threads() {
   return kMaxThreadsPerHardwareThread * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+namespace {
+
+[[noreturn]] void throw_non_finite(const std::string& model_dir, int64_t position, const std::string& which) {
+  throw Error(Where{model_dir, "", ""}, "model produced non-finite logits at position " + std::to_string(position) + which +
+                                            ": check the weights and config values such as rms_norm_eps, "
+                                            "routed_scaling_factor and activation_situ_beta");
+}
+
+}  // namespace
+
 void require_finite_logits(std::span<const float> logits, int64_t vocab, int64_t first_position,
                            const std::string& model_dir) {
   for (size_t i = 0; i < logits.size(); ++i) {
     if (std::isfinite(logits[i])) continue;
     const int64_t row = static_cast<int64_t>(i) / vocab, id = static_cast<int64_t>(i) % vocab;
     const char* kind = std::isnan(logits[i]) ? "NaN" : logits[i] > 0 ? "+inf" : "-inf";
-    throw Error(Where{model_dir, "", ""},
-                "model produced non-finite logits at position " + std::to_string(first_position + row) + " (first " +
-                    kind + " at vocab id " + std::to_string(id) +
-                    "): check the weights and config values such as rms_norm_eps, routed_scaling_factor and "
-                    "activation_situ_beta");
+    throw_non_finite(model_dir, first_position + row, std::string(" (first ") + kind + " at vocab id " + std::to_string(id) + ")");
   }
 }
 
@@ -173,9 +179,23 @@ std::vector<StepResult> Engine::step(const std::vector<SequenceInput>& inputs) {
   }
   std::vector<StepResult> results;
   if (inputs.empty()) return results;
+  const std::string model_dir = std::filesystem::path(config_.file).parent_path().string();
+  const bool argmax = std::all_of(inputs.begin(), inputs.end(), [](const SequenceInput& in) { return in.argmax_only && !in.all_logits; });
+  if (argmax) {
+    const std::vector<int64_t> picks = executor_->run_argmax(ids, slices, logit_rows);
+    for (const BatchSlice& s : slices) sequences_[s.sequence].length += s.n;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      StepResult r;
+      r.sequence = inputs[i].sequence;
+      r.rows = 1;
+      r.argmax = picks[i];
+      if (r.argmax < 0) throw_non_finite(model_dir, sequences_[r.sequence].length - 1, "");
+      results.push_back(std::move(r));
+    }
+    return results;
+  }
   const Tensor logits = executor_->run(ids, slices, logit_rows);
   for (const BatchSlice& s : slices) sequences_[s.sequence].length += s.n;
-  const std::string model_dir = std::filesystem::path(config_.file).parent_path().string();
   int64_t row = 0;
   for (const SequenceInput& in : inputs) {
     StepResult r;

@@ -50,12 +50,16 @@ struct SequenceInput {
   int64_t sequence = 0;          // from Engine::new_sequence()
   std::vector<int64_t> tokens;   // ≥ 1 token ids in [0, vocab)
   bool all_logits = false;       // logits of every token; otherwise of the last one only
+  // Only the greedy next token is needed (no logits): when every input of a step asks this, the
+  // executor picks them where the logits are (on the device for CUDA) and returns no logits.
+  bool argmax_only = false;
 };
 
 struct StepResult {
   int64_t sequence = 0;
   int64_t rows = 0;              // tokens.size() or 1
-  std::vector<float> logits;     // [rows][vocab]
+  std::vector<float> logits;     // [rows][vocab]; empty for an argmax_only step
+  int64_t argmax = -1;           // argmax_only steps: the greedy next token
 };
 
 // Fails (k3::Error naming `model_dir`) when `logits` ([rows][vocab], row r at sequence position

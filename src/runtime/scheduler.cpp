@@ -33,6 +33,16 @@ struct Scheduler::Request {
       : id(id), spec(std::move(s)), sink(std::move(k)), sampler(spec.sampling) {}
   int64_t prompt_tokens() const { return static_cast<int64_t>(spec.prompt.size()); }
   bool prefilling() const { return prefilled < prompt_tokens(); }
+  // Whether the step running `tokens` more tokens ends at the frontier, where a token is sampled.
+  bool samples_after(int64_t tokens) const {
+    if (prefilling()) return prefilled + tokens == prompt_tokens() && generated.empty();
+    return fed + 1 == static_cast<int64_t>(generated.size());
+  }
+  // Sampling needs the logits (else the greedy pick is enough, made where the logits are).
+  bool needs_logits() const {
+    const SamplingParams& p = spec.sampling;
+    return !p.greedy || p.presence_penalty != 0 || p.frequency_penalty != 0 || spec.top_logprobs >= 0;
+  }
 };
 
 Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options, StepObserver observer)
@@ -283,7 +293,7 @@ void Scheduler::after_step(Request& r, const StepResult& result, int64_t ran) {
   }
   // At the frontier: sample the next token.
   GeneratedToken token;
-  token.id = r.sampler.next(result.logits);
+  token.id = result.logits.empty() ? result.argmax : r.sampler.next(result.logits);
   if (r.spec.top_logprobs >= 0) token.logprobs = logprobs_of(result.logits, token.id, r.spec.top_logprobs);
   token.stop = std::find(r.spec.stop_token_ids.begin(), r.spec.stop_token_ids.end(), token.id) != r.spec.stop_token_ids.end();
   r.generated.push_back(token.id);
@@ -305,8 +315,9 @@ bool Scheduler::step_once() {
   const auto add = [&](Request& r, std::vector<int64_t> tokens) {
     budget -= static_cast<int64_t>(tokens.size());
     r.in_step = true;
+    const bool argmax_only = !(r.samples_after(static_cast<int64_t>(tokens.size())) && r.needs_logits());
     members.push_back(&r);
-    inputs.push_back({r.sequence, std::move(tokens), false});
+    inputs.push_back({r.sequence, std::move(tokens), false, argmax_only});
   };
   // Running sequences in admission order: decode tokens (and replays), then prompt pieces.
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {

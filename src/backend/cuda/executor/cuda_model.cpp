@@ -232,24 +232,23 @@ class CudaExecutor final : public Executor {
   }
 
   Tensor run(std::span<const int64_t> ids, std::span<const BatchSlice> slices, std::span<const int64_t> logit_rows) override {
-    const StepMeta meta = upload_meta(ids, slices, logit_rows);
-    const int64_t vocab = config_.vocab_size, L = static_cast<int64_t>(logit_rows.size());
-    DeviceTensor logits;
-    // Graphs need every launch shape fixed per batch size: the generic MLA path's grows with the context.
-    // Expert streaming reads each MoE layer's picks on the host: no graphs.
-    if (options_.graphs && !experts_ && fast_mla_ && meta.decode && L == meta.rows) {
-      logits = replay_decode(meta);
-    } else {
-      logits = forward(meta, L);
-      ++stats_.eager_steps;
-    }
-    Tensor out(L, vocab);
+    const DeviceTensor logits = step_logits(ids, slices, logit_rows);
+    Tensor out(logits.rows, config_.vocab_size);
     K3_CUDA_CHECK(cudaMemcpyAsync(out.data.data(), logits.data, out.data.size() * sizeof(float), cudaMemcpyDeviceToHost,
                                   stream_));
-    stream_.sync();
-    arena_.reset(step_mark_);
-    for (const BatchSlice& s : slices) sequences_.at(s.sequence).length += s.n;
+    finish_step(slices);
     return out;
+  }
+
+  std::vector<int64_t> run_argmax(std::span<const int64_t> ids, std::span<const BatchSlice> slices,
+                                  std::span<const int64_t> logit_rows) override {
+    const DeviceTensor logits = step_logits(ids, slices, logit_rows);
+    int32_t* picked = arena_.alloc_n<int32_t>(static_cast<size_t>(logits.rows), "greedy picks");
+    row_argmax(logits, picked, stream_);
+    std::vector<int32_t> host(static_cast<size_t>(logits.rows));
+    K3_CUDA_CHECK(cudaMemcpyAsync(host.data(), picked, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    finish_step(slices);
+    return std::vector<int64_t>(host.begin(), host.end());
   }
 
   const CudaExecutorStats& stats() const {
@@ -288,6 +287,26 @@ class CudaExecutor final : public Executor {
     }
     K3_CUDA_CHECK(cudaSetDevice(device));
     return device;
+  }
+
+  // The forward of one step, up to the f32 logits [L, vocab] of `logit_rows` (arena memory, valid
+  // until finish_step).
+  DeviceTensor step_logits(std::span<const int64_t> ids, std::span<const BatchSlice> slices,
+                           std::span<const int64_t> logit_rows) {
+    const StepMeta meta = upload_meta(ids, slices, logit_rows);
+    const int64_t L = static_cast<int64_t>(logit_rows.size());
+    // Graphs need every launch shape fixed per batch size: the generic MLA path's grows with the context.
+    // Expert streaming reads each MoE layer's picks on the host: no graphs.
+    if (options_.graphs && !experts_ && fast_mla_ && meta.decode && L == meta.rows) return replay_decode(meta);
+    ++stats_.eager_steps;
+    return forward(meta, L);
+  }
+
+  // Waits for the step's copies back, gives the step's scratch back and advances the sequences.
+  void finish_step(std::span<const BatchSlice> slices) {
+    stream_.sync();
+    arena_.reset(step_mark_);
+    for (const BatchSlice& s : slices) sequences_.at(s.sequence).length += s.n;
   }
 
   // Copies every KDA layer's recurrent and conv state of the sequence's slot to snapshot slot

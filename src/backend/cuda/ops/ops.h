@@ -20,6 +20,11 @@ struct MoeConfig;
 
 namespace k3::cuda {
 
+// ---- argmax.cu ----------------------------------------------------------------------------------
+// out[r] = the column of row r's largest value, the lowest column on ties (as the host's greedy
+// sampler), or −1 when the row holds a NaN or an infinity. logits: f32 [rows, n]; out: device int32 [rows].
+void row_argmax(const DeviceTensor& logits, int32_t* out, cudaStream_t stream);
+
 // ---- norm.cu ------------------------------------------------------------------------------------
 // y[t] = x[t] · r · w with r = 1 / sqrt(mean(x[t]²) + eps), as cpu::rms_norm. x, y: f32 or bf16
 // [rows, n], n <= 32768; w: f32 [n] on the device.

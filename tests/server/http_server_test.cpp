@@ -81,6 +81,8 @@ class HttpServerTest : public ::testing::Test {
       std::lock_guard<std::mutex> lock(m_);
       held_ = x;
       held_ready_ = true;
+    } else if (req.target == "/big") {
+      x->respond(200, "text/plain", std::string(size_t(32) << 20, 'b'));
     } else if (req.target == "/drop") {
       // No response: the exchange's destructor answers.
     } else {
@@ -325,6 +327,20 @@ TEST_F(HttpServerTest, AStreamingClientTooFarBehindIsCut) {
   auto t0 = Clock::now();
   while (close_calls_.load() == 0 && seconds_since(t0) < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(close_calls_.load(), 1);
+}
+
+TEST_F(HttpServerTest, AClientThatStopsReadingAWholeResponseIsCut) {
+  HttpLimits l = small_limits();
+  l.write_timeout_s = 0.3;
+  start(l);
+  RawClient c(port());
+  ASSERT_TRUE(c.send("GET /big HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_NE(c.read_until("\r\n\r\n"), "");  // then reads nothing more
+  auto t0 = Clock::now();
+  while (server_->open_connections() > 0 && seconds_since(t0) < 3) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(server_->open_connections(), 0u);
+  EXPECT_GT(seconds_since(t0), 0.2);
+  EXPECT_LT(seconds_since(t0), 2.0);
 }
 
 TEST_F(HttpServerTest, AnExchangeDroppedWithoutAResponseAnswers500) {

@@ -81,6 +81,10 @@ class HttpServerTest : public ::testing::Test {
       std::lock_guard<std::mutex> lock(m_);
       held_ = x;
       held_ready_ = true;
+    } else if (req.target == "/big") {
+      x->respond(200, "text/plain", std::string(size_t(32) << 20, 'b'));
+    } else if (req.target == "/drop") {
+      // No response: the exchange's destructor answers.
     } else {
       x->respond_error(404, "no such path");
     }
@@ -298,11 +302,54 @@ TEST_F(HttpServerTest, StopAcceptingRefusesNewWorkWhileAStreamCompletes) {
   EXPECT_EQ(r.status, 503);
   EXPECT_TRUE(r.has("Connection: close"));
   EXPECT_TRUE(idle.wait_closed());
-  // The in-flight stream runs to its end.
-  std::string rest;
-  while (s.fill()) {
-  }
-  EXPECT_TRUE(s.eof());
+  // The in-flight stream runs to its end, then the connection closes.
+  std::string rest = s.read_until("\r\n0\r\n\r\n");
+  size_t events = 0;
+  for (size_t p = 0; (p = rest.find("data: ", p)) != std::string::npos; ++p) ++events;
+  EXPECT_EQ(events, 20u);
+  EXPECT_TRUE(s.wait_closed());
+}
+
+TEST_F(HttpServerTest, AStreamingClientTooFarBehindIsCut) {
+  HttpLimits l = small_limits();
+  l.max_stream_buffer_bytes = 64 << 10;
+  start(l);
+  RawClient c(port());
+  ASSERT_TRUE(c.send("GET /hold HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto x = held();
+  ASSERT_TRUE(x);
+  // The client reads nothing: once the socket buffers are full, queued bytes pile up to the limit.
+  std::string chunk(16 << 10, 'x');
+  size_t sent = 0;
+  while (x->send(chunk) && sent < (size_t(256) << 20)) sent += chunk.size();
+  EXPECT_LT(sent, size_t(256) << 20);
+  EXPECT_TRUE(x->closed());
+  auto t0 = Clock::now();
+  while (close_calls_.load() == 0 && seconds_since(t0) < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(close_calls_.load(), 1);
+}
+
+TEST_F(HttpServerTest, AClientThatStopsReadingAWholeResponseIsCut) {
+  HttpLimits l = small_limits();
+  l.write_timeout_s = 0.3;
+  start(l);
+  RawClient c(port());
+  ASSERT_TRUE(c.send("GET /big HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_NE(c.read_until("\r\n\r\n"), "");  // then reads nothing more
+  auto t0 = Clock::now();
+  while (server_->open_connections() > 0 && seconds_since(t0) < 3) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(server_->open_connections(), 0u);
+  EXPECT_GT(seconds_since(t0), 0.2);
+  EXPECT_LT(seconds_since(t0), 2.0);
+}
+
+TEST_F(HttpServerTest, AnExchangeDroppedWithoutAResponseAnswers500) {
+  start();
+  RawClient c(port());
+  ASSERT_TRUE(c.send("GET /drop HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto r = c.read_response();
+  EXPECT_EQ(r.status, 500);
+  EXPECT_NE(r.body.find("\"error\""), std::string::npos);
 }
 
 TEST_F(HttpServerTest, StartNamesTheAddressWhenThePortIsTaken) {

@@ -233,6 +233,8 @@ void Connection::flush() {
   buffers.reserve(inflight_.size());
   for (const auto& s : inflight_) buffers.emplace_back(s.data(), s.size());
   writing_ = true;
+  // While a response is out the timer is free: it bounds the write (a client that stopped reading).
+  if (state_ == State::Responding) arm(ctx_.limits.write_timeout_s);
   net::async_write(socket_, buffers, [self = shared_from_this()](const error_code& ec, size_t) { self->on_written(ec); });
 }
 
@@ -244,6 +246,7 @@ void Connection::on_written(const error_code& ec) {
   inflight_.clear();
   if (state_ == State::Closed) return;
   if (ec) return close();
+  if (state_ == State::Responding) disarm();
   if (inflight_end_) {
     inflight_end_ = false;
     return response_done();

@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 
 #include <cctype>
+#include <cstdio>
 
 #include "server/http/http_connection.h"
 

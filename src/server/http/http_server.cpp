@@ -9,7 +9,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
+#include <algorithm>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "core/error.h"

@@ -25,6 +25,7 @@ struct HttpLimits {
   double header_timeout_s = 10;              // the whole request header must arrive within this
   double body_timeout_s = 30;                // the whole body within this, after the header
   double keep_alive_idle_s = 60;             // an idle kept-alive connection is closed after this
+  double write_timeout_s = 30;               // a response write the client does not take within this cuts it
   size_t max_stream_buffer_bytes = 4 << 20;  // a streaming client this far behind is cut (a disconnect)
 };
 

@@ -489,8 +489,8 @@ def parse_args(argv):
     p.add_argument("--num-prompts", type=int, help="requests per run (default: max(4 x concurrency, 32))")
     p.add_argument("--input-len", type=int, default=128, help="prompt tokens (chat: words)")
     p.add_argument("--output-len", type=int, default=32, help="max_tokens, with ignore_eos")
-    p.add_argument("--token-range", default="1000,30000",
-                   help="LO,HI: prompt token ids are drawn from [LO, HI); must be ordinary ids of the vocabulary")
+    p.add_argument("--token-range", default="10,250",
+                   help="LO,HI: prompt token ids are drawn from [LO, HI); must be ordinary ids of the vocabulary (widen it for a real model, e.g. 1000,150000)")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0, help="prompt generator seed")
     p.add_argument("--warmup", type=int, default=0, help="requests (at the run's concurrency) before each run")

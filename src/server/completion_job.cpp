@@ -36,28 +36,31 @@ CompletionJob::CompletionJob(Setup setup, const Tokenizer& tokenizer, std::share
 }
 
 void CompletionJob::start(Scheduler& scheduler, std::vector<RequestSpec> specs) {
-  std::lock_guard lock(mutex_);  // callbacks wait until the stream has begun
-  scheduler_ = &scheduler;
-  try {
-    for (size_t i = 0; i < specs.size(); ++i) {
-      if (setup_.timeout_s > 0) {
-        specs[i].deadline = arrived_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                           std::chrono::duration<double>(setup_.timeout_s));
+  {
+    std::lock_guard lock(mutex_);  // callbacks wait until the stream has begun
+    scheduler_ = &scheduler;
+    try {
+      for (size_t i = 0; i < specs.size(); ++i) {
+        if (setup_.timeout_s > 0) {
+          specs[i].deadline = arrived_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                             std::chrono::duration<double>(setup_.timeout_s));
+        }
+        ids_.push_back(scheduler.submit(std::move(specs[i]), std::make_shared<ChoiceSink>(shared_from_this(), i)));
+        ++open_;
       }
-      ids_.push_back(scheduler.submit(std::move(specs[i]), std::make_shared<ChoiceSink>(shared_from_this(), i)));
-      ++open_;
+    } catch (...) {
+      for (int64_t id : ids_) scheduler.cancel(id);
+      ended_.assign(outputs_.size(), true);  // the cancelled choices' reports find nothing to do
+      throw;
     }
-  } catch (...) {
-    for (int64_t id : ids_) scheduler.cancel(id);
-    ended_.assign(outputs_.size(), true);  // the cancelled choices' reports find nothing to do
-    throw;
-  }
-  if (setup_.stream) {
-    exchange_->begin_stream();
-    if (setup_.chat) {
-      for (size_t i = 0; i < outputs_.size(); ++i) exchange_->send(chat_role_chunk(setup_.head, i));
+    if (setup_.stream) {
+      exchange_->begin_stream();
+      if (setup_.chat) {
+        for (size_t i = 0; i < outputs_.size(); ++i) exchange_->send(chat_role_chunk(setup_.head, i));
+      }
     }
   }
+  // Outside the lock: a client already gone runs the callback at once, here.
   std::weak_ptr<CompletionJob> weak = weak_from_this();
   exchange_->on_close([weak] {
     if (auto job = weak.lock()) {

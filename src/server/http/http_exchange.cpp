@@ -78,12 +78,14 @@ void HttpExchange::end_stream() {
 }
 
 void HttpExchange::on_close(std::function<void()> f) {
-  std::lock_guard<std::mutex> lock(m_);
-  if (close_fired_) {
-    f();  // already gone
-    return;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    if (!close_fired_) {
+      on_close_ = std::move(f);
+      return;
+    }
   }
-  on_close_ = std::move(f);
+  f();  // already gone; called without the lock, which f's own locks may not nest in
 }
 
 void HttpExchange::client_gone() {

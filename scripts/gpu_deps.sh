@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Stages what a GPU machine without PCRE2's development files needs to build k3 (the lent H200
-# image has the PCRE2 runtime but not its header, static library or pkg-config file): copies them
+# Stages what a GPU machine without PCRE2's or Boost's development files needs to build k3 (the lent
+# H200 image has the PCRE2 runtime but not its header, static library or pkg-config file, and no
+# Boost headers). The Boost headers the HTTP server includes (the compiler's dependency list of
+# src/server/http, a few MB of the header-only Beast/Asio) go to .deps/boost/include. PCRE2: copies them
 # from this machine's libpcre2-dev into .deps/pcre2 with a relocatable .pc (prefix from the .pc's
 # own location), copies ../shared's fixtures into .deps/shared (the device call sends the checkout
 # only, and the fixture tests read ../shared), ignores .deps/ locally (.git/info/exclude) and prints
@@ -26,6 +28,13 @@ Version: ${ver}
 Libs: -L\${libdir} -lpcre2-8
 Cflags: -I\${includedir} -DPCRE2_STATIC
 PC
+rm -rf .deps/boost
+layers=$(ls -d build/cpu/layers/* 2>/dev/null | sed 's/^/-I/' | tr '\n' ' ')
+{ for f in src/server/http/*.cpp; do g++ -std=c++20 -M $layers -Isrc "$f"; done; echo /usr/include/boost/version.hpp; } |
+  tr ' \\' '\n\n' | grep '^/usr/include/boost/' | sort -u | while read -r h; do
+    mkdir -p ".deps/boost/include/$(dirname "${h#/usr/include/}")"
+    cp "$h" ".deps/boost/include/${h#/usr/include/}"
+  done
 rm -rf .deps/shared
 mkdir -p .deps/shared
 cp -r ../shared/fixtures .deps/shared/

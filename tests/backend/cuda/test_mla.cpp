@@ -13,6 +13,8 @@
 // the relative error stays at a few 2^-9 (≈ 0.4 %), plus 2^-8 allowed when the output is bf16.
 #include <gtest/gtest.h>
 
+#include <deque>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -91,13 +93,31 @@ Tensor cpu_mixer(const MlaLayer& L, const Tensor& x, const std::vector<int>& len
   }
   Tensor out;
   cpu::mla_mixer(L.cfg, 0, L.w, x, slices, out);
+  for (size_t i = 0; i < lens.size(); ++i) st[i].length += lens[i];
   return out;
 }
 
+// CPU states over their own pages of a paged latent cache (one MLA layer), kKvBlocksPerState blocks each.
+constexpr int64_t kKvBlocksPerState = 16;
 std::vector<SequenceState> fresh_states(size_t n) {
+  static std::deque<LatentPages> pools;  // outlive every test's states
+  LatentPages& pages = pools.emplace_back(static_cast<int64_t>(n) * kKvBlocksPerState, 64, kMlaRow, std::vector<int64_t>{0});
   std::vector<SequenceState> st(n);
-  for (auto& s : st) s.mla.resize(1);
+  for (size_t i = 0; i < n; ++i) {
+    st[i].latent = &pages;
+    for (int64_t b = 0; b < kKvBlocksPerState; ++b) st[i].blocks.push_back(static_cast<int32_t>(i * kKvBlocksPerState + b));
+  }
   return st;
+}
+
+// The sequence's cached rows [c | k_pe], position after position.
+std::vector<float> cache_rows(const SequenceState& s) {
+  std::vector<float> rows;
+  for (int64_t j = 0; j < s.length; ++j) {
+    const float* r = s.latent->row(s.blocks, 0, j);
+    rows.insert(rows.end(), r, r + kMlaRow);
+  }
+  return rows;
 }
 
 DeviceTensor upload_i32(const std::vector<int32_t>& v, const char* what) {
@@ -106,7 +126,7 @@ DeviceTensor upload_i32(const std::vector<int32_t>& v, const char* what) {
   return t;
 }
 
-int64_t cache_len(const SequenceState& s) { return static_cast<int64_t>(s.mla[0].rows.size()) / kMlaRow; }
+int64_t cache_len(const SequenceState& s) { return s.length; }
 
 void expect_close(const std::vector<float>& got, const std::vector<float>& ref, double tol, const std::string& what) {
   ASSERT_EQ(got.size(), ref.size()) << what;
@@ -130,7 +150,8 @@ std::vector<float> gpu_prefill(const MlaLayer& L, const Tensor& x, const std::ve
   for (size_t i = 0; i < lens.size(); ++i) {
     cu_q.push_back(cu_q.back() + lens[i]);
     cu_kv.push_back(cu_kv.back() + static_cast<int32_t>(cache_len(st[i])));
-    rows.insert(rows.end(), st[i].mla[0].rows.begin(), st[i].mla[0].rows.end());
+    const std::vector<float> cached = cache_rows(st[i]);
+    rows.insert(rows.end(), cached.begin(), cached.end());
   }
   const int64_t Tkv = cu_kv.back();
   Tensor latent(Tkv, kMlaRank), kvb;
@@ -172,10 +193,11 @@ std::vector<float> gpu_decode(const MlaLayer& L, const Tensor& x, const std::vec
   std::vector<int32_t> table(static_cast<size_t>(B) * max_pages, 0);
   int next = 0;
   for (int b = 0; b < B; ++b) {
+    const std::vector<float> cached = cache_rows(st[b]);
     for (int j = 0; j < lens[b]; ++j) {
       if (j % kPage == 0) table[static_cast<size_t>(b) * max_pages + j / kPage] = perm[next++];
       const int64_t row = static_cast<int64_t>(table[static_cast<size_t>(b) * max_pages + j / kPage]) * kPage + j % kPage;
-      std::copy_n(st[b].mla[0].rows.data() + static_cast<int64_t>(j) * kMlaRow, kMlaRow, cache.data() + row * kMlaRow);
+      std::copy_n(cached.data() + static_cast<int64_t>(j) * kMlaRow, kMlaRow, cache.data() + row * kMlaRow);
     }
   }
   const DeviceTensor dcache = upload_f32(a, cache.data(), static_cast<int64_t>(pages) * kPage, kMlaRow, DType::kBF16, "cache");

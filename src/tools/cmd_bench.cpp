@@ -301,14 +301,7 @@ int run_bench(const BenchArgs& a) {
   if (device < 0) bad_flag("--device", "the benchmark runs on a CUDA device (cuda or cuda:N)");
   if (!a.expert_cache.empty()) parse_expert_cache(a.expert_cache);
   K3Config config = resolve_synthetic_config(a.synthetic);
-  if (a.layers != 0) {
-    if (a.layers < 1 || a.layers > config.num_layers) {
-      bad_flag("--layers", "must be in [1, " + std::to_string(config.num_layers) + "], got " + std::to_string(a.layers));
-    }
-    config.num_layers = a.layers;
-    config.mixer.resize(static_cast<size_t>(a.layers));
-    config.ffn.resize(static_cast<size_t>(a.layers));
-  }
+  keep_first_layers(config, a.layers);
   if (!a.json.empty()) check_output_path(a.json, "--json");
   Measured m = measure(a, config, batches, device);
   // Cached rows read per MLA layer and sequence, averaged over the timed steps.

@@ -31,6 +31,7 @@ struct ServeArgs {
   ModelArgs model;
   std::string synthetic;  // --synthetic NAME|CONFIG.json: weights generated on the GPU
   uint64_t seed = 1;
+  int64_t layers = 0;  // --synthetic: keep the first N layers
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string served_model_name;
@@ -70,6 +71,8 @@ Registered add_serve(CLI::App& app) {
   synthetic->excludes(model);
   model->excludes(synthetic);
   cmd->add_option("--seed", a->seed, "--synthetic: seed of the weights")->check(unsigned_integer())->capture_default_str();
+  cmd->add_option("--layers", a->layers, "--synthetic: keep only the first N layers of the config (0: all)")
+      ->check(integer_in(0, 4096));
   cmd->callback([model, synthetic] {
     if (model->count() == 0 && synthetic->count() == 0) throw CLI::RequiredError("--model or --synthetic");
   });
@@ -106,6 +109,7 @@ Registered add_serve(CLI::App& app) {
               config = *ckpt.config;
             } else {
               config = resolve_synthetic_config(a->synthetic);
+              keep_first_layers(*config, a->layers);
               if (parse_device(a->model.device) < 0) {
                 throw Error(Where{"", "", "--synthetic"}, "generates its weights on a GPU: it needs --device cuda");
               }

@@ -111,6 +111,17 @@ K3Config resolve_synthetic_config(const std::string& what) {
   }
 }
 
+void keep_first_layers(K3Config& config, int64_t layers) {
+  if (layers == 0) return;
+  if (layers < 1 || layers > config.num_layers) {
+    throw Error(Where{"", "", "--layers"},
+                "must be in [1, " + std::to_string(config.num_layers) + "], got " + std::to_string(layers));
+  }
+  config.num_layers = layers;
+  config.mixer.resize(static_cast<size_t>(layers));
+  config.ffn.resize(static_cast<size_t>(layers));
+}
+
 uint64_t parse_expert_cache(const std::string& text) { return parse_byte_size(text, "--expert-cache"); }
 
 uint64_t parse_byte_size(const std::string& text, const std::string& flag) {

@@ -56,6 +56,9 @@ int64_t context_limit(const ModelArgs& args, const K3Config& config, bool cuda);
 // --synthetic's value: a built-in config by name (model/known_configs.h), else a config.json path.
 // Throws k3::Error (field '--synthetic') naming the known configs when it is neither.
 K3Config resolve_synthetic_config(const std::string& what);
+// --layers N (synthetic weights): keeps the config's first N layers; 0 keeps all. Throws k3::Error
+// (field '--layers') for N outside [0, num_layers].
+void keep_first_layers(K3Config& config, int64_t layers);
 
 // A byte-size flag: "<n>" or "<n>K|M|G" (binary units, fractions allowed: "1.5G"), at least one
 // byte. Throws k3::Error (field `flag`) on anything else.

@@ -77,7 +77,10 @@ void Server::drain() {
     }
     scheduler_->stop();
     if (loop_.joinable()) loop_.join();
-    scheduler_->cancel_all(FinishReason::kCancelled);  // what the drain timeout cut
+    // What the drain timeout cuts loses its connection first, so that a cut stream ends without
+    // its finish chunk and [DONE] (a client must not take it for a whole answer).
+    if (!scheduler_->idle()) http_->shutdown();
+    scheduler_->cancel_all(FinishReason::kCancelled);
   }
   http_->shutdown();
   scheduler_.reset();  // gives its cache blocks back to the engine while that is alive

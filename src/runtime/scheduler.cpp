@@ -346,9 +346,7 @@ bool Scheduler::step_once() {
     add(r, std::vector<int64_t>(r.spec.prompt.begin() + r.prefilled, r.spec.prompt.begin() + end));
   }
   if (inputs.empty()) {
-    std::lock_guard lock(mutex_);
-    stats_.running = static_cast<int64_t>(running_.size());
-    stats_.waiting = queued_;
+    publish_stats(false);  // cancels and timeouts may have freed blocks and slots
     return false;
   }
   for (const SequenceInput& in : inputs) report.tokens += static_cast<int64_t>(in.tokens.size());
@@ -372,18 +370,20 @@ bool Scheduler::step_once() {
       after_step(r, results[i], static_cast<int64_t>(inputs[i].tokens.size()));
     }
   }
-  {
-    std::lock_guard lock(mutex_);
-    ++stats_.steps;
-    stats_.running = static_cast<int64_t>(running_.size());
-    stats_.waiting = queued_;
-    stats_.kv_blocks_used = engine_.kv_pool().used_count();
-    stats_.kv_blocks_free = engine_.kv_pool().free_count();
-    stats_.state_slots_used = engine_.live_sequences();
-    stats_.cached_blocks = cache_ ? cache_->cached_blocks() : 0;
-  }
+  publish_stats(true);
   if (observer_) observer_(report);
   return true;
+}
+
+void Scheduler::publish_stats(bool stepped) {
+  std::lock_guard lock(mutex_);
+  if (stepped) ++stats_.steps;
+  stats_.running = static_cast<int64_t>(running_.size());
+  stats_.waiting = queued_;
+  stats_.kv_blocks_used = engine_.kv_pool().used_count();
+  stats_.kv_blocks_free = engine_.kv_pool().free_count();
+  stats_.state_slots_used = engine_.live_sequences();
+  stats_.cached_blocks = cache_ ? cache_->cached_blocks() : 0;
 }
 
 void Scheduler::run_until_stopped() {

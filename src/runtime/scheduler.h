@@ -123,6 +123,7 @@ class Scheduler {
   void offer_prompt_blocks(Request& r, int64_t end);
   void after_step(Request& r, const StepResult& result, int64_t ran);
   int64_t piece_end(int64_t prefilled, int64_t total, int64_t budget) const;
+  void publish_stats(bool stepped);  // stats_ from the loop's state (steps counted when `stepped`)
 
   Engine& engine_;
   SchedulerOptions options_;

@@ -150,6 +150,7 @@ ServerMetrics::ServerMetrics()
       kv_blocks_used(registry.gauge("k3_kv_blocks_used", "MLA cache blocks in use.")),
       kv_blocks_free(registry.gauge("k3_kv_blocks_free", "MLA cache blocks free.")),
       kda_slots_used(registry.gauge("k3_kda_slots_used", "KDA state slots in use.")),
+      prefix_cache_blocks(registry.gauge("k3_prefix_cache_blocks", "MLA cache blocks the prefix cache holds (part of k3_kv_blocks_used).")),
       prefix_cache_hit_tokens(registry.counter("k3_prefix_cache_hit_tokens_total", "Prompt tokens served from the prefix cache.")),
       prefix_cache_query_tokens(registry.counter("k3_prefix_cache_query_tokens_total", "Prompt tokens looked up in the prefix cache.")),
       step_batch_tokens(registry.histogram("k3_step_batch_tokens", "Tokens per engine step.", powers_of_two(8192))),

@@ -89,6 +89,7 @@ struct ServerMetrics {
   Gauge& kv_blocks_used;
   Gauge& kv_blocks_free;
   Gauge& kda_slots_used;
+  Gauge& prefix_cache_blocks;
   Counter& prefix_cache_hit_tokens;
   Counter& prefix_cache_query_tokens;
   Histogram& step_batch_tokens;

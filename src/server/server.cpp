@@ -77,7 +77,10 @@ void Server::drain() {
     }
     scheduler_->stop();
     if (loop_.joinable()) loop_.join();
-    scheduler_->cancel_all(FinishReason::kCancelled);  // what the drain timeout cut
+    // What the drain timeout cuts loses its connection first, so that a cut stream ends without
+    // its finish chunk and [DONE] (a client must not take it for a whole answer).
+    if (!scheduler_->idle()) http_->shutdown();
+    scheduler_->cancel_all(FinishReason::kCancelled);
   }
   http_->shutdown();
   scheduler_.reset();  // gives its cache blocks back to the engine while that is alive
@@ -87,14 +90,19 @@ void Server::observe_step(const StepReport& r) {
   metrics_.step_batch_tokens.observe(static_cast<double>(r.tokens));
   metrics_.step_batch_sequences.observe(static_cast<double>(r.sequences));
   const SchedulerStats s = scheduler_->stats();
+  set_gauges(s);
+  metrics_.prefix_cache_hit_tokens.inc(static_cast<double>(s.prefix_hit_tokens - last_stats_.prefix_hit_tokens));
+  metrics_.prefix_cache_query_tokens.inc(static_cast<double>(s.prefix_query_tokens - last_stats_.prefix_query_tokens));
+  last_stats_ = s;
+}
+
+void Server::set_gauges(const SchedulerStats& s) {
   metrics_.requests_running.set(static_cast<double>(s.running));
   metrics_.requests_waiting.set(static_cast<double>(s.waiting));
   metrics_.kv_blocks_used.set(static_cast<double>(s.kv_blocks_used));
   metrics_.kv_blocks_free.set(static_cast<double>(s.kv_blocks_free));
   metrics_.kda_slots_used.set(static_cast<double>(s.state_slots_used));
-  metrics_.prefix_cache_hit_tokens.inc(static_cast<double>(s.prefix_hit_tokens - last_stats_.prefix_hit_tokens));
-  metrics_.prefix_cache_query_tokens.inc(static_cast<double>(s.prefix_query_tokens - last_stats_.prefix_query_tokens));
-  last_stats_ = s;
+  metrics_.prefix_cache_blocks.set(static_cast<double>(s.cached_blocks));
 }
 
 void Server::log(const JobSummary& job) const {
@@ -145,6 +153,8 @@ void Server::route(const HttpRequest& request, const std::shared_ptr<HttpExchang
     return;
   }
   if (path == "/metrics") {
+    // The loop reports after each step; an idle loop (e.g. after a cancel) reports no step.
+    if (ready_ && scheduler_) set_gauges(scheduler_->stats());
     exchange->respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render());
     return;
   }

@@ -57,6 +57,7 @@ class Server {
   void route(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange);
   void completion(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange, bool chat);
   void observe_step(const StepReport& report);
+  void set_gauges(const SchedulerStats& stats);
   void log(const struct JobSummary& job) const;
 
   ServerOptions options_;

@@ -1,11 +1,12 @@
 // `k3 serve --model DIR [--host 127.0.0.1] [--port 8000] [--device cpu|cuda[:N]] [--served-model-name NAME]
 //          [--api-key KEY] [--max-sequences N] [--max-context N] [--max-batch-tokens N] [--gpu-memory SIZE|%]
 //          [--threads N] [--prefix-cache on|off] [--prefix-cache-size SIZE] [--max-queue N]
-//          [--request-timeout S] [--drain-timeout S] [--log-format text|json]`
+//          [--request-timeout S] [--drain-timeout S] [--log-format text|json] [--http-header-timeout S]`
 // The OpenAI-compatible server (server/server.h). It binds first (/health answers 503 while the
 // weights load), prints one line with the URL when ready, and on SIGTERM or SIGINT drains: stops
 // accepting, lets in-flight requests finish for up to --drain-timeout seconds, cuts the rest and
-// exits 0. The API key may also come from K3_API_KEY.
+// exits 0. The API key may also come from K3_API_KEY. --http-header-timeout (seconds a client has to
+// send a whole request header, default 10) is left out of the user docs: it exists for tests.
 #include <signal.h>
 
 #include <cstdio>
@@ -41,6 +42,7 @@ struct ServeArgs {
   std::string prefix_cache_size;  // "" = no limit beyond the cache blocks
   int64_t max_queue = 1024;
   double request_timeout = 0, drain_timeout = 30;
+  double http_header_timeout = server::HttpLimits{}.header_timeout_s;
   std::string log_format = "text";
 };
 
@@ -97,6 +99,9 @@ Registered add_serve(CLI::App& app) {
   cmd->add_option("--drain-timeout", a->drain_timeout, "seconds SIGTERM waits for in-flight requests")
       ->check(CLI::Range(0.0, 1e7))
       ->capture_default_str();
+  cmd->add_option("--http-header-timeout", a->http_header_timeout, "seconds a client has to send a whole request header")
+      ->check(CLI::Range(0.01, 1e7))
+      ->capture_default_str();
   cmd->add_option("--log-format", a->log_format, "request log lines on stderr: text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
@@ -132,6 +137,7 @@ Registered add_serve(CLI::App& app) {
             o.request_timeout_s = a->request_timeout;
             o.drain_timeout_s = a->drain_timeout;
             o.json_logs = a->log_format == "json";
+            o.http.header_timeout_s = a->http_header_timeout;
             o.scheduler.max_batch_tokens = a->max_batch_tokens;
             o.scheduler.max_queue = a->max_queue;
             o.scheduler.prefix_cache = a->prefix_cache == "on";

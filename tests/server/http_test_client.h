@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 namespace k3::server::test {
@@ -82,6 +84,22 @@ class RawClient {
     return out;
   }
 
+  // The next chunk of a chunked body: "" for the last (empty) chunk and its trailer, nullopt when
+  // the chunk is malformed or the connection ended first.
+  std::optional<std::string> read_chunk() {
+    std::string line = read_until("\r\n");
+    if (line.empty()) return std::nullopt;
+    size_t n = std::strtoul(line.c_str(), nullptr, 16);
+    if (n == 0) {
+      if (read_until("\r\n") != "\r\n") return std::nullopt;
+      return std::string();
+    }
+    std::string data = read_exactly(n + 2);
+    if (data.size() != n + 2 || data.compare(n, 2, "\r\n") != 0) return std::nullopt;
+    data.resize(n);
+    return data;
+  }
+
   struct Response {
     int status = 0;
     std::string head, body;
@@ -97,16 +115,13 @@ class RawClient {
     r.chunked = r.has("Transfer-Encoding: chunked");
     if (r.chunked) {
       for (;;) {
-        std::string line = read_until("\r\n");
-        if (line.empty()) return r;
-        size_t n = std::strtoul(line.c_str(), nullptr, 16);
-        if (n == 0) {
-          r.ok = read_until("\r\n") == "\r\n";
+        std::optional<std::string> data = read_chunk();
+        if (!data) return r;
+        if (data->empty()) {
+          r.ok = true;
           return r;
         }
-        std::string data = read_exactly(n + 2);
-        if (data.size() != n + 2 || data.compare(n, 2, "\r\n") != 0) return r;
-        r.body += data.substr(0, n);
+        r.body += *data;
       }
     }
     auto p = r.head.find("Content-Length: ");

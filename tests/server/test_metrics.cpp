@@ -63,7 +63,8 @@ TEST(Metrics, ServerMetricsAreAllThere) {
        {"k3_requests_total{status=\"200\"} 1", "k3_prompt_tokens_total 0", "k3_generation_tokens_total 0",
         "k3_time_to_first_token_seconds_count 0", "k3_inter_token_latency_seconds_bucket{le=\"0.01\"} 0",
         "k3_e2e_request_latency_seconds_bucket{le=\"+Inf\"} 0", "k3_requests_running 0", "k3_requests_waiting 0",
-        "k3_kv_blocks_used 0", "k3_kv_blocks_free 0", "k3_kda_slots_used 0", "k3_prefix_cache_hit_tokens_total 0",
+        "k3_kv_blocks_used 0", "k3_kv_blocks_free 0", "k3_kda_slots_used 0", "k3_prefix_cache_blocks 0",
+        "k3_prefix_cache_hit_tokens_total 0",
         "k3_prefix_cache_query_tokens_total 0", "k3_step_batch_tokens_bucket{le=\"2\"} 0",
         "k3_step_batch_tokens_bucket{le=\"4\"} 1", "k3_step_batch_tokens_bucket{le=\"8192\"} 1",
         "k3_step_batch_sequences_bucket{le=\"256\"} 0", "# TYPE k3_step_batch_sequences histogram"})

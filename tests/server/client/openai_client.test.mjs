@@ -4,42 +4,15 @@
 // Run by ctest (tests/CMakeLists.txt) with K3_CLI and K3_NODE_MODULES set; node:test runner.
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createRequire } from 'node:module';
+import { K3, KEY, startServer, stopServer } from './serve_process.mjs';
 
 const require = createRequire(join(process.env.K3_NODE_MODULES, 'openai', 'package.json'));
 const OpenAI = require('openai').default ?? require('openai');
-const K3 = process.env.K3_CLI;
-const KEY = 'test-key';
-
-// Starts `k3 serve` and resolves with its base URL once the ready line is printed.
-function startServer(model, extra = []) {
-  const child = spawn(K3, ['serve', '--model', model, '--port', '0', '--threads', '2', '--api-key', KEY, ...extra], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stderr = '';
-  child.stderr.on('data', (d) => { stderr += d; });
-  const url = new Promise((resolve, reject) => {
-    let out = '';
-    child.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/ready at (http:\/\/\S+\/v1)/);
-      if (m) resolve(m[1]);
-    });
-    child.on('exit', (code) => reject(new Error(`k3 serve exited ${code}: ${stderr}`)));
-  });
-  return { child, url, stderr: () => stderr };
-}
-
-async function stopServer(server) {
-  const exited = new Promise((resolve) => server.child.on('exit', (code, signal) => resolve({ code, signal })));
-  server.child.kill('SIGTERM');
-  const { code, signal } = await exited;
-  assert.equal(code, 0, `k3 serve did not exit 0 after SIGTERM (signal ${signal}): ${server.stderr().slice(-2000)}`);
-}
 
 // Completions text leaves special tokens out (as OpenAI servers do); k3 generate prints them.
 const withoutSpecials = (text) => text.replace(/<\|[A-Za-z0-9_]+\|>/g, '');

@@ -123,6 +123,11 @@ class CudaOps {
   const DeviceWeights& w_;
 };
 
+// The arena kept free for a step's workspace when the latent cache is sized from memory:
+// kStepReserveShare of what the weights and states left, at most kStepReserveMax.
+constexpr double kStepReserveShare = 0.15;
+constexpr size_t kStepReserveMax = size_t{4} << 30;
+
 size_t parse_memory(const CudaOptions& o) {
   size_t free_bytes = 0, total = 0;
   K3_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
@@ -331,7 +336,6 @@ class CudaExecutor final : public Executor {
 
   void allocate_state() {
     const int64_t slots = options_.max_sequences;
-    kv_blocks_ = options_.kv_blocks > 0 ? options_.kv_blocks : slots * (options_.max_context / page_size_);
     const int64_t snapshots = options_.snapshot_slots;
     for (int64_t l = 0; l < config_.num_layers; ++l) {
       LayerState& st = state_.emplace_back();
@@ -346,11 +350,35 @@ class CudaExecutor final : public Executor {
           st.snapshot_recurrent = arena_.alloc_n<float>(st.kda.recurrent_floats_per_slot() * snapshots, "kda snapshots");
           st.snapshot_conv = arena_.alloc_n<float>(st.kda.conv_floats_per_slot() * snapshots, "kda conv snapshots");
         }
-      } else {
-        st.cache = arena_.alloc_tensor(DType::kBF16, kv_blocks_ * page_size_,
-                                       config_.mla.kv_lora_rank + config_.mla.qk_rope_head_dim, "mla latent cache");
       }
     }
+    // The latent cache last, sized from what the weights and states left.
+    kv_blocks_ = options_.kv_blocks > 0 ? options_.kv_blocks : default_kv_blocks();
+    for (int64_t l = 0; l < config_.num_layers; ++l) {
+      if (config_.is_kda(l)) continue;
+      state_[static_cast<size_t>(l)].cache = arena_.alloc_tensor(
+          DType::kBF16, kv_blocks_ * page_size_, config_.mla.kv_lora_rank + config_.mla.qk_rope_head_dim, "mla latent cache");
+    }
+  }
+
+  // Every sequence at the full context when the arena holds that beside the step workspace
+  // (kStepReserveShare of what the weights and states left, at most kStepReserveMax); else as many
+  // blocks as fit, at least one sequence's full context.
+  int64_t default_kv_blocks() const {
+    const int64_t pages_per_sequence = options_.max_context / page_size_;
+    const int64_t want = options_.max_sequences * pages_per_sequence;
+    const uint64_t block_bytes = caches().kv_block_bytes;
+    if (block_bytes == 0) return want;
+    const size_t left = arena_.capacity() - arena_.used();
+    const size_t reserve = std::min<size_t>(kStepReserveMax, static_cast<size_t>(static_cast<double>(left) * kStepReserveShare));
+    const int64_t fit = left > reserve ? static_cast<int64_t>((left - reserve) / block_bytes) : 0;
+    if (fit >= want) return want;
+    if (fit < pages_per_sequence) {
+      throw Error(Where{"", "", "--gpu-memory"}, "the weights leave room for " + std::to_string(fit) + " MLA cache blocks of " +
+                                                     std::to_string(page_size_) + " tokens, fewer than one sequence at --max-context " +
+                                                     std::to_string(options_.max_context) + " needs");
+    }
+    return fit;
   }
 
   // The metadata region (StepMeta's arrays at fixed addresses, so that graphs can replay) and its

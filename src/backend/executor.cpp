@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/error.h"
+
 namespace k3 {
 
 std::vector<int64_t> argmax_rows(const Tensor& logits) {
@@ -24,6 +26,11 @@ std::vector<int64_t> argmax_rows(const Tensor& logits) {
 std::vector<int64_t> Executor::run_argmax(std::span<const int64_t> ids, std::span<const BatchSlice> slices,
                                           std::span<const int64_t> logit_rows) {
   return argmax_rows(run(ids, slices, logit_rows));
+}
+
+std::vector<int64_t> Executor::run_sample(std::span<const int64_t>, std::span<const BatchSlice>, std::span<const int64_t>,
+                                          std::span<const RowSampling>) {
+  throw Error("this executor samples from the logits on the host: use run()");
 }
 
 }  // namespace k3

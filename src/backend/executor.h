@@ -43,6 +43,19 @@ struct CacheGeometry {
   bool paged = true;
 };
 
+// One logits row's sampling where the logits are (Executor::run_sample). The draw `u` comes from the
+// request's own seeded generator, so a seed gives the same tokens on the same device; the pick is
+// the token where u × (the kept mass) falls in the cumulative distribution taken in id order.
+struct RowSampling {
+  bool greedy = true;         // the largest logit (lowest id on ties); the rest is unused
+  float temperature = 1.0f;
+  int32_t top_k = 0;          // 0: no limit; ties at the k-th value are all kept
+  float top_p = 1.0f, min_p = 0.0f;
+  double u = 0;               // uniform in [0, 1)
+  // Logit penalties applied first: (id, amount) with amount = presence·[count > 0] + frequency·count.
+  std::vector<std::pair<int32_t, float>> penalties;
+};
+
 class Executor {
  public:
   virtual ~Executor() = default;
@@ -60,6 +73,12 @@ class Executor {
   // are and copies back one id per row; this default picks them from run()'s logits.
   virtual std::vector<int64_t> run_argmax(std::span<const int64_t> ids, std::span<const BatchSlice> slices,
                                           std::span<const int64_t> logit_rows);
+  // Whether run_sample picks tokens where the logits are (else the caller samples run()'s logits).
+  virtual bool samples_on_device() const { return false; }
+  // run(), returning row i's token drawn by `sampling[i]` (−1 for a row holding a NaN or an
+  // infinity). Only executors that sample on the device implement it.
+  virtual std::vector<int64_t> run_sample(std::span<const int64_t> ids, std::span<const BatchSlice> slices,
+                                          std::span<const int64_t> logit_rows, std::span<const RowSampling> sampling);
   // Copies the sequence's KDA states into snapshot slot `snapshot`, or from it (the sequence then
   // continues from the snapshot's position; its MLA pages come from its block table).
   virtual void save_snapshot(int64_t sequence, int32_t snapshot) = 0;

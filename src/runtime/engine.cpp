@@ -181,15 +181,22 @@ std::vector<StepResult> Engine::step(const std::vector<SequenceInput>& inputs) {
   if (inputs.empty()) return results;
   const std::string model_dir = std::filesystem::path(config_.file).parent_path().string();
   const bool argmax = std::all_of(inputs.begin(), inputs.end(), [](const SequenceInput& in) { return in.argmax_only && !in.all_logits; });
-  if (argmax) {
-    const std::vector<int64_t> picks = executor_->run_argmax(ids, slices, logit_rows);
+  const bool device = executor_->samples_on_device() &&
+                      std::all_of(inputs.begin(), inputs.end(), [](const SequenceInput& in) {
+                        return !in.all_logits && (in.argmax_only || in.device_sample.has_value());
+                      });
+  if (argmax || device) {
+    std::vector<RowSampling> rows;
+    for (const SequenceInput& in : inputs) rows.push_back(in.device_sample ? *in.device_sample : RowSampling{});
+    const std::vector<int64_t> picks =
+        argmax ? executor_->run_argmax(ids, slices, logit_rows) : executor_->run_sample(ids, slices, logit_rows, rows);
     for (const BatchSlice& s : slices) sequences_[s.sequence].length += s.n;
     for (size_t i = 0; i < inputs.size(); ++i) {
       StepResult r;
       r.sequence = inputs[i].sequence;
       r.rows = 1;
-      r.argmax = picks[i];
-      if (r.argmax < 0) throw_non_finite(model_dir, sequences_[r.sequence].length - 1, "");
+      r.picked = picks[i];
+      if (r.picked < 0) throw_non_finite(model_dir, sequences_[r.sequence].length - 1, "");
       results.push_back(std::move(r));
     }
     return results;

@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -53,13 +54,16 @@ struct SequenceInput {
   // Only the greedy next token is needed (no logits): when every input of a step asks this, the
   // executor picks them where the logits are (on the device for CUDA) and returns no logits.
   bool argmax_only = false;
+  // Sample the next token where the logits are (when the executor samples_on_device and every
+  // input of the step is argmax_only or has this): StepResult::picked, no logits.
+  std::optional<RowSampling> device_sample = std::nullopt;
 };
 
 struct StepResult {
   int64_t sequence = 0;
   int64_t rows = 0;              // tokens.size() or 1
-  std::vector<float> logits;     // [rows][vocab]; empty for an argmax_only step
-  int64_t argmax = -1;           // argmax_only steps: the greedy next token
+  std::vector<float> logits;     // [rows][vocab]; empty when the token was picked by the executor
+  int64_t picked = -1;           // the next token picked by the executor (argmax_only / device_sample)
 };
 
 // Fails (k3::Error naming `model_dir`) when `logits` ([rows][vocab], row r at sequence position
@@ -80,6 +84,7 @@ class Engine {
   const K3Config& config() const { return config_; }
   const LoadPlan& plan() const;  // throws for an engine without a checkpoint
   const Executor& executor() const { return *executor_; }
+  bool samples_on_device() const { return executor_->samples_on_device(); }
 
   // A new empty sequence; throws k3::Error when every state slot is taken.
   int64_t new_sequence();

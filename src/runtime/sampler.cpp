@@ -1,6 +1,7 @@
 #include "runtime/sampler.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -49,6 +50,21 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
 
 void Sampler::observe(int64_t id) {
   if (penalized()) ++counts_[id];
+}
+
+RowSampling Sampler::device_row() {
+  RowSampling r;
+  r.greedy = params_.greedy;
+  r.temperature = static_cast<float>(params_.temperature);
+  r.top_k = static_cast<int32_t>(std::min<int64_t>(params_.top_k, INT32_MAX));
+  r.top_p = static_cast<float>(params_.top_p);
+  r.min_p = static_cast<float>(params_.min_p);
+  if (!params_.greedy) r.u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+  for (const auto& [id, count] : counts_) {
+    r.penalties.emplace_back(static_cast<int32_t>(id),
+                             static_cast<float>(params_.presence_penalty + params_.frequency_penalty * static_cast<double>(count)));
+  }
+  return r;
 }
 
 int64_t Sampler::next(std::span<const float> logits) {

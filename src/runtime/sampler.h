@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <random>
 #include <span>
+
+#include "backend/executor.h"
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -49,8 +51,12 @@ class Sampler {
   explicit Sampler(const SamplingParams& params);
   // The next id; it counts as generated for the penalties.
   int64_t next(std::span<const float> logits);
-  // Counts an id the caller chose itself (a forced token) as generated.
+  // Counts an id the caller chose itself (a forced token, or a pick made on the device) as generated.
   void observe(int64_t id);
+  // The next pick for an executor that samples where the logits are (backend/executor.h): these
+  // parameters, a uniform draw from this sampler's generator and the penalties of the tokens
+  // generated so far. The caller reports the pick with observe().
+  RowSampling device_row();
 
  private:
   bool penalized() const { return params_.presence_penalty != 0 || params_.frequency_penalty != 0; }

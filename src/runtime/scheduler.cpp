@@ -293,7 +293,12 @@ void Scheduler::after_step(Request& r, const StepResult& result, int64_t ran) {
   }
   // At the frontier: sample the next token.
   GeneratedToken token;
-  token.id = result.logits.empty() ? result.argmax : r.sampler.next(result.logits);
+  if (result.logits.empty()) {
+    token.id = result.picked;
+    r.sampler.observe(token.id);
+  } else {
+    token.id = r.sampler.next(result.logits);
+  }
   if (r.spec.top_logprobs >= 0) token.logprobs = logprobs_of(result.logits, token.id, r.spec.top_logprobs);
   token.stop = std::find(r.spec.stop_token_ids.begin(), r.spec.stop_token_ids.end(), token.id) != r.spec.stop_token_ids.end();
   r.generated.push_back(token.id);
@@ -315,9 +320,14 @@ bool Scheduler::step_once() {
   const auto add = [&](Request& r, std::vector<int64_t> tokens) {
     budget -= static_cast<int64_t>(tokens.size());
     r.in_step = true;
-    const bool argmax_only = !(r.samples_after(static_cast<int64_t>(tokens.size())) && r.needs_logits());
+    const bool samples = r.samples_after(static_cast<int64_t>(tokens.size()));
+    SequenceInput in{r.sequence, std::move(tokens), false, !(samples && r.needs_logits()), std::nullopt};
+    // Sampling without logprobs runs where the logits are when the executor can.
+    if (samples && r.needs_logits() && r.spec.top_logprobs < 0 && engine_.samples_on_device()) {
+      in.device_sample = r.sampler.device_row();
+    }
     members.push_back(&r);
-    inputs.push_back({r.sequence, std::move(tokens), false, argmax_only});
+    inputs.push_back(std::move(in));
   };
   // Running sequences in admission order: decode tokens (and replays), then prompt pieces.
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {

@@ -3,12 +3,15 @@
 //     from device snapshots) gives a hit the logprobs of a miss: the hit runs the same prompt pieces
 //     on the same kernels, so they are expected bit for bit (the bound allows 1e-4 of rounding);
 //   - greedy picks made on the device (argmax kernel) equal the host's picks from the same logits;
+//   - sampling on the device (temperature, top-k, top-p, min-p, penalties, per-request seeds);
 //   - batch composition: concurrent requests share GEMMs, which changes their rounding; the test
 //     reports how many greedy tokens still agree with each request run alone.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <numeric>
 
 #include "backend/cuda/executor/cuda_model.h"
 #include "cuda_test_util.h"
@@ -137,6 +140,49 @@ TEST(CudaServing, DeviceGreedyPicksAndBatchComposition) {
               static_cast<long long>(total));
   EXPECT_GT(agree, total / 2);
   EXPECT_EQ(gpu.live_sequences(), 0);
+}
+
+// Sampling on the device: parameters that leave one candidate give the greedy tokens, a seed gives
+// the same tokens again, and greedy penalties give the host's tokens from the same logits.
+TEST(CudaServing, DeviceSamplingFollowsItsParameters) {
+  K3_REQUIRE_GPU();
+  const k3::test::TinyCheckpoint ckpt =
+      k3::test::make_tiny_pinned_routing(FamilyId::Bf16, TinyArch::KimiK3, 11, TinySize::Small);
+  Engine gpu(ckpt.dir, serving_options());
+  ASSERT_TRUE(gpu.samples_on_device());
+  const int64_t vocab = gpu.config().vocab_size;
+  SchedulerOptions so;
+  so.prefix_cache = false;
+  const RequestSpec base = request(k3::test::test_prompt(40, vocab, 7), 10, -1);
+  const Collected greedy = run_alone(gpu, so, base);
+  auto sampled = [&](auto edit) {
+    RequestSpec spec = base;
+    spec.sampling.greedy = false;
+    spec.sampling.temperature = 1.0;
+    spec.sampling.seed = 5;
+    edit(spec.sampling);
+    return run_alone(gpu, so, spec).ids;
+  };
+  EXPECT_EQ(sampled([](SamplingParams& p) { p.top_k = 1; }), greedy.ids);
+  EXPECT_EQ(sampled([](SamplingParams& p) { p.top_p = 1e-6; }), greedy.ids);
+  EXPECT_EQ(sampled([](SamplingParams& p) { p.min_p = 1.0; }), greedy.ids);
+  const std::vector<int64_t> a = sampled([](SamplingParams&) {}), b = sampled([](SamplingParams&) {});
+  const std::vector<int64_t> c = sampled([](SamplingParams& p) { p.seed = 6; });
+  const std::vector<int64_t> hot = sampled([](SamplingParams& p) { p.temperature = 2.0; });
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  std::printf("[ serving ] device sampling, seed 5: %zu tokens, %zu differ from greedy; seed 6 differs at %zu\n", a.size(),
+              static_cast<size_t>(std::inner_product(a.begin(), a.end(), greedy.ids.begin(), 0, std::plus<>(), std::not_equal_to<>())),
+              static_cast<size_t>(std::mismatch(a.begin(), a.end(), c.begin()).first - a.begin()));
+  EXPECT_EQ(hot.size(), greedy.ids.size());
+  // Greedy with penalties: on the device (no logprobs) and on the host (logprobs ask for logits).
+  RequestSpec penalized = base;
+  penalized.sampling.frequency_penalty = 1.5;
+  penalized.sampling.presence_penalty = 0.5;
+  const Collected device = run_alone(gpu, so, penalized);
+  penalized.top_logprobs = 0;
+  const Collected host = run_alone(gpu, so, penalized);
+  EXPECT_EQ(device.ids, host.ids);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <type_traits>
 
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/attention/generic_attention.h"
@@ -292,6 +293,41 @@ class CudaExecutor final : public Executor {
     }
     K3_CUDA_CHECK(cudaSetDevice(device));
     return device;
+  }
+
+  bool samples_on_device() const override { return true; }
+
+  std::vector<int64_t> run_sample(std::span<const int64_t> ids, std::span<const BatchSlice> slices,
+                                  std::span<const int64_t> logit_rows, std::span<const RowSampling> sampling) override {
+    if (sampling.size() != logit_rows.size()) throw Error("run_sample: one RowSampling per logit row");
+    std::vector<SampleRowParams> params;
+    std::vector<int32_t> offsets{0}, penalty_ids;
+    std::vector<float> amounts;
+    for (const RowSampling& r : sampling) {
+      params.push_back({r.temperature, r.top_p, r.min_p, static_cast<float>(r.u), r.top_k, r.greedy ? 1 : 0});
+      for (const auto& [id, amount] : r.penalties) {
+        penalty_ids.push_back(id);
+        amounts.push_back(amount);
+      }
+      offsets.push_back(static_cast<int32_t>(penalty_ids.size()));
+    }
+    const DeviceTensor logits = step_logits(ids, slices, logit_rows);
+    auto upload = [&](const auto& v, const char* what) {
+      using T = typename std::decay_t<decltype(v)>::value_type;
+      T* d = arena_.alloc_n<T>(std::max<size_t>(1, v.size()), what);
+      if (!v.empty()) K3_CUDA_CHECK(cudaMemcpyAsync(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, stream_));
+      return d;
+    };
+    const SampleRowParams* d_params = upload(params, "sampling parameters");
+    const int32_t* d_offsets = upload(offsets, "penalty offsets");
+    const int32_t* d_ids = upload(penalty_ids, "penalty ids");
+    const float* d_amounts = upload(amounts, "penalty amounts");
+    int32_t* picked = arena_.alloc_n<int32_t>(static_cast<size_t>(logits.rows), "sampled tokens");
+    sample_rows(logits, d_params, d_offsets, d_ids, d_amounts, picked, stream_);
+    std::vector<int32_t> host(static_cast<size_t>(logits.rows));
+    K3_CUDA_CHECK(cudaMemcpyAsync(host.data(), picked, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    finish_step(slices);
+    return std::vector<int64_t>(host.begin(), host.end());
   }
 
   // The forward of one step, up to the f32 logits [L, vocab] of `logit_rows` (arena memory, valid

@@ -25,6 +25,19 @@ namespace k3::cuda {
 // sampler), or −1 when the row holds a NaN or an infinity. logits: f32 [rows, n]; out: device int32 [rows].
 void row_argmax(const DeviceTensor& logits, int32_t* out, cudaStream_t stream);
 
+// ---- sample.cu ----------------------------------------------------------------------------------
+// Per row of `logits` (f32 [rows, n], modified: the penalties are subtracted in place) the token of
+// params[r] (device array), as RowSampling documents (backend/executor.h): penalties from the CSR
+// lists (penalty_offsets [rows + 1] into penalty_ids / penalty_amounts), then greedy, or temperature,
+// top-k (threshold on the logits), top-p and min-p (thresholds on p = exp((l − max)/T)), and the
+// token where u × the kept mass falls in id order. out: device int32 [rows], −1 for a non-finite row.
+struct SampleRowParams {
+  float temperature, top_p, min_p, u;
+  int32_t top_k, greedy;
+};
+void sample_rows(const DeviceTensor& logits, const SampleRowParams* params, const int32_t* penalty_offsets,
+                 const int32_t* penalty_ids, const float* penalty_amounts, int32_t* out, cudaStream_t stream);
+
 // ---- norm.cu ------------------------------------------------------------------------------------
 // y[t] = x[t] · r · w with r = 1 / sqrt(mean(x[t]²) + eps), as cpu::rms_norm. x, y: f32 or bf16
 // [rows, n], n <= 32768; w: f32 [n] on the device.

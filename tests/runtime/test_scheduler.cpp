@@ -12,7 +12,10 @@
 
 #include "error_of.h"
 #include "model/engine_test_util.h"
+#include "chat/k3_format.h"
 #include "runtime/generate.h"
+#include "tokenizer/tiny_vocab.h"
+#include "tokenizer/tokenizer.h"
 
 namespace k3 {
 namespace {
@@ -211,6 +214,56 @@ TEST_P(SchedulerTest, CancelStopAndLimits) {
   const SchedulerStats st = s.stats();
   EXPECT_EQ(st.running + st.waiting + st.state_slots_used, 0);
   EXPECT_EQ(st.kv_blocks_used, st.cached_blocks);
+}
+
+// Chat turns that share a system prompt, rendered in the Kimi-K3 format: the second conversation
+// and the follow-up turn resume from the first one's cached blocks and get the logprobs they get
+// without the cache.
+TEST(SchedulerChat, ChatTurnsSharingASystemPromptHitTheCacheExactly) {
+  const test::TinyCheckpoint tiny = test::make_tiny_conditioned(FamilyId::Bf16, TinyArch::KimiK3, 11);
+  EngineOptions o;
+  o.max_context = 2048;
+  Engine e(tiny.dir, o);
+  write_tiny_tokenizer(tiny.dir, static_cast<uint32_t>(e.config().vocab_size) - Tokenizer::kNumSpecials);
+  const Tokenizer tokenizer = Tokenizer::load(tiny.dir);
+  const auto render = [&](const std::vector<std::pair<std::string, std::string>>& turns) {
+    chat::Request r;
+    for (const auto& [role, text] : turns) {
+      chat::Message m;
+      m.role = role;
+      m.content.push_back(text);
+      r.messages.push_back(std::move(m));
+    }
+    const std::vector<uint32_t> ids = chat::encode(tokenizer, chat::render_k3(r));
+    return std::vector<int64_t>(ids.begin(), ids.end());
+  };
+  const std::string system = "You are a careful assistant. Answer briefly and cite the rules you used. " +
+                             std::string(200, 'x');
+  const auto first = render({{"system", system}, {"user", "What is the capital of France?"}});
+  const auto second = render({{"system", system}, {"user", "Name a prime number above ten."}});
+  const auto follow_up = render({{"system", system}, {"user", "What is the capital of France?"},
+                                 {"assistant", "Paris."}, {"user", "And of Italy?"}});
+  SchedulerOptions so;
+  so.max_batch_tokens = 64;
+  SchedulerOptions off = so;
+  off.prefix_cache = false;
+  const auto run = [&](Scheduler& s, const std::vector<int64_t>& prompt) {
+    Collected c;
+    s.submit(greedy(prompt, 4, 5), std::make_shared<Collector>(c));
+    run_to_idle(s);
+    return c;
+  };
+  Scheduler cold(e, off);
+  const Collected want_second = run(cold, second), want_follow_up = run(cold, follow_up);
+  Scheduler warm(e, so);
+  run(warm, first);
+  const Collected got_second = run(warm, second), got_follow_up = run(warm, follow_up);
+  EXPECT_GE(got_second.cached, 64);
+  EXPECT_GE(got_follow_up.cached, got_second.cached);
+  EXPECT_EQ(got_second.ids, want_second.ids);
+  EXPECT_TRUE(same_logprobs(got_second.logprobs, want_second.logprobs));
+  EXPECT_EQ(got_follow_up.ids, want_follow_up.ids);
+  EXPECT_TRUE(same_logprobs(got_follow_up.logprobs, want_follow_up.logprobs));
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, SchedulerTest,

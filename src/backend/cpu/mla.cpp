@@ -23,10 +23,10 @@ void softmax_inplace(float* s, int64_t n) {
 }
 
 struct Dims {
-  int64_t nh, dn, dr, dv, dqk, r, row;  // row = cache row width r + dr
+  int64_t nh, dn, dr, dv, dqk, r;
   explicit Dims(const MlaConfig& m)
       : nh(m.num_heads), dn(m.qk_nope_head_dim), dr(m.qk_rope_head_dim), dv(m.v_head_dim), dqk(m.qk_head_dim()),
-        r(m.kv_lora_rank), row(m.kv_lora_rank + m.qk_rope_head_dim) {}
+        r(m.kv_lora_rank) {}
 };
 
 // The cache rows of `layer` for one sequence whose new tokens are already appended: `total` of them.

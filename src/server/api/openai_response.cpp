@@ -81,13 +81,18 @@ Usage usage_of(int64_t prompt_tokens, const std::vector<const ChoiceOutput*>& ch
   return u;
 }
 
-std::string completion_response(const ResponseHead& head, const std::vector<const ChoiceOutput*>& choices, const Usage& usage) {
-  Json j = head_json(head, "text_completion");
+namespace {
+
+// The whole (non-streamed) response: one entry per choice, `body` adding its text or message.
+template <class Body>
+std::string whole_response(const ResponseHead& head, const char* object, const std::vector<const ChoiceOutput*>& choices,
+                           const Usage& usage, Body body) {
+  Json j = head_json(head, object);
   Json list = Json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     Json c = Json::object();
     c["index"] = i;
-    c["text"] = choices[i]->text();
+    body(*choices[i], c);
     c["logprobs"] = choices[i]->logprobs();
     c["finish_reason"] = choices[i]->finish_reason();
     list.push_back(std::move(c));
@@ -97,20 +102,16 @@ std::string completion_response(const ResponseHead& head, const std::vector<cons
   return dump(j);
 }
 
+}  // namespace
+
+std::string completion_response(const ResponseHead& head, const std::vector<const ChoiceOutput*>& choices, const Usage& usage) {
+  return whole_response(head, "text_completion", choices, usage,
+                        [](const ChoiceOutput& o, Json& c) { c["text"] = o.text(); });
+}
+
 std::string chat_response(const ResponseHead& head, const std::vector<const ChoiceOutput*>& choices, const Usage& usage) {
-  Json j = head_json(head, "chat.completion");
-  Json list = Json::array();
-  for (size_t i = 0; i < choices.size(); ++i) {
-    Json c = Json::object();
-    c["index"] = i;
-    c["message"] = choices[i]->message().to_json();
-    c["logprobs"] = choices[i]->logprobs();
-    c["finish_reason"] = choices[i]->finish_reason();
-    list.push_back(std::move(c));
-  }
-  j["choices"] = std::move(list);
-  j["usage"] = usage_json(usage);
-  return dump(j);
+  return whole_response(head, "chat.completion", choices, usage,
+                        [](const ChoiceOutput& o, Json& c) { c["message"] = o.message().to_json(); });
 }
 
 std::string sse_event(const Json& chunk) { return "data: " + dump(chunk) + "\n\n"; }

@@ -12,6 +12,7 @@
 
 #include "error_of.h"
 #include "model/engine_test_util.h"
+#include "runtime/collecting_sink.h"
 #include "chat/k3_format.h"
 #include "runtime/generate.h"
 #include "tokenizer/tiny_vocab.h"
@@ -20,32 +21,8 @@
 namespace k3 {
 namespace {
 
-struct Collected {
-  std::vector<int64_t> ids;
-  std::vector<TokenLogprobs> logprobs;
-  std::optional<FinishReason> finish;
-  std::string error;
-  int64_t cached = -1;
-};
-
-class Collector final : public RequestSink {
- public:
-  explicit Collector(Collected& out, int64_t stop_after = -1) : out_(out), stop_after_(stop_after) {}
-  void on_admitted(int64_t cached) override { out_.cached = cached; }
-  bool on_token(const GeneratedToken& t) override {
-    out_.ids.push_back(t.id);
-    if (t.logprobs) out_.logprobs.push_back(*t.logprobs);
-    return stop_after_ < 0 || static_cast<int64_t>(out_.ids.size()) < stop_after_;
-  }
-  void on_finish(FinishReason reason, const std::string& error) override {
-    out_.finish = reason;
-    out_.error = error;
-  }
-
- private:
-  Collected& out_;
-  int64_t stop_after_;
-};
+using test::Collected;
+using test::Collector;
 
 RequestSpec greedy(std::vector<int64_t> prompt, int64_t max_tokens, int top_logprobs = -1) {
   RequestSpec s;

@@ -16,31 +16,14 @@
 #include "backend/cuda/executor/cuda_model.h"
 #include "cuda_test_util.h"
 #include "model/engine_test_util.h"
+#include "runtime/collecting_sink.h"
 #include "runtime/scheduler.h"
 
 namespace k3::cuda {
 namespace {
 
-struct Collected {
-  std::vector<int64_t> ids;
-  std::vector<TokenLogprobs> logprobs;
-  int64_t cached = -1;
-};
-
-class Collector final : public RequestSink {
- public:
-  explicit Collector(Collected& out) : out_(out) {}
-  void on_admitted(int64_t cached) override { out_.cached = cached; }
-  bool on_token(const GeneratedToken& t) override {
-    out_.ids.push_back(t.id);
-    if (t.logprobs) out_.logprobs.push_back(*t.logprobs);
-    return true;
-  }
-  void on_finish(FinishReason, const std::string&) override {}
-
- private:
-  Collected& out_;
-};
+using k3::test::Collected;
+using k3::test::Collector;
 
 EngineOptions serving_options() {
   CudaOptions o;

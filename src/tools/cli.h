@@ -25,5 +25,6 @@ Registered add_generate(CLI::App& app);
 Registered add_chat(CLI::App& app);
 Registered add_bench(CLI::App& app);
 Registered add_serve(CLI::App& app);
+Registered add_eval(CLI::App& app);
 
 }  // namespace k3::cli

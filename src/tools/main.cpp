@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
       k3::cli::add_chat(app),
       k3::cli::add_bench(app),
       k3::cli::add_serve(app),
+      k3::cli::add_eval(app),
   };
 
   try {

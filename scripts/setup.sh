@@ -9,6 +9,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev libomp-dev
   clang libclang-rt-14-dev
   libboost-dev nodejs
+  python3-torch python3-numpy
 )
 
 missing=()

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-KDA_CHUNK = 32  # chunk length of the parallel KDA form (exponents are never positive: any length is safe)
+KDA_CHUNK = 16  # chunk length of the parallel KDA form
 
 
 def fp(x):

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checkpoint import Config, finish_checkpoint, to_stored, write_safetensors  # noqa: E402
-from kimi_model import KimiModel  # noqa: E402
+from kimi_model import KimiModel, load_model  # noqa: E402
 import tasks  # noqa: E402
 
 MAX_SHARD_BYTES = 12 << 20  # shards small enough to travel one by one
@@ -123,6 +123,7 @@ def main():
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--eval-n", type=int, default=200)
     ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: the time budget only)")
+    ap.add_argument("--init", help="start from this checkpoint's weights (a later stage of a run) instead of the seeded init")
     args = ap.parse_args()
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -131,6 +132,8 @@ def main():
         cfg = Config(json.load(f))
     model = KimiModel(cfg).to(device)
     init_weights(model, cfg, args.seed)
+    if args.init:
+        model.load_state_dict(load_model(args.init).state_dict())
     params = sum(p.numel() for p in model.parameters())
     print(f"{'kimi-k3' if cfg.is_k3 else 'kimi-linear'}: {params / 1e6:.2f} M parameters on {device}", flush=True)
     biases = [m.gate.e_score_correction_bias for m in model.modules() if hasattr(m, "gate") and hasattr(m, "experts")]
@@ -174,7 +177,7 @@ def main():
             if not name.endswith(("conv1d.weight", "A_log", "dt_bias", "o_norm.weight")):
                 p.copy_(p.to(torch.bfloat16).float())
     accuracy = {t: greedy_accuracy(model, cfg.is_k3, tasks.eval_set(t, args.eval_n), device) for t in tasks.TASKS} if args.eval_n else {}
-    report = {"params": params, "steps": step, "minutes": args.minutes, "seed": args.seed, "batch": args.batch,
+    report = {"params": params, "steps": step, "minutes": args.minutes, "seed": args.seed, "batch": args.batch, "init": args.init,
               "lr": args.lr, "final_loss": log[-1]["loss"] if log else None, "accuracy": accuracy, "device": str(device),
               "torch": torch.__version__}
     print(json.dumps(report), flush=True)

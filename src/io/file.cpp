@@ -244,6 +244,14 @@ std::span<const uint8_t> File::view(uint64_t offset, uint64_t n) const {
   return {map_ + offset, static_cast<size_t>(n)};
 }
 
+void File::release_view(uint64_t offset, uint64_t n) const {
+  if (map_ == nullptr || n == 0 || !range_fits(offset, n, size_)) return;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t begin = offset / page * page;
+  const uint64_t end = std::min(size_, (offset + n + page - 1) / page * page);
+  ::madvise(const_cast<uint8_t*>(map_) + begin, end - begin, MADV_DONTNEED);
+}
+
 uint64_t File::payload_maps() { return g_payload_maps.load(); }
 
 }  // namespace k3

@@ -17,9 +17,9 @@ LoadPlan plan_dense(const CheckpointDir& ckpt) {
   return plan;
 }
 
-WritePlan write_plan_dense(const FloatSource& source, Json config_doc) {
+WritePlan write_plan_dense(const FloatSource& source, Json config_doc, Dtype dtype) {
   SafetensorsPlanBuilder out(source);
-  for (const auto& spec : source.params()) out.add_unquantized(spec, Dtype::BF16);
+  for (const auto& spec : source.params()) out.add_unquantized(spec, dtype);
   return out.build(std::move(config_doc));
 }
 

@@ -79,7 +79,8 @@ std::string unit_label(const ParamSpec& spec, int64_t expert = -1);
 
 // One writer per family (quant/families/*.cpp): the checkpoint laid out, units not run yet.
 namespace family {
-WritePlan write_plan_dense(const FloatSource& source, Json config_doc);
+// dtype: BF16 (the family), or F32 (an exact float checkpoint of a master, for tests).
+WritePlan write_plan_dense(const FloatSource& source, Json config_doc, Dtype dtype = Dtype::BF16);
 WritePlan write_plan_modelopt(FamilyId variant, const FloatSource& source, Json config_doc, const QuantizeOptions& options);
 WritePlan write_plan_compressed_tensors_mxfp4(const FloatSource& source, Json config_doc);
 WritePlan write_plan_fp8_block(const FloatSource& source, Json config_doc);

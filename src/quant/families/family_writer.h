@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "io/json.h"
+#include "io/safetensors.h"
 #include "quant/families/family.h"
 #include "quant/families/float_source.h"
 #include "quant/families/quantize_options.h"

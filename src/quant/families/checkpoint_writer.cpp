@@ -127,7 +127,7 @@ void SafetensorsPlanBuilder::add_unquantized(const ParamSpec& spec, Dtype dtype)
     for (uint64_t e = 0; e < spec.shape[0]; ++e) {
       const int64_t ex = static_cast<int64_t>(e);
       const size_t id = declare(expert_tensor_name(spec.name, ex, "weight"), d, {spec.shape[1], spec.shape[2]});
-      add_unit(unit_label(spec, ex), format, {id}, [&src, spec, ex, bytes] { return Payloads{bytes(src.read(spec, ex))}; });
+      add_unit(unit_label(spec, ex), format, {id}, [&src, spec, ex, bytes] { return payloads(bytes(src.read(spec, ex))); });
     }
     return;
   }
@@ -145,7 +145,7 @@ void SafetensorsPlanBuilder::add_unquantized(const ParamSpec& spec, Dtype dtype)
   add_unit(unit_label(spec), format, {id}, [&src, spec, padded, bytes] {
     std::vector<float> v = src.read(spec);
     if (padded > v.size()) v.resize(padded, 0.0f);
-    return Payloads{bytes(v)};
+    return payloads(bytes(v));
   });
 }
 

@@ -61,6 +61,14 @@ class ShardedSafetensorsSink final : public TensorSink {
 
 // Whole payloads of a unit's tensors, in the order they were given.
 using Payloads = std::vector<std::vector<uint8_t>>;
+// Payloads moved in (an initializer list would copy each one).
+template <class... Bytes>
+Payloads payloads(Bytes&&... bytes) {
+  Payloads out;
+  out.reserve(sizeof...(bytes));
+  (out.push_back(std::forward<Bytes>(bytes)), ...);
+  return out;
+}
 
 // A safetensors family's write plan under construction.
 class SafetensorsPlanBuilder {

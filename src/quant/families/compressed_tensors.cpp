@@ -196,7 +196,7 @@ WritePlan write_plan_compressed_tensors_mxfp4(const FloatSource& source, Json co
         const std::vector<float> w = source.read(spec, ex);
         std::vector<uint8_t> packed(n * k / 2), scales(n * k / kMxfp4Group);
         quantize_mxfp4(w.data(), static_cast<int64_t>(n), static_cast<int64_t>(k), packed.data(), scales.data());
-        return Payloads{std::move(packed), std::move(scales)};
+        return payloads(std::move(packed), std::move(scales));
       });
     }
   }

@@ -93,7 +93,7 @@ WritePlan write_plan_fp8_block_checkpoint(Fp8BlockStyle style, const FloatSource
         std::vector<uint8_t> q(n * k);
         std::vector<float> scale(nb * kb);
         quantize_fp8_block(w.data(), static_cast<int64_t>(n), static_cast<int64_t>(k), kB, kB, q.data(), scale.data());
-        return Payloads{std::move(q), f32_bytes(scale.data(), scale.size())};
+        return payloads(std::move(q), f32_bytes(scale.data(), scale.size()));
       });
     }
   }

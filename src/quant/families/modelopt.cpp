@@ -389,7 +389,7 @@ class QuantizedWriter {
           const float global = nvfp4_global_scale(nvfp4_amax(src, spec, expert, w));
           std::vector<uint8_t> packed(n * k / 2), scales(n * k / kNvfp4Group);
           quantize_nvfp4(w.data(), static_cast<int64_t>(n), static_cast<int64_t>(k), global, packed.data(), scales.data());
-          return Payloads{std::move(packed), std::move(scales), f32_bytes(&global, 1), f32_bytes(&input_scale, 1)};
+          return payloads(std::move(packed), std::move(scales), f32_bytes(&global, 1), f32_bytes(&input_scale, 1));
         });
       } else if (algo == "FP8_PB_WO") {
         const uint64_t nb = (n + kFp8Block - 1) / kFp8Block, kb = (k + kFp8Block - 1) / kFp8Block;
@@ -400,7 +400,7 @@ class QuantizedWriter {
           std::vector<uint8_t> q(n * k);
           std::vector<float> scale(nb * kb);
           quantize_fp8_block(w.data(), static_cast<int64_t>(n), static_cast<int64_t>(k), kFp8Block, kFp8Block, q.data(), scale.data());
-          return Payloads{std::move(q), f32_bytes(scale.data(), scale.size())};
+          return payloads(std::move(q), f32_bytes(scale.data(), scale.size()));
         });
       } else {  // FP8 per tensor: one block spanning the whole tensor gives scale = amax / 448
         const float input_scale = amax ? *amax / 448.0f : modelopt::kFp8InputScale;
@@ -413,7 +413,7 @@ class QuantizedWriter {
           float scale = 0.0f;
           const auto N = static_cast<int64_t>(n), K = static_cast<int64_t>(k);
           quantize_fp8_block(w.data(), N, K, N, K, q.data(), &scale);
-          return Payloads{std::move(q), f32_bytes(&scale, 1), f32_bytes(&input_scale, 1)};
+          return payloads(std::move(q), f32_bytes(&scale, 1), f32_bytes(&input_scale, 1));
         });
       }
     }

@@ -442,7 +442,7 @@ class TinyWriter {
                                        tensor(weight, "weight_offset", scheme, sdt, {N, 1})};
       out_.add_unit(unit_label(spec, expert), scheme, ids, [&src, spec, expert, n, k, sdt, scale_bytes, int8_bytes] {
         const W8A8Weights q = quantize_w8a8(src.read(spec, expert).data(), n, k, sdt == Dtype::BF16);
-        return Payloads{int8_bytes(q.weight), scale_bytes(q.scale), scale_bytes(std::vector<float>(static_cast<size_t>(n), 0.0f))};
+        return payloads(int8_bytes(q.weight), scale_bytes(q.scale), scale_bytes(std::vector<float>(static_cast<size_t>(n), 0.0f)));
       });
       return;
     }
@@ -463,7 +463,7 @@ class TinyWriter {
     out_.add_unit(unit_label(spec, expert), gs > 0 ? "W4A8_DYNAMIC/group" : "W4A8_DYNAMIC/channel", ids,
                   [&src, spec, expert, n, k, gs, G, sdt, scale_bytes, int8_bytes] {
                     const W4A8Weights q = quantize_w4a8(src.read(spec, expert).data(), n, k, gs, true, sdt == Dtype::BF16);
-                    Payloads p{int8_bytes(q.weight), scale_bytes(q.scale), scale_bytes(std::vector<float>(static_cast<size_t>(n), 0.0f))};
+                    Payloads p = payloads(int8_bytes(q.weight), scale_bytes(q.scale), scale_bytes(std::vector<float>(static_cast<size_t>(n), 0.0f)));
                     if (gs > 0) {
                       p.push_back(scale_bytes(q.scale_second));
                       p.push_back(scale_bytes(std::vector<float>(static_cast<size_t>(n) * G, 0.0f)));

@@ -103,7 +103,9 @@ TEST(Calibration, InputScalesFollowTheMeasuredAmax) {
       }
     }
     EXPECT_GT(checked, 10u);
-    if (family == FamilyId::ModelOptNvfp4) EXPECT_EQ(scales.at(stored_tensor_name(c, "model.layers.0.self_attn.q_proj")), want / divisor);
+    if (family == FamilyId::ModelOptNvfp4) {
+      EXPECT_EQ(scales.at(stored_tensor_name(c, "model.layers.0.self_attn.q_proj")), want / divisor);
+    }
     // w1 and w3 of an expert read one input: one input_scale.
     const std::string e0 = stored_tensor_name(c, "model.layers.1.mlp.experts.0.");
     EXPECT_EQ(scales.at(e0 + "w1"), scales.at(e0 + "w3"));

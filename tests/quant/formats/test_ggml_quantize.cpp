@@ -36,11 +36,11 @@ std::vector<float> gaussian(size_t n, uint32_t seed, float offset = 0.0f) {
 }
 
 // Relative RMS error of each type on Gaussian weights: sane and ordered by bit width. The bounds
-// are ~1.3x what these quantizers reach (measured: 0.0054, 0.019, 0.076, 0.088, 0.15, 0.28), so a broken scale or bit layout fails.
+// are ~1.3x what these quantizers reach (measured: 0.0054, 0.019, 0.076, 0.043, 0.088, 0.15, 0.28), so a broken scale or bit layout fails.
 TEST(GgmlQuantize, ErrorIsWithinTheTypesResolution) {
   const auto x = gaussian(4096, 1);
   const std::pair<GgmlType, double> cases[] = {
-      {GgmlType::Q8_0, 0.007}, {GgmlType::Q6_K, 0.025}, {GgmlType::Q4_K, 0.1}, {GgmlType::Q5_0, 0.06}, {GgmlType::Q4_0, 0.115},
+      {GgmlType::Q8_0, 0.007}, {GgmlType::Q6_K, 0.025}, {GgmlType::Q4_K, 0.1}, {GgmlType::Q5_0, 0.056}, {GgmlType::Q4_0, 0.115},
       {GgmlType::Q3_K, 0.2},   {GgmlType::Q2_K, 0.37},
   };
   for (const auto& [type, bound] : cases) {

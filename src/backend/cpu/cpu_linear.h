@@ -40,7 +40,7 @@ struct LinearOptions {
   ActivationNumerics activation = ActivationNumerics::WeightOnly;
   // When set, every linear is wrapped to report its input first; when null (the default) nothing is
   // wrapped and nothing is paid.
-  std::shared_ptr<LinearInputObserver> observer;
+  std::shared_ptr<LinearInputObserver> observer = nullptr;
 };
 
 // Where a CpuLinear's weight bytes live.

@@ -52,11 +52,14 @@ std::string size_text(uint64_t bytes) {
 class StagingDir {
  public:
   explicit StagingDir(const std::string& out) {
-    const fs::path target = fs::absolute(out).lexically_normal();
-    const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
-    path_ = (parent / ("." + target.filename().string() + ".k3tmp-" + std::to_string(::getpid()))).string();
+    fs::path target = fs::absolute(out).lexically_normal();
+    if (target.filename().empty()) target = target.parent_path();  // "DIR/"
+    target_ = target.string();
+    path_ = (target.parent_path() / ("." + target.filename().string() + ".k3tmp-" + std::to_string(::getpid()))).string();
     fs::remove_all(path_);
-    fs::create_directory(path_);
+    std::error_code ec;
+    fs::create_directory(path_, ec);
+    if (ec) throw Error(Where{out, "", "--out"}, "cannot create a folder beside it: " + ec.message());
   }
   ~StagingDir() {
     std::error_code ec;
@@ -66,13 +69,13 @@ class StagingDir {
   // Renames the folder to `out` (an empty folder there is replaced).
   void commit(const std::string& out) {
     std::error_code ec;
-    fs::rename(path_, out, ec);
+    fs::rename(path_, target_, ec);
     if (ec) throw Error(Where{out, "", "--out"}, "cannot move the finished output into place: " + ec.message());
     committed_ = true;
   }
 
  private:
-  std::string path_;
+  std::string target_, path_;
   bool committed_ = false;
 };
 
@@ -101,6 +104,7 @@ int run(const Options& opt) {
   const CheckpointSource source(opt.from);
   const std::optional<JsonNode>& config_json = source.checkpoint().config_json;
 
+  StagingDir staging(opt.out);
   QuantizeOptions options;
   options.producer = "k3 quantize";
   if (!opt.recipe.empty()) options.gguf_recipe = parse_gguf_recipe(opt.recipe);
@@ -118,7 +122,6 @@ int run(const Options& opt) {
     std::fprintf(stderr, "[%zu/%zu] %s  %s  %s\n", u.index, u.count, u.label.c_str(), u.format.c_str(), size_text(u.bytes).c_str());
   };
 
-  StagingDir staging(opt.out);
   const WriteSummary summary = write_family(family, source, config_json->value(), staging.path(), options);
   for (const char* name : kCopiedFiles) {
     if (source.checkpoint().has_file(name)) {

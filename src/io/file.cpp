@@ -244,6 +244,18 @@ std::span<const uint8_t> File::view(uint64_t offset, uint64_t n) const {
   return {map_ + offset, static_cast<size_t>(n)};
 }
 
+void File::release_view(uint64_t offset, uint64_t n) const {
+  if (map_ == nullptr || n == 0 || !range_fits(offset, n, size_)) return;
+  // The kernel maps pages around a faulting one that are already cached (fault-around, 64 KiB by
+  // default): neighbours read before would stay mapped. Releasing a margin around the range drops
+  // them too (a page released early is only read again from the page cache).
+  constexpr uint64_t kMargin = uint64_t{1} << 20;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t begin = (offset > kMargin ? offset - kMargin : 0) / page * page;
+  const uint64_t end = std::min(size_, (offset + n + kMargin + page - 1) / page * page);
+  ::madvise(const_cast<uint8_t*>(map_) + begin, end - begin, MADV_DONTNEED);
+}
+
 uint64_t File::payload_maps() { return g_payload_maps.load(); }
 
 }  // namespace k3

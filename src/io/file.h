@@ -32,6 +32,10 @@ class File {
   // after the file shrank on disk ends the process: a SIGBUS handler (installed with the first
   // mapping) prints "k3: error: PATH: truncated or changed while in use" and exits 1.
   std::span<const uint8_t> view(uint64_t offset, uint64_t n) const;
+  // Gives the mapped pages of [offset, offset+n) and of up to 1 MiB around it back (the next touch
+  // reads them again from the page cache), so that a one-pass reader (k3 quantize) keeps its
+  // resident set to what it is working on. Nothing happens when the file is not mapped.
+  void release_view(uint64_t offset, uint64_t n) const;
 
   // Number of payload mappings created by any File in this process (for tests of header-only paths).
   static uint64_t payload_maps();

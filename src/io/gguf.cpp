@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/gguf_detail.h"
 
 namespace k3 {
 
@@ -20,12 +21,12 @@ static_assert(std::endian::native == std::endian::little, "GGUF is read as littl
 
 namespace {
 
-constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
-constexpr uint32_t kMaxDims = 4;
+using gguf_detail::kMagic;
+using gguf_detail::kMaxDims;
 constexpr int kMaxArrayDepth = 32;
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // empty name, n_dims 0, type, offset
 constexpr uint64_t kMinKeyValueBytes = 8 + 4 + 1;        // empty key, type, 1-byte value
-constexpr const char* kAlignmentKey = "general.alignment";
+using gguf_detail::kAlignmentKey;
 
 constexpr std::string_view kTypeNames[] = {"u8", "i8",  "u16", "i16", "u32", "i32", "f32",
                                            "bool", "str", "arr", "u64", "i64", "f64"};
@@ -507,140 +508,6 @@ const GgufTensorInfo* GgufModel::find_tensor(std::string_view name) const {
 
 std::span<const uint8_t> GgufModel::tensor_data(const GgufTensorInfo& tensor) const {
   return files_.at(tensor.file_index).tensor_data(tensor);
-}
-
-// ---- writer ------------------------------------------------------------------------------
-
-namespace {
-
-class Bytes {
- public:
-  template <class T>
-  void put(T v) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&v);
-    out.insert(out.end(), p, p + sizeof(T));
-  }
-  void put_string(const std::string& s) {
-    put<uint64_t>(s.size());
-    out.insert(out.end(), s.begin(), s.end());
-  }
-  void pad_to(uint64_t alignment) { out.resize((out.size() + alignment - 1) / alignment * alignment, 0); }
-
-  // Writes the value without its type id; `key` names errors.
-  void put_value(const GgufValue& value, const std::string& key) {
-    std::visit(
-        [&](const auto& v) {
-          using V = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<V, std::string>) {
-            put_string(v);
-          } else if constexpr (std::is_same_v<V, GgufArray>) {
-            put_array(v, key);
-          } else if constexpr (std::is_same_v<V, bool>) {
-            put<uint8_t>(v ? 1 : 0);
-          } else {
-            put<V>(v);
-          }
-        },
-        value.value);
-  }
-
-  void put_array(const GgufArray& a, const std::string& key) {
-    const uint64_t size = gguf_packed_size(a.elem_type);
-    const uint64_t held = size != 0 ? a.packed.size() / size
-                          : a.elem_type == GgufType::STRING ? a.string_ends.size() : a.arrays.size();
-    if (held != a.count || (size != 0 && a.packed.size() % size != 0)) {
-      throw Error(Where{"", "", key}, "array of " + std::string(gguf_type_name(a.elem_type)) + " holds " + u64s(held) +
-                                          " elements but says " + u64s(a.count));
-    }
-    put<uint32_t>(static_cast<uint32_t>(a.elem_type));
-    put<uint64_t>(a.count);
-    if (size != 0) {
-      out.insert(out.end(), a.packed.begin(), a.packed.end());
-    } else if (a.elem_type == GgufType::STRING) {
-      for (uint64_t i = 0; i < a.count; ++i) {
-        const std::string_view s = a.string_at(i);
-        put<uint64_t>(s.size());
-        out.insert(out.end(), s.begin(), s.end());
-      }
-    } else {
-      for (const GgufArray& sub : a.arrays) put_array(sub, key);
-    }
-  }
-
-  std::vector<uint8_t> out;
-};
-
-}  // namespace
-
-void GgufWriter::set(const std::string& key, GgufValue value) {
-  for (const GgufKeyValue& kv : metadata_) {
-    if (kv.key == key) throw Error(Where{"", "", key}, "duplicate metadata key");
-  }
-  metadata_.push_back({key, std::move(value)});
-}
-
-void GgufWriter::add_tensor(const std::string& name, GgmlType type, std::vector<uint64_t> ne,
-                            std::span<const uint8_t> data) {
-  const Where where{"", name, ""};
-  for (const Tensor& t : tensors_) {
-    if (t.name == name) throw Error(where, "duplicate tensor name");
-  }
-  if (ne.empty() || ne.size() > kMaxDims) throw Error(where, "needs 1 to 4 dimensions, got " + std::to_string(ne.size()));
-  uint64_t nbytes = ggml_row_size(type, ne[0], Where{"", name, "ne[0]"});
-  for (size_t d = 1; d < ne.size(); ++d) nbytes *= ne[d];
-  if (nbytes != data.size()) {
-    throw Error(where, "data has " + u64s(data.size()) + " bytes, the shape needs " + u64s(nbytes));
-  }
-  tensors_.push_back({name, type, std::move(ne), std::vector<uint8_t>(data.begin(), data.end())});
-}
-
-uint64_t GgufWriter::alignment() const {
-  for (const GgufKeyValue& kv : metadata_) {
-    if (kv.key != kAlignmentKey) continue;
-    if (kv.value.type() != GgufType::U32 || kv.value.get<uint32_t>() == 0 || kv.value.get<uint32_t>() % 8 != 0) {
-      throw Error(Where{"", "", kAlignmentKey}, "must be a u32 nonzero multiple of 8");
-    }
-    return kv.value.get<uint32_t>();
-  }
-  return GgufFile::kDefaultAlignment;
-}
-
-std::vector<uint8_t> GgufWriter::to_bytes() const {
-  const uint64_t align = alignment();
-  Bytes b;
-  b.put<uint32_t>(kMagic);
-  b.put<uint32_t>(version_);
-  b.put<uint64_t>(tensors_.size());
-  b.put<uint64_t>(metadata_.size());
-  for (const GgufKeyValue& kv : metadata_) {
-    b.put_string(kv.key);
-    b.put<uint32_t>(static_cast<uint32_t>(kv.value.type()));
-    b.put_value(kv.value, kv.key);
-  }
-  uint64_t offset = 0;
-  for (const Tensor& t : tensors_) {
-    b.put_string(t.name);
-    b.put<uint32_t>(static_cast<uint32_t>(t.ne.size()));
-    for (uint64_t n : t.ne) b.put<uint64_t>(n);
-    b.put<uint32_t>(static_cast<uint32_t>(t.type));
-    b.put<uint64_t>(offset);
-    offset += (t.data.size() + align - 1) / align * align;
-  }
-  b.pad_to(align);
-  for (const Tensor& t : tensors_) {
-    b.out.insert(b.out.end(), t.data.begin(), t.data.end());
-    b.pad_to(align);
-  }
-  return std::move(b.out);
-}
-
-void GgufWriter::write(const std::string& path) const {
-  const std::vector<uint8_t> bytes = to_bytes();
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) throw Error(Where{path, "", ""}, std::string("cannot create: ") + std::strerror(errno));
-  const size_t written = std::fwrite(bytes.data(), 1, bytes.size(), f);
-  const bool closed = std::fclose(f) == 0;
-  if (written != bytes.size() || !closed) throw Error(Where{path, "", ""}, "write failed");
 }
 
 }  // namespace k3

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <variant>
 #include <vector>
 
@@ -22,6 +23,7 @@
 
 #include "io/file.h"
 #include "io/ggml_types.h"
+#include "io/positional_file.h"
 
 namespace k3 {
 
@@ -225,6 +227,49 @@ class GgufWriter {
   uint32_t version_;
   std::vector<GgufKeyValue> metadata_;
   std::vector<Tensor> tensors_;
+};
+
+// A GGUF file written header first, for outputs too large to hold (k3 quantize): metadata and
+// tensors are declared (with GgufWriter's checks), open() writes everything before the data
+// section, then payloads arrive in any order and in pieces, each written in place. The file is
+// byte for byte what GgufWriter writes for the same metadata, tensors and data.
+class GgufStreamWriter {
+ public:
+  explicit GgufStreamWriter(uint32_t version = 3);
+  ~GgufStreamWriter();
+  GgufStreamWriter(GgufStreamWriter&&) noexcept;
+  GgufStreamWriter& operator=(GgufStreamWriter&&) noexcept;
+
+  void set(const std::string& key, GgufValue value);
+  // Returns the tensor's index (declaration order).
+  size_t declare(std::string name, GgmlType type, std::vector<uint64_t> ne);
+  uint64_t nbytes(size_t index) const { return tensors_.at(index).nbytes; }
+  const std::string& name(size_t index) const { return tensors_.at(index).name; }
+  GgmlType type(size_t index) const { return tensors_.at(index).type; }
+  size_t size() const { return tensors_.size(); }
+  // The size of the whole file from the declarations.
+  uint64_t file_size() const;
+
+  void open(const std::string& path);
+  // Writes `bytes` at `offset` inside tensor `index`'s payload; throws past its end.
+  void write(size_t index, uint64_t offset, std::span<const uint8_t> bytes);
+  // Throws naming the first tensor whose payload was not written whole; then closes the file.
+  void close();
+
+ private:
+  struct Declared {
+    std::string name;
+    GgmlType type;
+    std::vector<uint64_t> ne;
+    uint64_t nbytes = 0;
+    uint64_t offset = 0;
+    uint64_t written = 0;
+  };
+  uint32_t version_;
+  std::vector<GgufKeyValue> metadata_;
+  std::vector<Declared> tensors_;
+  std::unordered_set<std::string> names_;
+  std::unique_ptr<PositionalFile> file_;
 };
 
 }  // namespace k3

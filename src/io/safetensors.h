@@ -189,7 +189,6 @@ class SafetensorsWriter {
   };
   // Hands the file to sink in order: length, header, payloads.
   void emit(const std::function<void(std::span<const uint8_t>)>& sink) const;
-  std::string header_json(const std::vector<const Pending*>& order) const;
 
   std::vector<Pending> tensors_;
   std::map<std::string, std::string> metadata_;

@@ -140,15 +140,48 @@ class Bf16InputLinear final : public CpuLinear {
   std::unique_ptr<CpuLinear> inner_;
 };
 
+// LinearOptions::observer: reports the input, then runs the wrapped linear as usual.
+class ObservedLinear final : public CpuLinear {
+ public:
+  ObservedLinear(std::unique_ptr<CpuLinear> inner, std::shared_ptr<LinearInputObserver> observer, std::string param, int64_t expert)
+      : CpuLinear(inner->rows(), inner->cols()),
+        inner_(std::move(inner)),
+        observer_(std::move(observer)),
+        param_(std::move(param)),
+        expert_(expert) {
+    set_origin(inner_->scheme(), inner_->bytes_location());
+  }
+  void forward(const float* x, int64_t m, float* y) const override {
+    observer_->observe(param_, expert_, x, m, cols());
+    inner_->forward(x, m, y);
+  }
+  void forward_accumulators(const float* x, int64_t m, float* y) const override {
+    observer_->observe(param_, expert_, x, m, cols());
+    inner_->forward_accumulators(x, m, y);
+  }
+  float output_scale() const override { return inner_->output_scale(); }
+  uint64_t weight_bytes() const override { return inner_->weight_bytes(); }
+  std::string kernel_name() const override { return inner_->kernel_name(); }
+
+ private:
+  std::unique_ptr<CpuLinear> inner_;
+  std::shared_ptr<LinearInputObserver> observer_;
+  std::string param_;
+  int64_t expert_;
+};
+
 }  // namespace
 
 std::unique_ptr<CpuLinear> make_cpu_linear(const Binding& binding, const ParamSpec& spec, PlanFiles& files, int64_t expert,
                                            const LinearOptions& options) {
-  auto linear = make_unwrapped_linear(binding, spec, files, expert, options);
-  if (options.activation != ActivationNumerics::Bf16Inputs) return linear;
-  auto wrapped = std::make_unique<Bf16InputLinear>(std::move(linear));
-  wrapped->set_origin(wrapped->inner().scheme(), wrapped->inner().bytes_location());
-  return wrapped;
+  std::unique_ptr<CpuLinear> linear = make_unwrapped_linear(binding, spec, files, expert, options);
+  if (options.activation == ActivationNumerics::Bf16Inputs) {
+    auto wrapped = std::make_unique<Bf16InputLinear>(std::move(linear));
+    wrapped->set_origin(wrapped->inner().scheme(), wrapped->inner().bytes_location());
+    linear = std::move(wrapped);
+  }
+  if (options.observer) linear = std::make_unique<ObservedLinear>(std::move(linear), options.observer, spec.name, expert);
+  return linear;
 }
 
 }  // namespace k3::cpu

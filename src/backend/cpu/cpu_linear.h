@@ -26,8 +26,21 @@ enum class ActivationNumerics {
                        // take it: reproduces the GPU's rounding of GEMM inputs on the CPU
 };
 
+// Sees every linear's input before the linear runs (calibration of static activation scales, k3
+// quantize --calib): the parameter, the expert (−1 when not a bank) and the input rows [m, k], as the
+// forward pass hands them over (float, before any activation quantisation). Called on the thread
+// that runs the forward, never from inside a parallel region.
+class LinearInputObserver {
+ public:
+  virtual ~LinearInputObserver() = default;
+  virtual void observe(const std::string& param, int64_t expert, const float* x, int64_t m, int64_t k) = 0;
+};
+
 struct LinearOptions {
   ActivationNumerics activation = ActivationNumerics::WeightOnly;
+  // When set, every linear is wrapped to report its input first; when null (the default) nothing is
+  // wrapped and nothing is paid.
+  std::shared_ptr<LinearInputObserver> observer = nullptr;
 };
 
 // Where a CpuLinear's weight bytes live.

@@ -179,28 +179,28 @@ LoadPlan plan_compressed_tensors(const CheckpointDir& ckpt) {
   return plan;
 }
 
-void write_compressed_tensors_mxfp4(const MasterWeights& master, Json config_doc, const std::string& out_dir) {
+WritePlan write_plan_compressed_tensors_mxfp4(const FloatSource& source, Json config_doc) {
   text_config_of(config_doc)["quantization_config"] = ct_mxfp4_release_quantization_config();
-  ShardedCheckpointWriter out;
-  for (const auto& spec : master.params) {
+  SafetensorsPlanBuilder out(source);
+  for (const auto& spec : source.params()) {
     if (!ct_mxfp4_release_packs(spec)) {
-      add_unquantized(out, master, spec, Dtype::BF16);
+      out.add_unquantized(spec, Dtype::BF16);
       continue;
     }
     const uint64_t n = spec.shape[1], k = spec.shape[2];
-    const std::vector<float>& v = master.at(spec.name);
     for (uint64_t e = 0; e < spec.shape[0]; ++e) {
-      std::vector<uint8_t> packed(n * k / 2), scales(n * k / kMxfp4Group);
-      quantize_mxfp4(v.data() + e * n * k, static_cast<int64_t>(n), static_cast<int64_t>(k), packed.data(), scales.data());
-      const auto name = [&](const char* suffix) {
-        return stored_tensor_name(master.config, expert_tensor_name(spec.name, static_cast<int64_t>(e), suffix));
-      };
-      out.add(name("weight_packed"), Dtype::U8, {n, k / 2}, std::move(packed));
-      out.add(name("weight_scale"), Dtype::U8, {n, k / kMxfp4Group}, std::move(scales));
+      const int64_t ex = static_cast<int64_t>(e);
+      const std::vector<size_t> ids = {out.declare(expert_tensor_name(spec.name, ex, "weight_packed"), Dtype::U8, {n, k / 2}),
+                                       out.declare(expert_tensor_name(spec.name, ex, "weight_scale"), Dtype::U8, {n, k / kMxfp4Group})};
+      out.add_unit(unit_label(spec, ex), "MXFP4", ids, [&source, spec, ex, n, k] {
+        const std::vector<float> w = source.read(spec, ex);
+        std::vector<uint8_t> packed(n * k / 2), scales(n * k / kMxfp4Group);
+        quantize_mxfp4(w.data(), static_cast<int64_t>(n), static_cast<int64_t>(k), packed.data(), scales.data());
+        return payloads(std::move(packed), std::move(scales));
+      });
     }
   }
-  out.write(out_dir, 2);
-  write_config_files(out_dir, config_doc);
+  return out.build(std::move(config_doc));
 }
 
 }  // namespace family

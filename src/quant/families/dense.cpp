@@ -17,11 +17,10 @@ LoadPlan plan_dense(const CheckpointDir& ckpt) {
   return plan;
 }
 
-void write_dense(const MasterWeights& master, Json config_doc, const std::string& out_dir) {
-  ShardedCheckpointWriter out;
-  for (const auto& spec : master.params) add_unquantized(out, master, spec, Dtype::BF16);
-  out.write(out_dir, 2);
-  write_config_files(out_dir, config_doc);
+WritePlan write_plan_dense(const FloatSource& source, Json config_doc, Dtype dtype) {
+  SafetensorsPlanBuilder out(source);
+  for (const auto& spec : source.params()) out.add_unquantized(spec, dtype);
+  return out.build(std::move(config_doc));
 }
 
 }  // namespace k3::family

@@ -10,6 +10,7 @@
 
 #include "core/sha256.h"
 #include "io/file.h"
+#include "io/positional_file.h"
 
 namespace k3 {
 namespace fs = std::filesystem;
@@ -103,42 +104,56 @@ void write_kimi_expert_pack(const std::string& dir, const std::string& pack_name
   const std::array<PackRoleSpec, 3> roles = kimi_pack_roles(c);
   const std::vector<int64_t> layers = moe_layer_ids(c);
   const uint64_t experts = static_cast<uint64_t>(c.moe->num_experts);
-  if (src.banks.size() != layers.size()) throw Error(Where{dir, "", ""}, "expert pack needs one bank set per MoE layer");
   const uint64_t alignment = kimi_pack_alignment(roles);
   const uint64_t count = layers.size() * experts * 3;
   const uint64_t data_start = align_up(kKimiPackHeaderBytes + count * kKimiPackEntryBytes, alignment);
   uint64_t object_bytes = 0;
   for (const auto& r : roles) object_bytes += r.expert_bytes();
 
-  std::vector<uint8_t> bytes(data_start + layers.size() * experts * object_bytes, 0);
-  std::memcpy(bytes.data(), kKimiPackMagic, 16);
-  put_u32(bytes.data() + 16, kKimiPackVersion);
-  put_u32(bytes.data() + 20, static_cast<uint32_t>(kKimiPackHeaderBytes));
-  put_u64(bytes.data() + 24, count);
-  put_u64(bytes.data() + 32, data_start);
+  const uint64_t file_size = data_start + layers.size() * experts * object_bytes;
+  // Header and index in memory (152 bytes per entry); payload streamed one expert slice at a time.
+  std::vector<uint8_t> head(data_start, 0);
+  std::memcpy(head.data(), kKimiPackMagic, 16);
+  put_u32(head.data() + 16, kKimiPackVersion);
+  put_u32(head.data() + 20, static_cast<uint32_t>(kKimiPackHeaderBytes));
+  put_u64(head.data() + 24, count);
+  put_u64(head.data() + 32, data_start);
   uint64_t entry = 0, offset = data_start;
   for (size_t li = 0; li < layers.size(); ++li) {
     for (uint64_t e = 0; e < experts; ++e) {
       for (int role = 0; role < 3; ++role, ++entry) {
         const uint64_t n = roles[role].expert_bytes();
-        const auto bank = src.banks[li][role];
-        if (bank.size() != experts * n) throw Error(Where{dir, pack_entry_name(layers[li], role), ""}, "bank has the wrong size");
-        uint8_t* p = bytes.data() + kKimiPackHeaderBytes + entry * kKimiPackEntryBytes;
+        uint8_t* p = head.data() + kKimiPackHeaderBytes + entry * kKimiPackEntryBytes;
         const std::string name = pack_entry_name(layers[li], role);
         std::memcpy(p, name.data(), name.size());
         put_u32(p + 128, static_cast<uint32_t>(e));
         put_u64(p + 136, offset);
         put_u64(p + 144, n);
-        std::memcpy(bytes.data() + offset, bank.data() + e * n, n);
         offset += n;
       }
     }
   }
   const std::string pack_path = (fs::path(dir) / pack_name).string();
+  const std::string index_sha256 = sha256_hex(std::span<const uint8_t>(head.data(), kKimiPackHeaderBytes + count * kKimiPackEntryBytes));
+  Sha256 whole;
   {
-    std::ofstream out(pack_path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    if (!out) throw Error(Where{pack_path, "", ""}, "write failed");
+    PositionalFile out(pack_path, file_size);
+    out.write_at(0, head);
+    whole.update(head);
+    std::vector<uint8_t> slice;
+    offset = data_start;
+    for (size_t li = 0; li < layers.size(); ++li) {
+      for (uint64_t e = 0; e < experts; ++e) {
+        for (int role = 0; role < 3; ++role) {
+          slice.resize(roles[role].expert_bytes());
+          src.read_expert(li, role, e, slice);
+          out.write_at(offset, slice);
+          whole.update(slice);
+          offset += slice.size();
+        }
+      }
+    }
+    out.close();
   }
 
   Json role_json = Json::object();
@@ -163,12 +178,12 @@ void write_kimi_expert_pack(const std::string& dir, const std::string& pack_name
         {"config_sha256", src.config_sha256}}},
       {"expert_pack",
        {{"path", pack_name},
-        {"size", bytes.size()},
+        {"size", file_size},
         {"data_start", data_start},
         {"alignment", alignment},
         {"object_bytes", object_bytes},
-        {"index_sha256", sha256_hex(std::span<const uint8_t>(bytes.data(), kKimiPackHeaderBytes + count * kKimiPackEntryBytes))},
-        {"sha256", sha256_hex(bytes)},
+        {"index_sha256", index_sha256},
+        {"sha256", to_hex(whole.finish())},
         {"physical_role_order", {"up", "gate", "down"}},
         {"roles", role_json}}},
       {"source", {{"inventory_sha256", inventory_sha256(src.tensors)}, {"shards", shards}, {"tensors", tensors}}},

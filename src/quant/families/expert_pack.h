@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -71,12 +72,12 @@ std::string inventory_sha256(const std::vector<GgufTensorRecord>& tensors);
 // The exact hard_constraints object for a top-k.
 Json kimi_hard_constraints(int64_t top_k);
 
-// Writes the pack file and the manifest. banks[i][role] holds layer moe_layer_ids[i]'s whole
-// GGUF bank for that role (num_experts · expert_bytes, expert-major).
+// Writes the pack file and the manifest, streamed: read_expert(i, role, e, dst) fills dst with
+// expert e's GGUF slice (dst.size() = that role's expert_bytes) of layer moe_layer_ids[i].
 struct KimiPackSource {
   const K3Config* config = nullptr;
   std::string config_sha256;
-  std::vector<std::array<std::span<const uint8_t>, 3>> banks;
+  std::function<void(size_t layer_index, int role, uint64_t expert, std::span<uint8_t> dst)> read_expert;
   std::vector<GgufShardRecord> shards;
   std::vector<GgufTensorRecord> tensors;
 };

@@ -160,19 +160,4 @@ LoadPlan plan_checkpoint(const CheckpointDir& c) {
   throw Error(Where{c.dir, "", ""}, "unhandled family");
 }
 
-void write_family_checkpoint(FamilyId id, const MasterWeights& master, const Json& config_doc, const std::string& out_dir) {
-  fs::create_directories(out_dir);
-  switch (id) {
-    case FamilyId::Bf16: return family::write_dense(master, config_doc, out_dir);
-    case FamilyId::ModelOptMixed:
-    case FamilyId::ModelOptNvfp4:
-    case FamilyId::ModelOptFp8: return family::write_modelopt(id, master, config_doc, out_dir);
-    case FamilyId::CompressedTensorsMxfp4: return family::write_compressed_tensors_mxfp4(master, config_doc, out_dir);
-    case FamilyId::Fp8Block: return family::write_fp8_block(master, config_doc, out_dir);
-    case FamilyId::ModelSlimW4A8: return family::write_modelslim_w4a8(master, config_doc, out_dir);
-    case FamilyId::Gguf: return family::write_gguf(false, master, config_doc, out_dir);
-    case FamilyId::GgufExpertPack: return family::write_gguf(true, master, config_doc, out_dir);
-  }
-}
-
 }  // namespace k3

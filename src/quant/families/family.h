@@ -1,6 +1,6 @@
 // Checkpoint families: each is a small module that maps a checkpoint's tensors to the parameter
-// inventory (planning, headers only) and can write a checkpoint of its kind from a float master
-// (`k3 make-tiny`). The family is detected from the files present, never guessed from content.
+// inventory (planning, headers only) and can write a checkpoint of its kind from a float model
+// (family_writer.h: `k3 make-tiny`, `k3 quantize`). The family is detected from the files present, never guessed from content.
 #pragma once
 
 #include <optional>
@@ -60,24 +60,19 @@ LoadPlan plan_checkpoint(const std::string& dir);
 LoadPlan plan_checkpoint(const CheckpointDir& ckpt);
 
 // Writes a checkpoint of `family` from the master into out_dir (created), with the config.json
-// `config_doc` plus the family's own quantization config, as the real releases lay them out.
+// `config_doc` plus the family's own quantization config, as the real releases lay them out
+// (write_family of family_writer.h over the master: the one writer of each family).
 void write_family_checkpoint(FamilyId family, const MasterWeights& master, const Json& config_doc,
                              const std::string& out_dir);
 
-// The per-family entry points (one module each under quant/families/).
+// The per-family planners (one module each under quant/families/; their writers: family_writer.h).
 namespace family {
 LoadPlan plan_dense(const CheckpointDir& ckpt);
-void write_dense(const MasterWeights& master, Json config_doc, const std::string& out_dir);
 LoadPlan plan_modelopt(const CheckpointDir& ckpt);
-void write_modelopt(FamilyId variant, const MasterWeights& master, Json config_doc, const std::string& out_dir);
 LoadPlan plan_compressed_tensors(const CheckpointDir& ckpt);  // MXFP4 and FP8-block
-void write_compressed_tensors_mxfp4(const MasterWeights& master, Json config_doc, const std::string& out_dir);
 LoadPlan plan_fp8_block(const CheckpointDir& ckpt);  // DeepSeek-style weight_scale_inv
-void write_fp8_block(const MasterWeights& master, Json config_doc, const std::string& out_dir);
 LoadPlan plan_modelslim(const CheckpointDir& ckpt);
-void write_modelslim_w4a8(const MasterWeights& master, Json config_doc, const std::string& out_dir);
 LoadPlan plan_gguf(const CheckpointDir& ckpt);  // GGUF and GGUF + ExpertPack
-void write_gguf(bool expert_pack, const MasterWeights& master, Json config_doc, const std::string& out_dir);
 }  // namespace family
 
 }  // namespace k3

@@ -65,37 +65,43 @@ Json deepseek_fp8_quantization_config() {
           {"weight_block_size", Json::array({kFp8BlockSize, kFp8BlockSize})}};
 }
 
-void write_fp8_block_checkpoint(Fp8BlockStyle style, const MasterWeights& master, Json config_doc, const std::string& out_dir) {
+WritePlan write_plan_fp8_block_checkpoint(Fp8BlockStyle style, const FloatSource& source, Json config_doc) {
   const bool deepseek = style == Fp8BlockStyle::DeepSeek;
   text_config_of(config_doc)["quantization_config"] =
       deepseek ? deepseek_fp8_quantization_config() : ct_fp8_block_quantization_config();
   const std::string scale_suffix = deepseek ? "weight_scale_inv" : "weight_scale";
   constexpr int64_t kB = kFp8BlockSize;
-  ShardedCheckpointWriter out;
-  for (const auto& spec : master.params) {
+  SafetensorsPlanBuilder out(source);
+  for (const auto& spec : source.params()) {
     if (!fp8_block_producer_quantizes(spec)) {
-      add_unquantized(out, master, spec, Dtype::BF16);
+      out.add_unquantized(spec, Dtype::BF16);
       continue;
     }
     const bool bank = spec.kind == ParamKind::ExpertBank;
     const uint64_t count = bank ? spec.shape[0] : 1, n = spec.shape[bank ? 1 : 0], k = spec.shape[bank ? 2 : 1];
     const uint64_t nb = (n + kB - 1) / kB, kb = (k + kB - 1) / kB;
-    const std::vector<float>& v = master.at(spec.name);
     for (uint64_t e = 0; e < count; ++e) {
-      std::vector<uint8_t> q(n * k);
-      std::vector<float> scale(nb * kb);
-      quantize_fp8_block(v.data() + e * n * k, static_cast<int64_t>(n), static_cast<int64_t>(k), kB, kB, q.data(), scale.data());
+      const int64_t expert = bank ? static_cast<int64_t>(e) : -1;
       const auto name = [&](const std::string& suffix) {
-        const std::string logical = bank ? expert_tensor_name(spec.name, static_cast<int64_t>(e), suffix)
-                                         : spec.name.substr(0, spec.name.size() - 6) + suffix;  // "…weight" → "…<suffix>"
-        return stored_tensor_name(master.config, logical);
+        return bank ? expert_tensor_name(spec.name, expert, suffix)
+                    : spec.name.substr(0, spec.name.size() - 6) + suffix;  // "…weight" → "…<suffix>"
       };
-      out.add(name("weight"), Dtype::F8_E4M3, {n, k}, std::move(q));
-      out.add(name(scale_suffix), Dtype::F32, {nb, kb}, f32_bytes(scale.data(), scale.size()));
+      const std::vector<size_t> ids = {out.declare(name("weight"), Dtype::F8_E4M3, {n, k}),
+                                       out.declare(name(scale_suffix), Dtype::F32, {nb, kb})};
+      out.add_unit(unit_label(spec, expert), "FP8_BLOCK", ids, [&source, spec, expert, n, k, nb, kb] {
+        const std::vector<float> w = source.read(spec, expert);
+        std::vector<uint8_t> q(n * k);
+        std::vector<float> scale(nb * kb);
+        quantize_fp8_block(w.data(), static_cast<int64_t>(n), static_cast<int64_t>(k), kB, kB, q.data(), scale.data());
+        return payloads(std::move(q), f32_bytes(scale.data(), scale.size()));
+      });
     }
   }
-  out.write(out_dir, 2);
-  write_config_files(out_dir, config_doc);
+  return out.build(std::move(config_doc));
+}
+
+void write_fp8_block_checkpoint(Fp8BlockStyle style, const MasterWeights& master, Json config_doc, const std::string& out_dir) {
+  run_write_plan(write_plan_fp8_block_checkpoint(style, MasterSource(master), std::move(config_doc)), out_dir);
 }
 
 namespace family {
@@ -127,8 +133,8 @@ LoadPlan plan_fp8_block(const CheckpointDir& ckpt) {
   return plan;
 }
 
-void write_fp8_block(const MasterWeights& master, Json config_doc, const std::string& out_dir) {
-  write_fp8_block_checkpoint(Fp8BlockStyle::DeepSeek, master, std::move(config_doc), out_dir);
+WritePlan write_plan_fp8_block(const FloatSource& source, Json config_doc) {
+  return write_plan_fp8_block_checkpoint(Fp8BlockStyle::DeepSeek, source, std::move(config_doc));
 }
 
 }  // namespace family

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "io/json.h"
+#include "quant/families/family_writer.h"
 #include "quant/families/master.h"
 #include "quant/plan/load_plan.h"
 
@@ -36,8 +37,10 @@ void add_fp8_block_load_transforms(Binding& binding);
 // {quant_method "fp8", fmt "e4m3", activation_scheme "dynamic", weight_block_size [128, 128]}.
 Json deepseek_fp8_quantization_config();
 
-// Writes a block-FP8 checkpoint of either style from the master (producer rule above,
-// quantize_fp8_block: scale = amax/448 per tile). make-tiny's `fp8-block` is the DeepSeek style.
+// The writer of a block-FP8 checkpoint of either style (producer rule above, quantize_fp8_block:
+// scale = amax/448 per tile). make-tiny's `fp8-block` is the DeepSeek style.
+WritePlan write_plan_fp8_block_checkpoint(Fp8BlockStyle style, const FloatSource& source, Json config_doc);
+// That writer run over a master (the compressed-tensors style has no make-tiny family of its own).
 void write_fp8_block_checkpoint(Fp8BlockStyle style, const MasterWeights& master, Json config_doc,
                                 const std::string& out_dir);
 

@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "quant/families/checkpoint_writer.h"
+#include "quant/families/family_writer.h"
 #include "quant/families/family.h"
 #include "quant/families/modelopt_resolve.h"
 #include "quant/families/tensor_binder.h"
@@ -334,8 +335,8 @@ std::vector<std::string> exclude_patterns(const K3Config& c) {
 
 // quantized_layers of the mixed recipe: every spelling of every quantized module, plus the
 // engine-specific fused names of each attention layer.
-Json quantized_layers(const MasterWeights& master) {
-  const K3Config& c = master.config;
+Json quantized_layers(const FloatSource& source) {
+  const K3Config& c = source.config();
   Json layers = Json::object();
   auto add = [&](const std::string& logical_module, const std::string& algo) {
     Json entry = {{"quant_algo", algo}};
@@ -346,7 +347,7 @@ Json quantized_layers(const MasterWeights& master) {
       layers[s] = entry;
     }
   };
-  for (const ParamSpec& spec : master.params) {
+  for (const ParamSpec& spec : source.params()) {
     const std::string algo = recipe_algo(FamilyId::ModelOptMixed, spec);
     if (!algo.empty()) add(module_of(spec), algo);
   }
@@ -358,64 +359,83 @@ Json quantized_layers(const MasterWeights& master) {
   return layers;
 }
 
-Json producer() { return {{"name", "modelopt"}, {"version", "k3-make-tiny"}}; }
+Json producer(const QuantizeOptions& options) {
+  std::string version = options.producer;
+  for (char& ch : version) ch = ch == ' ' ? '-' : ch;
+  return {{"name", "modelopt"}, {"version", version}};
+}
 
+// Writes the quantized units of one parameter in the layout of its algo (§2.3, §2.4); input_scale
+// from the calibrated amax when there is one, else the recipe constant (modelopt.h).
 class QuantizedWriter {
  public:
-  QuantizedWriter(ShardedCheckpointWriter& out, const MasterWeights& master) : out_(out), master_(master) {}
+  QuantizedWriter(SafetensorsPlanBuilder& out, const QuantizeOptions& options) : out_(out), options_(options) {}
 
   void add(const ParamSpec& spec, const std::string& algo) {
-    const std::vector<float>& v = master_.at(spec.name);
-    const int64_t n = static_cast<int64_t>(spec.shape[spec.shape.size() - 2]), k = static_cast<int64_t>(spec.shape.back());
+    const uint64_t n = spec.shape[spec.shape.size() - 2], k = spec.shape.back();
     for (int64_t u = 0; u < unit_count(spec); ++u) {
-      const float* w = v.data() + u * n * k;
-      auto name = [&](const char* role) { return stored_tensor_name(master_.config, unit_tensor(spec, u, role)); };
+      const int64_t expert = spec.kind == ParamKind::ExpertBank ? u : -1;
+      auto name = [&](const char* role) { return unit_tensor(spec, u, role); };
+      const std::optional<float> amax = options_.input_amax ? options_.input_amax->of(spec, expert) : std::nullopt;
+      const FloatSource& src = out_.source();
       if (algo == "NVFP4") {
-        const float global = nvfp4_global_scale(nvfp4_amax(spec, u));
-        std::vector<uint8_t> packed(n * k / 2), scales(n * k / kNvfp4Group);
-        quantize_nvfp4(w, n, k, global, packed.data(), scales.data());
-        out_.add(name("weight"), Dtype::U8, {uint64_t(n), uint64_t(k / 2)}, std::move(packed));
-        out_.add(name("weight_scale"), Dtype::F8_E4M3, {uint64_t(n), uint64_t(k / kNvfp4Group)}, std::move(scales));
-        out_.add(name("weight_scale_2"), Dtype::F32, {}, f32_bytes(&global, 1));
-        out_.add(name("input_scale"), Dtype::F32, {}, f32_bytes(&modelopt::kNvfp4InputScale, 1));
+        const float input_scale = amax ? *amax / (6.0f * 448.0f) : modelopt::kNvfp4InputScale;
+        const std::vector<size_t> ids = {out_.declare(name("weight"), Dtype::U8, {n, k / 2}),
+                                         out_.declare(name("weight_scale"), Dtype::F8_E4M3, {n, k / kNvfp4Group}),
+                                         out_.declare(name("weight_scale_2"), Dtype::F32, {}),
+                                         out_.declare(name("input_scale"), Dtype::F32, {})};
+        out_.add_unit(unit_label(spec, expert), algo, ids, [&src, spec, expert, n, k, input_scale] {
+          const std::vector<float> w = src.read(spec, expert);
+          const float global = nvfp4_global_scale(nvfp4_amax(src, spec, expert, w));
+          std::vector<uint8_t> packed(n * k / 2), scales(n * k / kNvfp4Group);
+          quantize_nvfp4(w.data(), static_cast<int64_t>(n), static_cast<int64_t>(k), global, packed.data(), scales.data());
+          return payloads(std::move(packed), std::move(scales), f32_bytes(&global, 1), f32_bytes(&input_scale, 1));
+        });
       } else if (algo == "FP8_PB_WO") {
-        const int64_t nb = (n + kFp8Block - 1) / kFp8Block, kb = (k + kFp8Block - 1) / kFp8Block;
-        std::vector<uint8_t> q(n * k);
-        std::vector<float> scale(nb * kb);
-        quantize_fp8_block(w, n, k, kFp8Block, kFp8Block, q.data(), scale.data());
-        out_.add(name("weight"), Dtype::F8_E4M3, {uint64_t(n), uint64_t(k)}, std::move(q));
-        out_.add(name("weight_scale"), Dtype::F32, {uint64_t(nb), 1, uint64_t(kb), 1}, f32_bytes(scale.data(), scale.size()));
+        const uint64_t nb = (n + kFp8Block - 1) / kFp8Block, kb = (k + kFp8Block - 1) / kFp8Block;
+        const std::vector<size_t> ids = {out_.declare(name("weight"), Dtype::F8_E4M3, {n, k}),
+                                         out_.declare(name("weight_scale"), Dtype::F32, {nb, 1, kb, 1})};
+        out_.add_unit(unit_label(spec, expert), algo, ids, [&src, spec, expert, n, k, nb, kb] {
+          const std::vector<float> w = src.read(spec, expert);
+          std::vector<uint8_t> q(n * k);
+          std::vector<float> scale(nb * kb);
+          quantize_fp8_block(w.data(), static_cast<int64_t>(n), static_cast<int64_t>(k), kFp8Block, kFp8Block, q.data(), scale.data());
+          return payloads(std::move(q), f32_bytes(scale.data(), scale.size()));
+        });
       } else {  // FP8 per tensor: one block spanning the whole tensor gives scale = amax / 448
-        std::vector<uint8_t> q(n * k);
-        float scale = 0.0f;
-        quantize_fp8_block(w, n, k, n, k, q.data(), &scale);
-        out_.add(name("weight"), Dtype::F8_E4M3, {uint64_t(n), uint64_t(k)}, std::move(q));
-        out_.add(name("weight_scale"), Dtype::F32, {}, f32_bytes(&scale, 1));
-        out_.add(name("input_scale"), Dtype::F32, {}, f32_bytes(&modelopt::kFp8InputScale, 1));
+        const float input_scale = amax ? *amax / 448.0f : modelopt::kFp8InputScale;
+        const std::vector<size_t> ids = {out_.declare(name("weight"), Dtype::F8_E4M3, {n, k}),
+                                         out_.declare(name("weight_scale"), Dtype::F32, {}),
+                                         out_.declare(name("input_scale"), Dtype::F32, {})};
+        out_.add_unit(unit_label(spec, expert), algo, ids, [&src, spec, expert, n, k, input_scale] {
+          const std::vector<float> w = src.read(spec, expert);
+          std::vector<uint8_t> q(n * k);
+          float scale = 0.0f;
+          const auto N = static_cast<int64_t>(n), K = static_cast<int64_t>(k);
+          quantize_fp8_block(w.data(), N, K, N, K, q.data(), &scale);
+          return payloads(std::move(q), f32_bytes(&scale, 1), f32_bytes(&input_scale, 1));
+        });
       }
     }
   }
 
  private:
-  // amax behind an NVFP4 weight_scale_2: w1 and w3 of one expert share it (one GEMM1, spec §2.2/§3).
-  float nvfp4_amax(const ParamSpec& spec, int64_t unit) const {
-    std::vector<std::string> names{spec.name};
+  // amax behind an NVFP4 weight_scale_2: w1 and w3 of one expert share it (one GEMM1, spec §2.2/§3);
+  // `w` is the unit's own values (the sibling is read for the shared amax).
+  static float nvfp4_amax(const FloatSource& src, const ParamSpec& spec, int64_t expert, const std::vector<float>& w) {
+    float amax = 0.0f;
+    for (float x : w) amax = std::max(amax, std::fabs(x));
     if (spec.kind == ParamKind::ExpertBank && !ends_with_w2(spec.name)) {
       const std::string stem = spec.name.substr(0, spec.name.size() - 9);  // drop "w1.weight" / "w3.weight"
-      names = {stem + "w1.weight", stem + "w3.weight"};
-    }
-    const uint64_t per = spec.shape[spec.shape.size() - 2] * spec.shape.back();
-    float amax = 0.0f;
-    for (const std::string& name : names) {
-      const float* w = master_.at(name).data() + unit * per;
-      for (uint64_t i = 0; i < per; ++i) amax = std::max(amax, std::fabs(w[i]));
+      const bool is_w1 = spec.name.compare(spec.name.size() - 9, 9, "w1.weight") == 0;
+      for (float x : src.read(src.spec(stem + (is_w1 ? "w3.weight" : "w1.weight")), expert)) amax = std::max(amax, std::fabs(x));
     }
     return amax;
   }
   static bool ends_with_w2(const std::string& s) { return s.size() >= 9 && s.compare(s.size() - 9, 9, "w2.weight") == 0; }
 
-  ShardedCheckpointWriter& out_;
-  const MasterWeights& master_;
+  SafetensorsPlanBuilder& out_;
+  const QuantizeOptions& options_;
 };
 
 }  // namespace
@@ -439,40 +459,38 @@ LoadPlan plan_modelopt(const CheckpointDir& ckpt) {
 
 // modelopt-mixed writes the nested hf_quant_config.json (§2.1a); the single-algo variants write the
 // flat config.json quantization_config (§2.1b), so that make-tiny exercises both locations.
-void write_modelopt(FamilyId variant, const MasterWeights& master, Json config_doc, const std::string& out_dir) {
-  ShardedCheckpointWriter out;
-  QuantizedWriter quantized(out, master);
-  for (const auto& spec : master.params) {
+WritePlan write_plan_modelopt(FamilyId variant, const FloatSource& source, Json config_doc, const QuantizeOptions& options) {
+  SafetensorsPlanBuilder out(source);
+  QuantizedWriter quantized(out, options);
+  for (const auto& spec : source.params()) {
     const std::string algo = recipe_algo(variant, spec);
     if (algo.empty()) {
-      add_unquantized(out, master, spec, Dtype::BF16);
+      out.add_unquantized(spec, Dtype::BF16);
     } else {
       quantized.add(spec, algo);
     }
   }
-  out.write(out_dir, 2);
-  const Json exclude = exclude_patterns(master.config);
+  const Json exclude = exclude_patterns(source.config());
+  std::vector<std::pair<std::string, std::string>> files;
   if (variant == FamilyId::ModelOptMixed) {
-    const Json hf = {{"producer", producer()},
+    const Json hf = {{"producer", producer(options)},
                      {"quantization",
                       {{"quant_algo", "MIXED_PRECISION"},
                        {"kv_cache_quant_algo", nullptr},
                        {"group_size", kNvfp4Group},
-                       {"quantized_layers", quantized_layers(master)},
+                       {"quantized_layers", quantized_layers(source)},
                        {"exclude_modules", exclude}}}};
-    std::ofstream file(out_dir + "/hf_quant_config.json", std::ios::binary);
-    file << hf.dump(2) << "\n";
-    if (!file) throw Error(Where{out_dir + "/hf_quant_config.json", "", ""}, "cannot write file");
+    files.push_back({"hf_quant_config.json", hf.dump(2) + "\n"});
   } else {
     Json q = {{"quant_method", "modelopt"},
               {"quant_algo", variant == FamilyId::ModelOptNvfp4 ? "NVFP4" : "FP8"},
               {"kv_cache_scheme", nullptr},
               {"ignore", exclude},
-              {"producer", producer()}};
+              {"producer", producer(options)}};
     if (variant == FamilyId::ModelOptNvfp4) q["group_size"] = kNvfp4Group;
     config_doc["quantization_config"] = q;
   }
-  write_config_files(out_dir, config_doc);
+  return out.build(std::move(config_doc), std::move(files));
 }
 
 }  // namespace family

@@ -391,7 +391,7 @@ TinyChoice tiny_choice(const ParamSpec& spec) {
 
 class TinyWriter {
  public:
-  explicit TinyWriter(const MasterWeights& master) : master_(master) {
+  explicit TinyWriter(const FloatSource& source) : out_(source) {
     desc_["model_quant_type"] = "W4A8_DYNAMIC";
     desc_["version"] = kPackedLayoutVersion;
     desc_["group_size"] = kTinyGroupSize;
@@ -402,24 +402,19 @@ class TinyWriter {
     if (choice == TinyChoice::Float) return add_float(spec);
     const bool bank = spec.kind == ParamKind::ExpertBank;
     const uint64_t n = spec.shape[spec.shape.size() - 2], k = spec.shape.back();
-    const float* values = master_.at(spec.name).data();
     for (uint64_t e = 0; e < (bank ? spec.shape[0] : 1); ++e) {
-      const std::string weight = bank ? expert_tensor_name(spec.name, static_cast<int64_t>(e), "weight") : spec.name;
-      add_module(weight, choice, bank, values + e * n * k, static_cast<int64_t>(n), static_cast<int64_t>(k));
+      const int64_t expert = bank ? static_cast<int64_t>(e) : -1;
+      const std::string weight = bank ? expert_tensor_name(spec.name, expert, "weight") : spec.name;
+      add_module(spec, expert, weight, choice, static_cast<int64_t>(n), static_cast<int64_t>(k));
     }
   }
 
-  void write(const std::string& out_dir) {
-    out_.write(out_dir, 2);
-    std::ofstream f(out_dir + "/" + kDescriptionFile, std::ios::binary);
-    f << desc_.dump(2) << "\n";
-    if (!f) throw Error(Where{out_dir + "/" + kDescriptionFile, "", ""}, "cannot write file");
-  }
+  WritePlan build(Json config_doc) { return out_.build(std::move(config_doc), {{kDescriptionFile, desc_.dump(2) + "\n"}}); }
 
  private:
   void add_float(const ParamSpec& spec) {
-    add_unquantized(out_, master_, spec, Dtype::BF16);
-    const K3Config& c = master_.config;
+    out_.add_unquantized(spec, Dtype::BF16);
+    const K3Config& c = out_.config();
     if (spec.kind == ParamKind::ExpertBank) {
       for (uint64_t e = 0; e < spec.shape[0]; ++e) {
         desc_[stored_tensor_name(c, expert_tensor_name(spec.name, static_cast<int64_t>(e), "weight"))] = "FLOAT";
@@ -429,47 +424,56 @@ class TinyWriter {
     }
   }
 
-  void tensor(const std::string& weight, const std::string& role, const char* scheme, Dtype dtype,
-              std::vector<uint64_t> shape, std::vector<uint8_t> bytes) {
-    const std::string name = stored_tensor_name(master_.config, sibling(weight, role));
-    out_.add(name, dtype, std::move(shape), std::move(bytes));
-    desc_[name] = scheme;
+  size_t tensor(const std::string& weight, const std::string& role, const char* scheme, Dtype dtype, std::vector<uint64_t> shape) {
+    desc_[stored_tensor_name(out_.config(), sibling(weight, role))] = scheme;
+    return out_.declare(sibling(weight, role), dtype, std::move(shape));
   }
 
   // Linear scales are stored in the params dtype (BF16), expert scales in F32 (spec §4.2, §4.3).
-  void add_module(const std::string& weight, TinyChoice choice, bool expert, const float* w, int64_t n, int64_t k) {
+  void add_module(const ParamSpec& spec, int64_t expert, const std::string& weight, TinyChoice choice, int64_t n, int64_t k) {
     const uint64_t N = static_cast<uint64_t>(n), K = static_cast<uint64_t>(k);
-    const Dtype sdt = expert ? Dtype::F32 : Dtype::BF16;
+    const Dtype sdt = expert >= 0 ? Dtype::F32 : Dtype::BF16;
     auto scale_bytes = [sdt](const std::vector<float>& v) { return sdt == Dtype::F32 ? f32_bytes(v.data(), v.size()) : bf16_bytes(v.data(), v.size()); };
     auto int8_bytes = [](const std::vector<int8_t>& v) { return std::vector<uint8_t>(v.begin(), v.end()); };
+    const FloatSource& src = out_.source();
     if (choice == TinyChoice::W8A8Dynamic) {
-      const W8A8Weights q = quantize_w8a8(w, n, k, sdt == Dtype::BF16);
       const char* scheme = "W8A8_DYNAMIC";
-      tensor(weight, "weight", scheme, Dtype::I8, {N, K}, int8_bytes(q.weight));
-      tensor(weight, "weight_scale", scheme, sdt, {N, 1}, scale_bytes(q.scale));
-      tensor(weight, "weight_offset", scheme, sdt, {N, 1}, scale_bytes(std::vector<float>(N, 0.0f)));
+      const std::vector<size_t> ids = {tensor(weight, "weight", scheme, Dtype::I8, {N, K}), tensor(weight, "weight_scale", scheme, sdt, {N, 1}),
+                                       tensor(weight, "weight_offset", scheme, sdt, {N, 1})};
+      out_.add_unit(unit_label(spec, expert), scheme, ids, [&src, spec, expert, n, k, sdt, scale_bytes, int8_bytes] {
+        const W8A8Weights q = quantize_w8a8(src.read(spec, expert).data(), n, k, sdt == Dtype::BF16);
+        return payloads(int8_bytes(q.weight), scale_bytes(q.scale), scale_bytes(std::vector<float>(static_cast<size_t>(n), 0.0f)));
+      });
       return;
     }
     const int64_t gs = choice == TinyChoice::W4A8PerGroup ? kTinyGroupSize : 0;
     if (n % 2 != 0 || (gs > 0 && k % gs != 0)) {
-      throw Error(Where{"", weight, "shape"}, "tiny dims [" + std::to_string(n) + ", " + std::to_string(k) +
+      throw Error(Where{"", weight, "shape"}, "dims [" + std::to_string(n) + ", " + std::to_string(k) +
                                                   "] do not fit packed W4A8 with group_size " + std::to_string(gs));
     }
-    const W4A8Weights q = quantize_w4a8(w, n, k, gs, true, sdt == Dtype::BF16);
     const char* scheme = "W4A8_DYNAMIC";
-    tensor(weight, "weight", scheme, Dtype::I8, {N / 2, K}, int8_bytes(q.weight));
-    tensor(weight, "weight_scale", scheme, sdt, {N, 1}, scale_bytes(q.scale));
-    tensor(weight, "weight_offset", scheme, sdt, {N, 1}, scale_bytes(std::vector<float>(N, 0.0f)));
+    std::vector<size_t> ids = {tensor(weight, "weight", scheme, Dtype::I8, {N / 2, K}), tensor(weight, "weight_scale", scheme, sdt, {N, 1}),
+                               tensor(weight, "weight_offset", scheme, sdt, {N, 1})};
+    const uint64_t G = gs > 0 ? K / static_cast<uint64_t>(gs) : 0;
     if (gs > 0) {
-      const uint64_t G = K / static_cast<uint64_t>(gs);
-      tensor(weight, "weight_scale_second", scheme, sdt, {N, G}, scale_bytes(q.scale_second));
-      tensor(weight, "weight_offset_second", scheme, sdt, {N, G}, scale_bytes(std::vector<float>(N * G, 0.0f)));
+      ids.push_back(tensor(weight, "weight_scale_second", scheme, sdt, {N, G}));
+      ids.push_back(tensor(weight, "weight_offset_second", scheme, sdt, {N, G}));
     }
-    tensor(weight, "scale_bias", scheme, Dtype::F32, {N, 1}, f32_bytes(q.scale_bias.data(), q.scale_bias.size()));
+    ids.push_back(tensor(weight, "scale_bias", scheme, Dtype::F32, {N, 1}));
+    out_.add_unit(unit_label(spec, expert), gs > 0 ? "W4A8_DYNAMIC/group" : "W4A8_DYNAMIC/channel", ids,
+                  [&src, spec, expert, n, k, gs, G, sdt, scale_bytes, int8_bytes] {
+                    const W4A8Weights q = quantize_w4a8(src.read(spec, expert).data(), n, k, gs, true, sdt == Dtype::BF16);
+                    Payloads p = payloads(int8_bytes(q.weight), scale_bytes(q.scale), scale_bytes(std::vector<float>(static_cast<size_t>(n), 0.0f)));
+                    if (gs > 0) {
+                      p.push_back(scale_bytes(q.scale_second));
+                      p.push_back(scale_bytes(std::vector<float>(static_cast<size_t>(n) * G, 0.0f)));
+                    }
+                    p.push_back(f32_bytes(q.scale_bias.data(), q.scale_bias.size()));
+                    return p;
+                  });
   }
 
-  const MasterWeights& master_;
-  ShardedCheckpointWriter out_;
+  SafetensorsPlanBuilder out_;
   Json desc_ = Json::object();
 };
 
@@ -492,11 +496,10 @@ LoadPlan plan_modelslim(const CheckpointDir& ckpt) {
   return plan;
 }
 
-void write_modelslim_w4a8(const MasterWeights& master, Json config_doc, const std::string& out_dir) {
-  TinyWriter writer(master);
-  for (const auto& spec : master.params) writer.add(spec);
-  writer.write(out_dir);
-  write_config_files(out_dir, config_doc);
+WritePlan write_plan_modelslim_w4a8(const FloatSource& source, Json config_doc) {
+  TinyWriter writer(source);
+  for (const auto& spec : source.params()) writer.add(spec);
+  return writer.build(std::move(config_doc));
 }
 
 }  // namespace k3::family

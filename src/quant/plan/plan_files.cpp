@@ -25,6 +25,10 @@ std::shared_ptr<File> PlanFiles::file(const SourceTensor& t) {
 
 std::span<const uint8_t> PlanFiles::bytes(const SourceTensor& t) { return file(t)->view(t.offset, t.nbytes); }
 
+void PlanFiles::release(const SourceTensor& t) {
+  if (const auto& f = files_.at(t.file)) f->release_view(t.offset, t.nbytes);
+}
+
 std::vector<float> decode_source(const SourceTensor& t, PlanFiles& files) {
   const Where where{files.path(t), t.name, "dtype"};
   std::vector<float> out(numel(t.shape));

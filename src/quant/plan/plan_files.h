@@ -22,6 +22,8 @@ class PlanFiles {
   // The open file holding t: kernels that read weights zero-copy keep it (and its mapping) alive.
   std::shared_ptr<File> file(const SourceTensor& t);
   const std::string& path(const SourceTensor& t) const { return plan_.files.at(t.file); }
+  // Gives t's mapped pages back once a one-pass reader is done with them (File::release_view).
+  void release(const SourceTensor& t);
 
  private:
   const LoadPlan& plan_;

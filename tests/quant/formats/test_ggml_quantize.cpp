@@ -36,11 +36,11 @@ std::vector<float> gaussian(size_t n, uint32_t seed, float offset = 0.0f) {
 }
 
 // Relative RMS error of each type on Gaussian weights: sane and ordered by bit width. The bounds
-// are ~1.3x what these quantizers reach (measured: 0.0054, 0.019, 0.076, 0.088, 0.15, 0.28), so a broken scale or bit layout fails.
+// are ~1.3x what these quantizers reach (measured: 0.0054, 0.019, 0.076, 0.043, 0.088, 0.15, 0.28), so a broken scale or bit layout fails.
 TEST(GgmlQuantize, ErrorIsWithinTheTypesResolution) {
   const auto x = gaussian(4096, 1);
   const std::pair<GgmlType, double> cases[] = {
-      {GgmlType::Q8_0, 0.007}, {GgmlType::Q6_K, 0.025}, {GgmlType::Q4_K, 0.1}, {GgmlType::Q4_0, 0.115},
+      {GgmlType::Q8_0, 0.007}, {GgmlType::Q6_K, 0.025}, {GgmlType::Q4_K, 0.1}, {GgmlType::Q5_0, 0.056}, {GgmlType::Q4_0, 0.115},
       {GgmlType::Q3_K, 0.2},   {GgmlType::Q2_K, 0.37},
   };
   for (const auto& [type, bound] : cases) {
@@ -54,7 +54,7 @@ TEST(GgmlQuantize, ErrorIsWithinTheTypesResolution) {
 TEST(GgmlQuantize, OneSidedBlocks) {
   for (float offset : {0.05f, -0.05f}) {
     const auto x = gaussian(1024, 2, offset);
-    for (GgmlType type : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q4_0, GgmlType::Q8_0}) {
+    for (GgmlType type : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0}) {
       EXPECT_LT(relative_rms(roundtrip(type, x), x), 0.2) << ggml_type_name(type) << " offset " << offset;
     }
   }
@@ -62,7 +62,7 @@ TEST(GgmlQuantize, OneSidedBlocks) {
 
 TEST(GgmlQuantize, ZerosStayZero) {
   const std::vector<float> x(512, 0.0f);
-  for (GgmlType type : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q4_0, GgmlType::Q8_0}) {
+  for (GgmlType type : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0}) {
     for (float y : roundtrip(type, x)) ASSERT_EQ(y, 0.0f) << ggml_type_name(type);
   }
 }
@@ -80,6 +80,14 @@ TEST(GgmlQuantize, Q4_0GridIsExact) {
   std::vector<float> x(32);
   for (int i = 0; i < 32; ++i) x[i] = static_cast<float>((i % 16) - 8) * -0.5f;  // absmax 4 at q = 0
   EXPECT_EQ(roundtrip(GgmlType::Q4_0, x), x);
+}
+
+// Q5_0 (llama.cpp's Q4_K fallback for rows that do not tile 256): the signed absmax maps to -16,
+// the other values on the grid d·(q-16) are exact, and the 5th bits land in qh.
+TEST(GgmlQuantize, Q5_0GridIsExact) {
+  std::vector<float> x(32);
+  for (int i = 0; i < 32; ++i) x[i] = static_cast<float>((i % 32) - 16) * -0.25f;  // absmax 4 at q = 0
+  EXPECT_EQ(roundtrip(GgmlType::Q5_0, x), x);
 }
 
 TEST(GgmlQuantize, FloatTypesEncodeRoundToNearestEven) {

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "quant/formats/dense/dense_decode.h"
 #include "quant/plan/plan_format.h"
+#include "quant/plan/plan_files.h"
 
 namespace k3 {
 
@@ -14,9 +16,10 @@ namespace {
 void dequant_dense(const Binding& b, const ParamSpec&, PlanFiles& files, float* out) {
   uint64_t pos = 0;
   for (const auto& t : need_part(b, "weight").tensors) {
-    std::vector<float> v = decode_source(t, files);
-    std::copy(v.begin(), v.end(), out + pos);
-    pos += v.size();
+    const Where where{files.path(t), t.name, "dtype"};
+    const uint64_t n = numel(t.shape);
+    decode_dense(dtype_from_string(t.dtype, where), files.bytes(t), out + pos, n, where);  // in place: no copy
+    pos += n;
   }
 }
 

@@ -168,6 +168,23 @@ void block_q4_0(const float* x, uint8_t* out) {
   }
 }
 
+// Q5_0, 22 bytes: f16 d; u8 qh[4] (bit j = 5th bit of element j); u8 qs[16] (low nibbles of
+// elements j and j + 16). w = d·(q − 16), d = signed absmax / −16.
+void block_q5_0(const float* x, uint8_t* out) {
+  const float d = signed_absmax(x, 32) / -16.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_f16(out, d);
+  uint32_t qh = 0;
+  for (int j = 0; j < 16; ++j) {
+    const int lo = std::clamp(static_cast<int>(x[j] * id + 16.5f), 0, 31);
+    const int hi = std::clamp(static_cast<int>(x[j + 16] * id + 16.5f), 0, 31);
+    out[6 + j] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
+    qh |= static_cast<uint32_t>(lo >> 4) << j;
+    qh |= static_cast<uint32_t>(hi >> 4) << (j + 16);
+  }
+  for (int i = 0; i < 4; ++i) out[2 + i] = static_cast<uint8_t>(qh >> (8 * i));
+}
+
 // Q2_K: scales[16] (lo nibble scale, hi nibble min), qs[64], d, dmin. Element y of the block:
 // sub-block y/16, byte qs[32·(y/128) + y%32], bit pair 2·((y%128)/32).
 void block_q2_k(const float* x, uint8_t* out) {
@@ -274,6 +291,7 @@ BlockFn block_fn(GgmlType type) {
   switch (type) {
     case GgmlType::Q8_0: return block_q8_0;
     case GgmlType::Q4_0: return block_q4_0;
+    case GgmlType::Q5_0: return block_q5_0;
     case GgmlType::Q2_K: return block_q2_k;
     case GgmlType::Q3_K: return block_q3_k;
     case GgmlType::Q4_K: return block_q4_k;

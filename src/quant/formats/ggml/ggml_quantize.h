@@ -1,5 +1,5 @@
-// GGML block quantizers for the types k3 writes (make-tiny GGUF and ExpertPack checkpoints).
-// They follow the structure of ggml's reference quantizers (absmax scales for Q8_0/Q4_0; per
+// GGML block quantizers for the types k3 writes (make-tiny / quantize GGUF and ExpertPack checkpoints).
+// They follow the structure of ggml's reference quantizers (absmax scales for Q8_0/Q4_0/Q5_0; per
 // sub-block scale (and min) fitted by least squares, then 4/6/8-bit quantized against a
 // super-block fp16 scale for the K-quants) but are not bit-identical to ggml's: their output is
 // only required to be valid blocks close to the input. What a block MEANS is defined by
@@ -14,7 +14,7 @@
 
 namespace k3 {
 
-// True for the types quantize_row writes: F32, F16, BF16, Q4_0, Q8_0, Q2_K, Q3_K, Q4_K, Q6_K.
+// True for the types quantize_row writes: F32, F16, BF16, Q4_0, Q5_0, Q8_0, Q2_K, Q3_K, Q4_K, Q6_K.
 bool ggml_has_quantize(GgmlType type);
 
 // Quantizes n values (a whole number of blocks of `type`) into dst, which receives exactly

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The quality table of docs/quality.md: every checkpoint family quantized by `k3 quantize` from a
+# float model, scored by `k3 eval` (accuracy per task, KL and top-1 agreement against the float
+# model) under each family's own activation contract, and its size on disk.
+#   scripts/quality_table.sh [--k3 BIN] [--model DIR] [--device cpu|cuda] [--n N] [--out DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+K3=build/release/k3 MODEL=models/tiny-k3 DEVICE=cpu N=100 OUT=build/quality
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --k3) K3="$2"; shift 2 ;;
+    --model) MODEL="$2"; shift 2 ;;
+    --device) DEVICE="$2"; shift 2 ;;
+    --n) N="$2"; shift 2 ;;
+    --out) OUT="$2"; shift 2 ;;
+    *) echo "quality_table.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+# family[:recipe] — the GGUF families once per named recipe.
+ROWS=(bf16 modelopt-mixed modelopt-nvfp4 modelopt-fp8 compressed-tensors-mxfp4 fp8-block modelslim-w4a8
+      gguf:q4_k_m gguf:q2_k_experts gguf-expert-pack:q2_k_experts)
+mkdir -p "$OUT"
+echo "| family | device | add | sort | copy | recall | total | KL mean | KL p99 | top-1 | size MB |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+for row in "${ROWS[@]}"; do
+  family="${row%%:*}" recipe=""
+  [ "$row" != "$family" ] && recipe="${row#*:}"
+  dir="$OUT/${row//:/-}"
+  if [ ! -e "$dir/config.json" ]; then
+    rm -rf "$dir"
+    "$K3" quantize --from "$MODEL" --family "$family" ${recipe:+--recipe "$recipe"} --out "$dir" > /dev/null 2>&1
+  fi
+  "$K3" eval --model "$dir" --kl-base "$MODEL" --device "$DEVICE" --activations checkpoint --n "$N" --json > "$dir/eval-$DEVICE.json"
+  size=$(du -sbL --exclude='eval-*.json' "$dir" | cut -f1)
+  /usr/bin/python3 - "$dir/eval-$DEVICE.json" "$row" "$DEVICE" "$size" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+t, kl = r["tasks"], r["kl"]
+acc = lambda k: f'{100 * t[k]["accuracy"]:.1f}'
+print(f'| {sys.argv[2].replace(":", " ")} | {sys.argv[3]} | {acc("add")} | {acc("sort")} | {acc("copy")} | {acc("recall")} | '
+      f'{100 * r["total"]["accuracy"]:.1f} | {kl["mean"]:.4f} | {kl["p99"]:.4f} | {kl["top1_agreement"]:.3f} | {int(sys.argv[4]) / 1e6:.1f} |')
+PY
+done

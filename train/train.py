@@ -50,8 +50,9 @@ def init_weights(model, cfg, seed):
                 p.normal_(0, std)
 
 
-def collate(examples, device):
-    T = max(len(ids) for ids, _ in examples)
+def collate(examples, device, length=None):
+    """Right-padded ids and loss mask; padded to `length` when given (one shape for a compiled model)."""
+    T = length or max(len(ids) for ids, _ in examples)
     ids = torch.full((len(examples), T), tasks.PAD, dtype=torch.long)
     mask = torch.zeros((len(examples), T), dtype=torch.bool)
     for r, (i, m) in enumerate(examples):
@@ -124,6 +125,8 @@ def main():
     ap.add_argument("--eval-n", type=int, default=200)
     ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: the time budget only)")
     ap.add_argument("--init", help="start from this checkpoint's weights (a later stage of a run) instead of the seeded init")
+    ap.add_argument("--max-tokens", type=int, default=768, help="longest training conversation")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (every batch padded to --max-tokens)")
     args = ap.parse_args()
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -141,6 +144,7 @@ def main():
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2 and all(p is not b for b in biases)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95))
+    forward = torch.compile(model) if args.compile else model
     rng = random.Random(args.seed)
     budget = args.minutes * 60
     start = time.time()
@@ -152,9 +156,10 @@ def main():
         lr = args.lr * (progress / 0.03 if progress < 0.03 else 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (progress - 0.03) / 0.97)))
         for g in opt.param_groups:
             g["lr"] = lr
-        ids, mask = collate(tasks.batch(cfg.is_k3, rng, args.batch), device)
+        examples = tasks.batch(cfg.is_k3, rng, args.batch, max_tokens=args.max_tokens)
+        ids, mask = collate(examples, device, args.max_tokens + 1 if args.compile else None)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            logits = model(ids[:, :-1])
+            logits = forward(ids[:, :-1])
         target = mask[:, 1:]
         loss = F.cross_entropy(logits[target].float(), ids[:, 1:][target])
         opt.zero_grad(set_to_none=True)
@@ -178,6 +183,7 @@ def main():
                 p.copy_(p.to(torch.bfloat16).float())
     accuracy = {t: greedy_accuracy(model, cfg.is_k3, tasks.eval_set(t, args.eval_n), device) for t in tasks.TASKS} if args.eval_n else {}
     report = {"params": params, "steps": step, "minutes": args.minutes, "seed": args.seed, "batch": args.batch, "init": args.init,
+              "compile": args.compile, "max_tokens": args.max_tokens,
               "lr": args.lr, "final_loss": log[-1]["loss"] if log else None, "accuracy": accuracy, "device": str(device),
               "torch": torch.__version__}
     print(json.dumps(report), flush=True)

@@ -105,8 +105,6 @@ std::string json_schema_body(const Json& response_format) {
          dump_json(sorted_keys(schema), JsonStyle::kCompact) + "\n```";
 }
 
-bool is_blank(std::string_view s) { return s.find_first_not_of(" \t\n\r\f\v") == std::string_view::npos; }
-
 std::string argument_type(const Json& v) {
   if (v.is_boolean()) return "boolean";
   if (v.is_null()) return "null";

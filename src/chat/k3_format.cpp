@@ -241,8 +241,12 @@ std::vector<Segment> render_k3(const Request& request) {
 
 // ---- output parser ---------------------------------------------------------------------------
 
+std::vector<std::string> K3OutputParser::markers() {
+  return {std::string(kOpen), std::string(kClose), std::string(kSep), std::string(kEndOfMsg)};
+}
+
 K3OutputParser::K3OutputParser(bool thinking, std::string call_id_prefix)
-    : splitter_({std::string(kOpen), std::string(kClose), std::string(kSep), std::string(kEndOfMsg)}),
+    : splitter_(markers()),
       stack_{Tag::kMessage, thinking ? Tag::kThink : Tag::kResponse},
       call_id_prefix_(std::move(call_id_prefix)) {}
 

@@ -156,6 +156,7 @@ void parse_common(const Json& j, const ApiContext& ctx, bool chat, RequestCommon
   refuse_unsupported(j, r.n);
   r.stop = parse_stop(j);
   r.stream = boolean(j, "stream").value_or(false);
+  r.skip_special_tokens = boolean(j, "skip_special_tokens").value_or(true);
   if (const Json* so = field(j, "stream_options")) {
     if (!r.stream) bad("stream_options", "only allowed when stream is true");
     if (!so->is_object()) bad("stream_options", "expected an object");

@@ -48,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The bytes as ids (little-endian pairs, wrapped into the vocabulary).
   std::vector<uint32_t> ids;
   for (size_t i = 0; i + 1 < size; i += 2) ids.push_back((data[i] | data[i + 1] << 8) % tok.n_vocab());
-  for (bool skip : {false, true}) {
+  for (k3::SkipSpecial skip : {k3::SkipSpecial::kNone, k3::SkipSpecial::kFlagged, k3::SkipSpecial::kAll}) {
     const std::string whole = tok.decode(ids, skip);
     k3::StreamDecoder stream(tok, skip);
     std::string streamed;

@@ -122,6 +122,8 @@ std::string dump_json(const Json& value, JsonStyle style) {
   return out;
 }
 
+std::string dump_output(const Json& value) { return value.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
 Json sorted_keys(const Json& value) {
   if (value.is_array()) {
     Json out = Json::array();

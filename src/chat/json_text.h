@@ -16,6 +16,9 @@ using Json = nlohmann::ordered_json;
 enum class JsonStyle { kCompact, kPython };
 
 std::string dump_json(const Json& value, JsonStyle style);
+// nlohmann's compact text (no spaces) with invalid UTF-8 in strings replaced by U+FFFD: responses
+// and the CLI's JSON lines.
+std::string dump_output(const Json& value);
 // A JSON string literal (with quotes) for raw text; escape_json_text is the same without quotes.
 std::string json_string(std::string_view text);
 std::string escape_json_text(std::string_view text);

@@ -105,8 +105,6 @@ std::string json_schema_body(const Json& response_format) {
          dump_json(sorted_keys(schema), JsonStyle::kCompact) + "\n```";
 }
 
-bool is_blank(std::string_view s) { return s.find_first_not_of(" \t\n\r\f\v") == std::string_view::npos; }
-
 std::string argument_type(const Json& v) {
   if (v.is_boolean()) return "boolean";
   if (v.is_null()) return "null";
@@ -243,8 +241,12 @@ std::vector<Segment> render_k3(const Request& request) {
 
 // ---- output parser ---------------------------------------------------------------------------
 
+std::vector<std::string> K3OutputParser::markers() {
+  return {std::string(kOpen), std::string(kClose), std::string(kSep), std::string(kEndOfMsg)};
+}
+
 K3OutputParser::K3OutputParser(bool thinking, std::string call_id_prefix)
-    : splitter_({std::string(kOpen), std::string(kClose), std::string(kSep), std::string(kEndOfMsg)}),
+    : splitter_(markers()),
       stack_{Tag::kMessage, thinking ? Tag::kThink : Tag::kResponse},
       call_id_prefix_(std::move(call_id_prefix)) {}
 

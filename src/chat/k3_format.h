@@ -31,6 +31,8 @@ class K3OutputParser {
   // thinking: the prompt opened the think channel (else the response channel). Tool call ids are
   // call_id_prefix + running number from 1.
   explicit K3OutputParser(bool thinking, std::string call_id_prefix = "call_");
+  // The special tokens the parser consumes: decode them even when skipping the others.
+  static std::vector<std::string> markers();
 
   ChatDelta feed(std::string_view text);
   // Flushes what was held back and closes the stream: finish_reason "tool_calls" when a call

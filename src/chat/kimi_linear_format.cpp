@@ -57,9 +57,12 @@ std::vector<Segment> render_kimi_linear(const Request& request) {
   return s.list();
 }
 
-KimiLinearOutputParser::KimiLinearOutputParser()
-    : splitter_({std::string(kImEnd), std::string(kSectionBegin), std::string(kSectionEnd), std::string(kCallBegin),
-                 std::string(kArgumentBegin), std::string(kCallEnd)}) {}
+std::vector<std::string> KimiLinearOutputParser::markers() {
+  return {std::string(kImEnd),     std::string(kSectionBegin),  std::string(kSectionEnd),
+          std::string(kCallBegin), std::string(kArgumentBegin), std::string(kCallEnd)};
+}
+
+KimiLinearOutputParser::KimiLinearOutputParser() : splitter_(markers()) {}
 
 ChatDelta KimiLinearOutputParser::feed(std::string_view text) {
   ChatDelta delta;

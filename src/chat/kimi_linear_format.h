@@ -22,6 +22,8 @@ std::vector<Segment> render_kimi_linear(const Request& request);
 class KimiLinearOutputParser {
  public:
   KimiLinearOutputParser();
+  // The special tokens the parser consumes: decode them even when skipping the others.
+  static std::vector<std::string> markers();
   ChatDelta feed(std::string_view text);
   ParsedMessage finish();
 

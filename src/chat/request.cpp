@@ -16,8 +16,6 @@ std::string optional_string(const Json& obj, const char* key, const std::string&
   return obj[key].get<std::string>();
 }
 
-bool is_blank(std::string_view s) { return s.find_first_not_of(" \t\n\r\f\v") == std::string_view::npos; }
-
 std::vector<std::string> parse_content(const Json& msg, const std::string& field) {
   if (!msg.contains("content") || msg["content"].is_null()) return {};
   const Json& c = msg["content"];
@@ -103,6 +101,8 @@ Message parse_message(const Json& msg, const std::string& field) {
 }
 
 }  // namespace
+
+bool is_blank(std::string_view s) { return s.find_first_not_of(" \t\n\r\f\v") == std::string_view::npos; }
 
 Request parse_request(std::string_view json_text, const std::string& file) {
   try {

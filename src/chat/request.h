@@ -45,4 +45,7 @@ struct Request {
 Request parse_request(std::string_view json_text, const std::string& file = "");
 Request request_from_json(const Json& json);
 
+// True when text is empty or only ASCII whitespace (Python str.isspace on ASCII).
+bool is_blank(std::string_view text);
+
 }  // namespace k3::chat

@@ -8,10 +8,6 @@
 #include "io/gguf.h"
 
 namespace k3 {
-namespace {
-std::string u64s(uint64_t v) { return std::to_string(v); }
-}  // namespace
-
 uint64_t gguf_packed_size(GgufType type) {
   switch (type) {
     case GgufType::U8: case GgufType::I8: case GgufType::BOOL: return 1;
@@ -24,7 +20,7 @@ uint64_t gguf_packed_size(GgufType type) {
 }
 
 void GgufArray::throw_bad_access(GgufType want, uint64_t i) const {
-  if (i >= count) throw Error("GGUF array index " + u64s(i) + " is out of range (" + u64s(count) + " elements)");
+  if (i >= count) throw Error("GGUF array index " + std::to_string(i) + " is out of range (" + std::to_string(count) + " elements)");
   throw Error("GGUF array of " + std::string(gguf_type_name(elem_type)) + " read as " + std::string(gguf_type_name(want)));
 }
 

@@ -14,7 +14,7 @@ static_assert(std::endian::native == std::endian::little, "npy I/O assumes a lit
 
 namespace {
 
-constexpr char kMagic[] = "\x93NUMPY";
+constexpr char kNpyMagic[] = "\x93NUMPY";
 constexpr size_t kMagicLen = 6;
 constexpr size_t kAlign = 64;
 
@@ -197,7 +197,7 @@ size_t npy_itemsize(const std::string& dtype) {
 
 NpyArray parse_npy(const uint8_t* p, size_t n, const std::string& name) {
   auto fail = [&name](const char* field, const std::string& message) { throw_at(name, field, message); };
-  if (n < kMagicLen || std::memcmp(p, kMagic, kMagicLen) != 0) fail("magic", "not a .npy file (bad magic)");
+  if (n < kMagicLen || std::memcmp(p, kNpyMagic, kMagicLen) != 0) fail("magic", "not a .npy file (bad magic)");
   if (n < kMagicLen + 2) fail("version", "truncated: the file has " + std::to_string(n) + " bytes");
   const unsigned major = p[6], minor = p[7];
   if ((major != 1 && major != 2 && major != 3) || minor != 0)
@@ -251,7 +251,7 @@ std::vector<uint8_t> serialize_npy(const std::string& dtype, const std::vector<u
   header += '\n';
 
   std::vector<uint8_t> out(total + nbytes);
-  std::memcpy(out.data(), kMagic, kMagicLen);
+  std::memcpy(out.data(), kNpyMagic, kMagicLen);
   out[6] = preamble == 10 ? 1 : 2;
   out[7] = 0;
   for (size_t i = 0; i < preamble - 8; ++i) out[8 + i] = static_cast<uint8_t>(header.size() >> (8 * i));

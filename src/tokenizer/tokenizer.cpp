@@ -296,11 +296,11 @@ std::string_view Tokenizer::token_bytes(uint32_t id) const {
                                         std::to_string(n_vocab()) + ")");
 }
 
-std::string Tokenizer::decode(std::span<const uint32_t> ids, bool skip_special) const {
+std::string Tokenizer::decode(std::span<const uint32_t> ids, SkipSpecial skip) const {
   std::string bytes;
   for (uint32_t id : ids) {
     const std::string_view b = token_bytes(id);
-    if (skip_special && is_special_id(id) && special(id).special) continue;
+    if (skipped(id, skip)) continue;
     bytes.append(b);
   }
   return utf8::replace_invalid(bytes);
@@ -349,11 +349,22 @@ std::vector<std::string_view> chunk_text(std::string_view text, ChunkLimits limi
   return out;
 }
 
+StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, SkipSpecial skip, std::span<const std::string> kept)
+    : tokenizer_(tokenizer), skip_(skip) {
+  for (const std::string& name : kept) {
+    const std::optional<uint32_t> id = tokenizer_.find_special(name);
+    if (!id) continue;
+    kept_.resize(tokenizer_.n_vocab() - tokenizer_.num_base());
+    kept_[*id - tokenizer_.num_base()] = true;
+  }
+}
+
 std::string StreamDecoder::push(uint32_t id) {
   const std::string_view bytes = tokenizer_.token_bytes(id);
   std::string out;
   if (tokenizer_.is_special_id(id)) {
-    if (skip_special_ && tokenizer_.special(id).special) return out;  // as decode: not there at all
+    const bool kept = !kept_.empty() && kept_[id - tokenizer_.num_base()];
+    if (!kept && tokenizer_.skipped(id, skip_)) return out;  // as decode: not there at all
     out = finish();
     out.append(bytes);
     return out;

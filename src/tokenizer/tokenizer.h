@@ -18,6 +18,10 @@ namespace k3 {
 // How special-token names inside input text are treated (tiktoken allowed_special).
 enum class Specials { kNone, kAll };
 
+// Which added tokens (the special ids ≥ num_base) decoding leaves out: none; those flagged `special`
+// (HF skip_special_tokens: the K3 markers stay); or all of them, so no marker text is left.
+enum class SkipSpecial { kNone, kFlagged, kAll };
+
 struct SpecialToken {
   std::string name;
   uint32_t id = 0;
@@ -57,8 +61,17 @@ class Tokenizer {
   // Ordinary text only (no special scan, no chunking); text must be valid UTF-8.
   void encode_ordinary(std::string_view text, std::vector<uint32_t>& out) const;
 
-  // Bytes of all ids joined, invalid UTF-8 replaced per maximal subpart. Throws on an id ≥ n_vocab.
-  std::string decode(std::span<const uint32_t> ids, bool skip_special = false) const;
+  // Bytes of all ids joined (those `skip` leaves out dropped), invalid UTF-8 replaced per maximal
+  // subpart. Throws on an id ≥ n_vocab.
+  std::string decode(std::span<const uint32_t> ids, SkipSpecial skip = SkipSpecial::kNone) const;
+  // skip_special: HF skip_special_tokens (SkipSpecial::kFlagged).
+  std::string decode(std::span<const uint32_t> ids, bool skip_special) const {
+    return decode(ids, skip_special ? SkipSpecial::kFlagged : SkipSpecial::kNone);
+  }
+  // Whether decoding under `skip` leaves id out.
+  bool skipped(uint32_t id, SkipSpecial skip) const {
+    return is_special_id(id) && (skip == SkipSpecial::kAll || (skip == SkipSpecial::kFlagged && special(id).special));
+  }
   // Raw bytes of one id (a special's name for special ids). Throws on an id ≥ n_vocab.
   std::string_view token_bytes(uint32_t id) const;
 
@@ -90,17 +103,20 @@ class Tokenizer {
 std::vector<std::string_view> chunk_text(std::string_view text, ChunkLimits limits);
 
 // Streaming decode: feed ids one by one; the concatenated output equals decode(all ids), and no
-// output ever ends inside a UTF-8 sequence (an incomplete tail waits for the next id).
+// output ever ends inside a UTF-8 sequence (an incomplete tail waits for the next id). The specials
+// named in `kept` are decoded whatever `skip` says (a chat format's markers, which its parser
+// needs); names the tokenizer does not have are ignored.
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = false)
-      : tokenizer_(tokenizer), skip_special_(skip_special) {}
+  explicit StreamDecoder(const Tokenizer& tokenizer, SkipSpecial skip = SkipSpecial::kNone,
+                         std::span<const std::string> kept = {});
   std::string push(uint32_t id);
   std::string finish();  // flushes a pending incomplete tail as U+FFFD
 
  private:
   const Tokenizer& tokenizer_;
-  bool skip_special_;
+  SkipSpecial skip_;
+  std::vector<bool> kept_;  // per special id (id - num_base); empty when none is kept
   std::string pending_;
 };
 

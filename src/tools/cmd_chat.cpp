@@ -1,10 +1,12 @@
 // `k3 chat --model DIR [--messages FILE.json] [--max-tokens N] [sampling flags as k3 generate]
-// [--threads N]`: renders the conversation in the checkpoint's chat format (Kimi-K3 XTML for
-// model_type kimi_k3, the Kimi-Linear format otherwise) with the generation prompt, generates,
-// streams the reply's reasoning and content to stdout as they are decoded, then prints the parsed
-// assistant message as one JSON line. With --messages one turn on that request (a messages array or
-// {"messages": ...}); without it an interactive loop: each stdin line is a user message, the
-// conversation is kept, EOF ends.
+// [--show-special] [--threads N]`: renders the conversation in the checkpoint's chat format (Kimi-K3
+// XTML for model_type kimi_k3, the Kimi-Linear format otherwise) with the generation prompt,
+// generates, streams the reply's reasoning and content to stdout as they are decoded, then prints the
+// parsed assistant message as one JSON line. The reply is parsed from the generated tokens less the
+// added tokens other than the format's markers (which the parser consumes), so no marker text shows;
+// --show-special keeps every token and streams the raw generated text instead. With --messages one
+// turn on that request (a messages array or {"messages": ...}); without it an interactive loop: each
+// stdin line is a user message, the conversation is kept, EOF ends.
 #include <unistd.h>
 
 #include <cstdio>
@@ -34,15 +36,22 @@ struct ChatModel {
   Engine& engine;
   const Tokenizer& tokenizer;
   bool k3_format;
+  bool show_special;
 };
 
-// One assistant turn: generate from the rendered request, feeding the decoded text to the parser.
+// One assistant turn: generate from the rendered request, feeding the decoded text to the parser;
+// prints the parsed deltas, or with show_special the raw text.
 template <class Parser>
 chat::ParsedMessage stream_turn(const ChatModel& m, const std::vector<int64_t>& prompt, GenerateOptions g, Parser& parser) {
-  StreamDecoder decoder(m.tokenizer);
-  g.on_token = [&](int64_t id) { print_delta(parser.feed(decoder.push(static_cast<uint32_t>(id)))); };
+  StreamDecoder decoder(m.tokenizer, m.show_special ? SkipSpecial::kNone : SkipSpecial::kAll, Parser::markers());
+  auto feed = [&](const std::string& text) {
+    const chat::ChatDelta delta = parser.feed(text);
+    if (m.show_special) print(text);
+    else print_delta(delta);
+  };
+  g.on_token = [&](int64_t id) { feed(decoder.push(static_cast<uint32_t>(id))); };
   generate(m.engine, prompt, g);
-  print_delta(parser.feed(decoder.finish()));
+  feed(decoder.finish());
   return parser.finish();
 }
 
@@ -59,7 +68,7 @@ chat::ParsedMessage chat_turn(const ChatModel& m, const chat::Request& request, 
     chat::KimiLinearOutputParser parser;
     reply = stream_turn(m, prompt, g, parser);
   }
-  std::printf("\n%s\n", reply.to_json().dump(-1, ' ', false, chat::Json::error_handler_t::replace).c_str());
+  std::printf("\n%s\n", chat::dump_output(reply.to_json()).c_str());
   std::fflush(stdout);
   return reply;
 }
@@ -86,6 +95,7 @@ Registered add_chat(CLI::App& app) {
     ModelArgs model;
     GenerationArgs generation;
     std::string messages;
+    bool show_special = false;
   };
   auto opt = std::make_shared<Options>();
   opt->generation.max_tokens = 512;
@@ -93,6 +103,7 @@ Registered add_chat(CLI::App& app) {
   add_model_args(cmd, opt->model, PromptInput::kNone);
   add_generation_args(cmd, opt->generation);
   cmd->add_option("--messages", opt->messages, "request JSON file (messages array or {\"messages\": ...})");
+  cmd->add_flag("--show-special", opt->show_special, "stream the raw reply, special tokens (markers, EOS) included");
   return {cmd, [opt] {
             GenerateOptions g = generation_options(opt->generation);
             g.on_prefill = terminal_prefill_progress();
@@ -102,7 +113,7 @@ Registered add_chat(CLI::App& app) {
             if (!ckpt.config) throw Error(Where{ckpt.path("config.json"), "", ""}, "a model directory needs config.json");
             Engine engine(opt->model.model, engine_options(opt->model, *ckpt.config));
             const Tokenizer tokenizer = load_tokenizer(opt->model.model, engine.config().vocab_size);
-            const ChatModel m{engine, tokenizer, engine.config().model_type == ModelType::kKimiK3};
+            const ChatModel m{engine, tokenizer, engine.config().model_type == ModelType::kKimiK3, opt->show_special};
             if (request) {
               chat_turn(m, *request, g);
               return 0;

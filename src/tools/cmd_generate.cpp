@@ -1,8 +1,9 @@
 // `k3 generate --model DIR (--ids 1,2,3 | --prompt TEXT) --max-tokens N [--greedy | --temperature T
-// [--top-p P] [--top-k K] [--seed S]] [--ignore-eos] [--json] [--threads N]`: prints the generated ids
-// (one line, space-separated), or with --prompt the generated text, decoded as it streams; with --json
-// a last line with one JSON object: the ids (and "text" with --prompt) and the prefill / decode
-// throughput. Greedy is the default. prefill_tok_s = prompt tokens / prefill time; decode_tok_s =
+// [--top-p P] [--top-k K] [--seed S]] [--ignore-eos] [--show-special] [--json] [--threads N]`: prints
+// the generated ids (one line, space-separated), or with --prompt the generated text, decoded as it
+// streams, without the added tokens' names unless --show-special (docs/cli.md); with --json a last
+// line with one JSON object: the ids (and "text", as streamed, with --prompt) and the prefill /
+// decode throughput. Greedy is the default. prefill_tok_s = prompt tokens / prefill time; decode_tok_s =
 // decode steps (one token each, after the prefill's) / decode time.
 #include <omp.h>
 
@@ -20,12 +21,14 @@ Registered add_generate(CLI::App& app) {
     ModelArgs model;
     GenerationArgs generation;
     bool json = false;
+    bool show_special = false;
   };
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("generate", "Generate tokens from a prompt of token ids or text");
   add_model_args(cmd, opt->model, PromptInput::kIdsOrText);
   add_generation_args(cmd, opt->generation);
   cmd->add_flag("--json", opt->json, "print one JSON object with ids and timings");
+  cmd->add_flag("--show-special", opt->show_special, "with --prompt: keep special tokens (markers, EOS) in the text");
   return {cmd, [opt] {
             GenerateOptions g = generation_options(opt->generation);
             LoadedModel m = load_model(opt->model, g.max_tokens);
@@ -33,7 +36,7 @@ Registered add_generate(CLI::App& app) {
             std::string text;
             std::optional<StreamDecoder> decoder;
             if (m.tokenizer) {
-              decoder.emplace(*m.tokenizer);
+              decoder.emplace(*m.tokenizer, opt->show_special ? SkipSpecial::kNone : SkipSpecial::kAll);
               g.on_token = [&](int64_t id) {
                 const std::string piece = decoder->push(static_cast<uint32_t>(id));
                 text += piece;

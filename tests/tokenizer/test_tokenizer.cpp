@@ -145,6 +145,9 @@ TEST_F(Tiny, SpecialsAllowedOrText) {
   EXPECT_EQ(tok_->decode(none), "a<|open|>b");
   EXPECT_EQ(tok_->decode(all, /*skip_special=*/true), "a<|open|>b");
   EXPECT_EQ(tok_->decode(std::vector<uint32_t>{513, 97}, /*skip_special=*/true), "a");
+  EXPECT_EQ(tok_->decode(all, SkipSpecial::kFlagged), "a<|open|>b");
+  EXPECT_EQ(tok_->decode(all, SkipSpecial::kAll), "ab");  // every added token, markers too
+  EXPECT_EQ(tok_->decode(none, SkipSpecial::kAll), "a<|open|>b");  // names spelled by ordinary tokens stay
 }
 
 TEST_F(Tiny, InvalidInputIsAnError) {
@@ -190,7 +193,7 @@ TEST_F(Tiny, StreamingDecodeEqualsFullDecode) {
   for (int i = 0; i < 300; ++i) {
     std::vector<uint32_t> ids(rng() % 40);
     for (auto& id : ids) id = rng() % 8 == 0 ? 512 + rng() % 256 : rng() % 512;  // split code points, specials
-    for (bool skip : {false, true}) {
+    for (SkipSpecial skip : {SkipSpecial::kNone, SkipSpecial::kFlagged, SkipSpecial::kAll}) {
       StreamDecoder stream(*tok_, skip);
       std::string out;
       for (uint32_t id : ids) {
@@ -206,12 +209,28 @@ TEST_F(Tiny, StreamingDecodeEqualsFullDecode) {
   std::vector<uint32_t> ids;
   for (char b : std::string("\xe4\xb8\xad")) ids.push_back(tok_->ranks().find(std::string_view(&b, 1)));
   ids.insert(ids.begin() + 1, tok_->special_id("[BOS]"));
-  StreamDecoder stream(*tok_, true);
-  std::string out;
-  for (uint32_t id : ids) out += stream.push(id);
-  out += stream.finish();
-  EXPECT_EQ(out, "\xe4\xb8\xad");
-  EXPECT_EQ(tok_->decode(ids, true), "\xe4\xb8\xad");
+  for (SkipSpecial skip : {SkipSpecial::kFlagged, SkipSpecial::kAll}) {
+    StreamDecoder stream(*tok_, skip);
+    std::string out;
+    for (uint32_t id : ids) out += stream.push(id);
+    out += stream.finish();
+    EXPECT_EQ(out, "\xe4\xb8\xad");
+    EXPECT_EQ(tok_->decode(ids, skip), "\xe4\xb8\xad");
+  }
+}
+
+// Specials named as kept are decoded whatever is skipped (a chat parser's markers); unknown names
+// are ignored.
+TEST_F(Tiny, StreamingDecodeKeepsTheNamedSpecials) {
+  const std::vector<std::string> kept = {"<|open|>", "<|end_of_msg|>", "<|no_such_token|>"};
+  const std::vector<uint32_t> ids = tok_->encode("a<|open|>b<|close|>c<|end_of_msg|>[BOS]", Specials::kAll);
+  for (SkipSpecial skip : {SkipSpecial::kFlagged, SkipSpecial::kAll}) {
+    StreamDecoder stream(*tok_, skip, kept);
+    std::string out;
+    for (uint32_t id : ids) out += stream.push(id);
+    out += stream.finish();
+    EXPECT_EQ(out, skip == SkipSpecial::kAll ? "a<|open|>bc<|end_of_msg|>" : "a<|open|>b<|close|>c<|end_of_msg|>");
+  }
 }
 
 // The O(n log n) merge for long pieces must agree with the literal tiktoken rule.

@@ -3,12 +3,16 @@
 // block-specific operations live with their math: kda.cpp, mla.cpp, moe.cpp.
 #pragma once
 
+#include <cmath>
 #include <span>
 #include <vector>
 
 #include "backend/cpu/ops.h"
 
 namespace k3::cpu {
+
+// The logistic function in float: the KDA/MLA gates and the MoE router.
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 struct KdaBuffers {
   Tensor q_pre, k_pre, v_pre, f_low, f, b, g_low, g;  // projections (f → log decay, b → β in place)

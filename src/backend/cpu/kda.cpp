@@ -12,7 +12,6 @@
 namespace k3::cpu {
 namespace {
 
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 float silu(float x) { return x * sigmoid(x); }
 float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // threshold 20 (spec §6.3)
 

@@ -12,8 +12,6 @@
 namespace k3::cpu {
 namespace {
 
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-
 void softmax_inplace(float* s, int64_t n) {
   float mx = -INFINITY;
   for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);

@@ -15,11 +15,6 @@
 #include "model/blocks.h"
 
 namespace k3::cpu {
-namespace {
-
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-
-}  // namespace
 
 void gated_activation(const ActivationConfig& a, Tensor& gate, const Tensor& up, float gate_alpha, float up_alpha) {
   const float beta = static_cast<float>(a.situ_beta);
@@ -51,11 +46,6 @@ void gated_mlp(const ActivationConfig& act, const CpuLinear& gate_w, const CpuLi
   gated_projection(act, gate_w, up_w, x, a);
   linear(down_w, a, out);
 }
-
-namespace {
-
-
-}  // namespace
 
 std::vector<Route> route(const MoeConfig& m, const float* logits, const Floats& bias) {
   const int64_t E = m.num_experts;

@@ -38,6 +38,7 @@ ChoiceConfig choice_config(const CompletionRequest& request) {
   c.stop_token_ids = request.gen.stop_token_ids;
   c.max_tokens = request.gen.max_tokens;
   c.top_logprobs = request.gen.top_logprobs;
+  c.skip_special = request.skip_special_tokens;
   return c;
 }
 
@@ -50,12 +51,29 @@ ChoiceConfig choice_config(const ChatCompletionRequest& request) {
   c.stop_token_ids = request.gen.stop_token_ids;
   c.max_tokens = request.gen.max_tokens;
   c.top_logprobs = request.gen.top_logprobs;
+  c.skip_special = request.skip_special_tokens;
   return c;
 }
 
+namespace {
+
+// The specials a choice's parser consumes: decoded even when the others are skipped.
+std::vector<std::string> parser_markers(OutputKind kind) {
+  switch (kind) {
+    case OutputKind::kChatK3: return chat::K3OutputParser::markers();
+    case OutputKind::kChatKimiLinear: return chat::KimiLinearOutputParser::markers();
+    case OutputKind::kCompletion: break;
+  }
+  return {};
+}
+
+}  // namespace
+
 struct ChoiceOutput::State {
   State(const Tokenizer& t, ChoiceConfig c)
-      : tokenizer(t), config(std::move(c)), decoder(t, /*skip_special=*/config.kind == OutputKind::kCompletion) {
+      : tokenizer(t),
+        config(std::move(c)),
+        decoder(t, config.skip_special ? SkipSpecial::kAll : SkipSpecial::kNone, parser_markers(config.kind)) {
     if (config.kind == OutputKind::kChatK3) k3.emplace(config.thinking, config.call_id_prefix);
     if (config.kind == OutputKind::kChatKimiLinear) kimi_linear.emplace();
     for (const auto& s : config.stop) longest_stop = std::max(longest_stop, s.size());

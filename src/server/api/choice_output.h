@@ -1,7 +1,8 @@
 // One choice of a completion or chat completion, fed the generated tokens one at a time; says what
 // to send and when the choice is done.
 //
-// Text is decoded incrementally (never split inside a UTF-8 sequence). Stop strings are matched on
+// Text is decoded incrementally (never split inside a UTF-8 sequence), without the added tokens
+// when skip_special is set (chat: but the format's markers, which the parser consumes). Stop strings are matched on
 // the decoded text (for chat: the raw model output, markers included, before the chat parser): the
 // text never includes the stop string, and a tail that could still be the start of one is held
 // back until decided. Finish reasons: a stop string or a stop token id (eos unless ignore_eos; the
@@ -39,6 +40,7 @@ struct ChoiceConfig {
   std::vector<int64_t> stop_token_ids;
   int64_t max_tokens = 0;  // ≤ 0: no limit here (the scheduler ends the choice with finish())
   int top_logprobs = -1;   // -1: no logprobs
+  bool skip_special = true;  // the request's skip_special_tokens (openai_request.h)
 };
 
 ChoiceConfig choice_config(const CompletionRequest& request);

@@ -156,6 +156,7 @@ void parse_common(const Json& j, const ApiContext& ctx, bool chat, RequestCommon
   refuse_unsupported(j, r.n);
   r.stop = parse_stop(j);
   r.stream = boolean(j, "stream").value_or(false);
+  r.skip_special_tokens = boolean(j, "skip_special_tokens").value_or(true);
   if (const Json* so = field(j, "stream_options")) {
     if (!r.stream) bad("stream_options", "only allowed when stream is true");
     if (!so->is_object()) bad("stream_options", "expected an object");
@@ -284,8 +285,6 @@ std::vector<int64_t> chat_prompt(const chat::Request& request, const ApiContext&
   }
 }
 
-std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
-
 }  // namespace
 
 GenerationParams choice_params(const GenerationParams& gen, int index) {
@@ -339,7 +338,7 @@ std::string tokenize_response(std::string_view body, const ApiContext& ctx) {
   out["tokens"] = tokens;
   out["count"] = tokens.size();
   out["max_model_len"] = ctx.max_context;
-  return dump(out);
+  return chat::dump_output(out);
 }
 
 std::string detokenize_response(std::string_view body, const ApiContext& ctx) {
@@ -350,7 +349,7 @@ std::string detokenize_response(std::string_view body, const ApiContext& ctx) {
   const std::vector<uint32_t> ids32(ids.begin(), ids.end());
   Json out = Json::object();
   out["prompt"] = ctx.tokenizer.decode(ids32);
-  return dump(out);
+  return chat::dump_output(out);
 }
 
 }  // namespace k3::server

@@ -52,6 +52,9 @@ struct RequestCommon {
   std::vector<std::string> stop;  // at most 4, none empty; matched on the decoded text
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // skip_special_tokens (vLLM's field, default true): the text leaves out every added token (chat:
+  // but the format's markers, which the parser consumes); false keeps them all.
+  bool skip_special_tokens = true;
   std::string model;           // the served model name
 };
 

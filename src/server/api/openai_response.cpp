@@ -9,8 +9,6 @@ namespace {
 
 using chat::Json;
 
-std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
-
 Json usage_json(const Usage& u) {
   Json j = Json::object();
   j["prompt_tokens"] = u.prompt_tokens;
@@ -99,7 +97,7 @@ std::string whole_response(const ResponseHead& head, const char* object, const s
   }
   j["choices"] = std::move(list);
   j["usage"] = usage_json(usage);
-  return dump(j);
+  return chat::dump_output(j);
 }
 
 }  // namespace
@@ -114,7 +112,7 @@ std::string chat_response(const ResponseHead& head, const std::vector<const Choi
                         [](const ChoiceOutput& o, Json& c) { c["message"] = o.message().to_json(); });
 }
 
-std::string sse_event(const Json& chunk) { return "data: " + dump(chunk) + "\n\n"; }
+std::string sse_event(const Json& chunk) { return "data: " + chat::dump_output(chunk) + "\n\n"; }
 
 std::string chat_role_chunk(const ResponseHead& head, size_t index) {
   Json c = Json::object();
@@ -162,7 +160,7 @@ std::string models_response(const std::string& served_model_name, int64_t create
   Json j = Json::object();
   j["object"] = "list";
   j["data"] = Json::array({std::move(m)});
-  return dump(j);
+  return chat::dump_output(j);
 }
 
 }  // namespace k3::server

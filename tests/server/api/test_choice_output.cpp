@@ -263,5 +263,31 @@ TEST(ChoiceOutput, ChatKimiLinear) {
   EXPECT_EQ(cut.finish_reason(), "length");
 }
 
+// skip_special_tokens (default): completions text has no added token at all, the K3 markers
+// included; chat text keeps only what its parser consumes. false keeps every token.
+TEST(ChoiceOutput, SpecialTokensAreSkippedUnlessAskedFor) {
+  const std::string model_text = "a<|open|>b<|im_user|>c[BOS]";
+  ChoiceOutput skipped(tok(), completion_config());
+  EXPECT_EQ(feed_all(skipped, with_eos(ids_of(tok(), model_text))).text, "abc");
+  EXPECT_EQ(skipped.text(), "abc");
+  ChoiceConfig keep = completion_config();
+  keep.skip_special = false;
+  ChoiceOutput kept(tok(), keep);
+  EXPECT_EQ(feed_all(kept, with_eos(ids_of(tok(), model_text))).text, model_text);
+
+  const std::string reply = "<|close|>think<|sep|><|open|>response<|sep|>4<|im_assistant|>6<|close|>response<|sep|>"
+                            "<|close|>message<|sep|>";
+  ChoiceOutput chat(tok(), chat_config(OutputKind::kChatK3));
+  EXPECT_EQ(feed_chat(chat, reply).content, "46");
+  EXPECT_EQ(chat.message().content, "46");
+  ChoiceConfig raw = chat_config(OutputKind::kChatK3);
+  raw.skip_special = false;
+  ChoiceOutput raw_chat(tok(), raw);
+  EXPECT_EQ(feed_chat(raw_chat, reply).content, "4<|im_assistant|>6");
+  ChoiceOutput linear(tok(), chat_config(OutputKind::kChatKimiLinear));
+  EXPECT_EQ(feed_chat(linear, "4<|open|>6<|im_end|>ignored").content, "46");
+  EXPECT_EQ(linear.finish_reason(), "stop");
+}
+
 }  // namespace
 }  // namespace k3::server::test

@@ -27,6 +27,7 @@ TEST(CompletionRequest, Defaults) {
   EXPECT_EQ(r.gen.top_logprobs, -1);
   EXPECT_EQ(r.n, 1);
   EXPECT_FALSE(r.stream);
+  EXPECT_TRUE(r.skip_special_tokens);
   EXPECT_EQ(r.model, "tiny");
 }
 
@@ -35,7 +36,7 @@ TEST(CompletionRequest, AllFields) {
       R"("model":"tiny","max_tokens":7,"temperature":0.5,"top_p":0.9,"top_k":40,"min_p":0.05,"seed":-1,"n":3,)"
       R"("stop":["x","yz"],"stop_token_ids":[5,258],"presence_penalty":0.5,"frequency_penalty":-1,"logprobs":2,)"
       R"("stream":true,"stream_options":{"include_usage":true},"user":"u","echo":false,"best_of":3,"logit_bias":{},)"
-      R"("unknown_field":{"a":1})");
+      R"("skip_special_tokens":false,"unknown_field":{"a":1})");
   EXPECT_EQ(r.gen.max_tokens, 7);
   EXPECT_EQ(r.gen.sampling.temperature, 0.5);
   EXPECT_EQ(r.gen.sampling.top_p, 0.9);
@@ -49,6 +50,7 @@ TEST(CompletionRequest, AllFields) {
   EXPECT_EQ(r.gen.stop_token_ids, (std::vector<int64_t>{5, 258}));  // eos 258 not repeated
   EXPECT_EQ(r.gen.top_logprobs, 2);
   EXPECT_TRUE(r.stream && r.include_usage);
+  EXPECT_FALSE(r.skip_special_tokens);
   EXPECT_EQ(choice_params(r.gen, 2).sampling.seed, 1u);
   EXPECT_EQ(completion(R"("stop":"s","ignore_eos":true)").gen.stop_token_ids, std::vector<int64_t>{});
   EXPECT_EQ(completion(R"("top_k":-1)").gen.sampling.top_k, 0);
@@ -118,6 +120,7 @@ TEST(CompletionRequest, RefusesBadFields) {
                   {R"("stop_token_ids":[512])", "stop_token_ids[0]"},
                   {R"("stop_token_ids":3)", "stop_token_ids"},
                   {R"("ignore_eos":1)", "ignore_eos"},
+                  {R"("skip_special_tokens":"no")", "skip_special_tokens"},
                   {R"("logprobs":6)", "logprobs"},
                   {R"("logprobs":true)", "logprobs"},
                   {R"("max_tokens":0)", "max_tokens"},
@@ -187,6 +190,11 @@ TEST(ChatRequest, KimiLinearFormat) {
   const ChatCompletionRequest r = parse_chat_request(std::string("{") + kUser + "}", api.ctx);
   EXPECT_FALSE(r.k3_format);
   EXPECT_EQ(r.gen.prompt.back(), api.tokenizer.special_id("<|im_middle|>"));
+}
+
+TEST(ChatRequest, SkipSpecialTokens) {
+  EXPECT_TRUE(chat("").skip_special_tokens);
+  EXPECT_FALSE(chat(R"("skip_special_tokens":false)").skip_special_tokens);
 }
 
 const char* kTools = R"("tools":[{"type":"function","function":{"name":"a","parameters":{"type":"object"}}},

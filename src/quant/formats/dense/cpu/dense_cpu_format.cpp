@@ -5,8 +5,8 @@
 namespace k3::cpu {
 namespace {
 
-std::unique_ptr<WeightMatrix> make_matrix(const Binding& b, int64_t rows, int64_t cols, PlanFiles& files, int64_t expert,
-                                 const LinearOptions& options, CpuIsa isa) {
+std::unique_ptr<WeightMatrix> dense_from_binding(const Binding& b, int64_t rows, int64_t cols, PlanFiles& files, int64_t expert,
+                                                 const LinearOptions& options, CpuIsa isa) {
   const SourceTensor& w = b.source("weight", expert);
   if (w.dtype != "BF16" && w.dtype != "F16") return nullptr;
   return make_half_matrix(files.bytes(w), w.dtype == "BF16", rows, cols, files.file(w), isa);
@@ -14,6 +14,6 @@ std::unique_ptr<WeightMatrix> make_matrix(const Binding& b, int64_t rows, int64_
 
 }  // namespace
 
-const CpuFormat cpu_format_dense{.make_matrix = make_matrix, .reads_in_place = true};
+const CpuFormat cpu_format_dense{.make_matrix = dense_from_binding, .reads_in_place = true};
 
 }  // namespace k3::cpu

@@ -6,8 +6,8 @@
 namespace k3::cpu {
 namespace {
 
-std::unique_ptr<WeightMatrix> make_matrix(const Binding& b, int64_t rows, int64_t cols, PlanFiles& files, int64_t expert,
-                                 const LinearOptions& options, CpuIsa isa) {
+std::unique_ptr<WeightMatrix> fp8_from_binding(const Binding& b, int64_t rows, int64_t cols, PlanFiles& files, int64_t expert,
+                                               const LinearOptions& options, CpuIsa isa) {
   const SourceTensor& w = b.source("weight", expert);
   const bool block = b.scheme.kind == SchemeKind::Fp8Block;
   // The checkpoint's activation contract: dynamic 1×128 for block FP8, the static input_scale for
@@ -24,7 +24,7 @@ std::unique_ptr<WeightMatrix> make_matrix(const Binding& b, int64_t rows, int64_
 
 }  // namespace
 
-const CpuFormat cpu_format_fp8_tensor{.make_matrix = make_matrix, .reads_in_place = true};
-const CpuFormat cpu_format_fp8_block{.make_matrix = make_matrix, .reads_in_place = true};
+const CpuFormat cpu_format_fp8_tensor{.make_matrix = fp8_from_binding, .reads_in_place = true};
+const CpuFormat cpu_format_fp8_block{.make_matrix = fp8_from_binding, .reads_in_place = true};
 
 }  // namespace k3::cpu

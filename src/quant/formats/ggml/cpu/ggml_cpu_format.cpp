@@ -9,8 +9,8 @@
 namespace k3::cpu {
 namespace {
 
-std::unique_ptr<WeightMatrix> make_matrix(const Binding& b, int64_t rows, int64_t cols, PlanFiles& files, int64_t expert,
-                                 const LinearOptions& options, CpuIsa isa) {
+std::unique_ptr<WeightMatrix> ggml_from_binding(const Binding& b, int64_t rows, int64_t cols, PlanFiles& files, int64_t expert,
+                                                const LinearOptions& options, CpuIsa isa) {
   const SourceTensor& w = b.source("weight", expert);
   const GgmlTypeInfo* info = find_ggml_type(b.scheme.storage);
   if (info == nullptr || !ggml_has_dequant(info->type)) return nullptr;
@@ -23,7 +23,7 @@ std::unique_ptr<WeightMatrix> make_matrix(const Binding& b, int64_t rows, int64_
 
 }  // namespace
 
-const CpuFormat cpu_format_ggml{.make_matrix = make_matrix, .reads_in_place = true};
+const CpuFormat cpu_format_ggml{.make_matrix = ggml_from_binding, .reads_in_place = true};
 const CpuFormat cpu_format_ggml_split_kv_b{.make_matrix = nullptr, .reads_in_place = false};
 
 }  // namespace k3::cpu

@@ -7,8 +7,8 @@
 namespace k3::cpu {
 namespace {
 
-std::unique_ptr<WeightMatrix> make_matrix(const Binding& b, int64_t rows, int64_t cols, PlanFiles& files, int64_t expert,
-                                 const LinearOptions& options, CpuIsa isa) {
+std::unique_ptr<WeightMatrix> nvfp4_from_binding(const Binding& b, int64_t rows, int64_t cols, PlanFiles& files, int64_t expert,
+                                                 const LinearOptions& options, CpuIsa isa) {
   Nvfp4Options nvfp4;
   if (options.activation == ActivationNumerics::CheckpointContract) {
     nvfp4.w4a4 = true;
@@ -21,6 +21,6 @@ std::unique_ptr<WeightMatrix> make_matrix(const Binding& b, int64_t rows, int64_
 
 }  // namespace
 
-const CpuFormat cpu_format_nvfp4{.make_matrix = make_matrix, .reads_in_place = false};
+const CpuFormat cpu_format_nvfp4{.make_matrix = nvfp4_from_binding, .reads_in_place = false};
 
 }  // namespace k3::cpu

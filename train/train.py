@@ -96,6 +96,20 @@ def greedy_accuracy(model, is_k3, examples, device, max_new=48):
     return correct / B
 
 
+def train_step(forward, model, opt, cfg, rng, args, device):
+    examples = tasks.batch(cfg.is_k3, rng, args.batch, max_tokens=args.max_tokens)
+    ids, mask = collate(examples, device, args.max_tokens + 1 if args.compile else None)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        logits = forward(ids[:, :-1])
+    target = mask[:, 1:]
+    loss = F.cross_entropy(logits[target].float(), ids[:, 1:][target])
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss
+
+
 def save(model, cfg, out_dir):
     """The release layout: config.json, safetensors shards with their index, the byte-level tokenizer."""
     os.makedirs(out_dir, exist_ok=True)
@@ -156,16 +170,16 @@ def main():
         lr = args.lr * (progress / 0.03 if progress < 0.03 else 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (progress - 0.03) / 0.97)))
         for g in opt.param_groups:
             g["lr"] = lr
-        examples = tasks.batch(cfg.is_k3, rng, args.batch, max_tokens=args.max_tokens)
-        ids, mask = collate(examples, device, args.max_tokens + 1 if args.compile else None)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-            logits = forward(ids[:, :-1])
-        target = mask[:, 1:]
-        loss = F.cross_entropy(logits[target].float(), ids[:, 1:][target])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        try:
+            loss = train_step(forward, model, opt, cfg, rng, args, device)
+        except torch.cuda.OutOfMemoryError:  # several runs share one GPU: halve the batch and go on
+            opt.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+            args.batch //= 2
+            print(json.dumps({"step": step, "out_of_memory": True, "batch": args.batch}), flush=True)
+            if args.batch == 0:
+                raise
+            continue
         with torch.no_grad():  # auxiliary-loss-free balancing: push each expert's bias toward equal load
             for m in model.modules():
                 if hasattr(m, "last_load"):

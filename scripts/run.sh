@@ -3,6 +3,7 @@
 # checkpoint (once), check its load plan and generate from it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"  # idle OpenMP workers sleep: faster on shared machines
 scripts/setup.sh
 scripts/build.sh release >/dev/null
 K3=build/release/k3

@@ -243,7 +243,7 @@ class GgufStreamWriter {
   void set(const std::string& key, GgufValue value);
   // Returns the tensor's index (declaration order).
   size_t declare(std::string name, GgmlType type, std::vector<uint64_t> ne);
-  uint64_t nbytes(size_t index) const { return tensors_.at(index).nbytes; }
+  uint64_t nbytes(size_t index) const { return tensors_.at(index).payload.nbytes; }
   const std::string& name(size_t index) const { return tensors_.at(index).name; }
   GgmlType type(size_t index) const { return tensors_.at(index).type; }
   size_t size() const { return tensors_.size(); }
@@ -261,9 +261,7 @@ class GgufStreamWriter {
     std::string name;
     GgmlType type;
     std::vector<uint64_t> ne;
-    uint64_t nbytes = 0;
-    uint64_t offset = 0;
-    uint64_t written = 0;
+    PayloadExtent payload;
   };
   uint32_t version_;
   std::vector<GgufKeyValue> metadata_;

@@ -197,28 +197,28 @@ size_t GgufStreamWriter::declare(std::string name, GgmlType type, std::vector<ui
   if (file_) throw Error(Where{"", name, ""}, "declared after the file was opened");
   const uint64_t nbytes = checked_nbytes(name, type, ne);
   if (!names_.insert(name).second) throw Error(Where{"", name, ""}, "duplicate tensor name");
-  tensors_.push_back(Declared{std::move(name), type, std::move(ne), nbytes, 0, 0});
+  tensors_.push_back(Declared{std::move(name), type, std::move(ne), PayloadExtent{nbytes}});
   return tensors_.size() - 1;
 }
 
 uint64_t GgufStreamWriter::file_size() const {
   const uint64_t align = alignment_of(metadata_);
   std::vector<TensorHeader> headers;
-  for (const Declared& t : tensors_) headers.push_back({&t.name, t.type, &t.ne, t.nbytes});
+  for (const Declared& t : tensors_) headers.push_back({&t.name, t.type, &t.ne, t.payload.nbytes});
   uint64_t size = header_bytes(version_, metadata_, headers, align).size();
-  for (const Declared& t : tensors_) size += padded(t.nbytes, align);
+  for (const Declared& t : tensors_) size += padded(t.payload.nbytes, align);
   return size;
 }
 
 void GgufStreamWriter::open(const std::string& path) {
   const uint64_t align = alignment_of(metadata_);
   std::vector<TensorHeader> headers;
-  for (const Declared& t : tensors_) headers.push_back({&t.name, t.type, &t.ne, t.nbytes});
+  for (const Declared& t : tensors_) headers.push_back({&t.name, t.type, &t.ne, t.payload.nbytes});
   const std::vector<uint8_t> header = header_bytes(version_, metadata_, headers, align);
   uint64_t pos = header.size();
   for (Declared& t : tensors_) {
-    t.offset = pos;
-    pos += padded(t.nbytes, align);
+    t.payload.offset = pos;
+    pos += padded(t.payload.nbytes, align);
   }
   file_ = std::make_unique<PositionalFile>(path, pos);
   file_->write_at(0, header);
@@ -226,22 +226,12 @@ void GgufStreamWriter::open(const std::string& path) {
 
 void GgufStreamWriter::write(size_t index, uint64_t offset, std::span<const uint8_t> bytes) {
   Declared& t = tensors_.at(index);
-  if (!file_) throw Error(Where{"", t.name, ""}, "written before the file was opened");
-  if (!range_fits(offset, bytes.size(), t.nbytes) || t.written + bytes.size() > t.nbytes) {
-    throw Error(Where{file_->path(), t.name, ""}, "write of [" + u64s(offset) + ", +" + u64s(bytes.size()) +
-                                                      ") exceeds the tensor's " + u64s(t.nbytes) + " bytes");
-  }
-  file_->write_at(t.offset + offset, bytes);
-  t.written += bytes.size();
+  write_payload(file_.get(), t.name, t.payload, offset, bytes);
 }
 
 void GgufStreamWriter::close() {
   if (!file_) throw Error(Where{"", "", ""}, "closed before the file was opened");
-  for (const Declared& t : tensors_) {
-    if (t.written != t.nbytes) {
-      throw Error(Where{file_->path(), t.name, ""}, "only " + u64s(t.written) + " of " + u64s(t.nbytes) + " payload bytes were written");
-    }
-  }
+  for (const Declared& t : tensors_) expect_whole_payload(*file_, t.name, t.payload);
   file_->close();
 }
 

@@ -50,4 +50,22 @@ void PositionalFile::close() {
   if (fd >= 0 && ::close(fd) != 0) throw Error(Where{path_, "", ""}, std::string("write failed: ") + std::strerror(errno));
 }
 
+void write_payload(PositionalFile* file, const std::string& tensor, PayloadExtent& extent, uint64_t offset,
+                   std::span<const uint8_t> bytes) {
+  if (!file) throw Error(Where{"", tensor, ""}, "written before the file was opened");
+  if (!range_fits(offset, bytes.size(), extent.nbytes) || extent.written + bytes.size() > extent.nbytes) {
+    throw Error(Where{file->path(), tensor, ""}, "write of [" + std::to_string(offset) + ", +" + std::to_string(bytes.size()) +
+                                                     ") exceeds the tensor's " + std::to_string(extent.nbytes) + " bytes");
+  }
+  file->write_at(extent.offset + offset, bytes);
+  extent.written += bytes.size();
+}
+
+void expect_whole_payload(const PositionalFile& file, const std::string& tensor, const PayloadExtent& extent) {
+  if (extent.written != extent.nbytes) {
+    throw Error(Where{file.path(), tensor, ""}, "only " + std::to_string(extent.written) + " of " + std::to_string(extent.nbytes) +
+                                                   " payload bytes were written");
+  }
+}
+
 }  // namespace k3

@@ -31,4 +31,20 @@ class PositionalFile {
   int fd_ = -1;
 };
 
+// One tensor's payload in a streamed file: where it starts and how much of it was written. The
+// streamed writers (safetensors, GGUF) write payloads piecewise through write_payload and check on
+// close that each is whole.
+struct PayloadExtent {
+  uint64_t nbytes = 0;
+  uint64_t offset = 0;   // absolute file offset, set when the file is opened
+  uint64_t written = 0;  // payload bytes written so far
+};
+
+// Writes `bytes` at `offset` inside `tensor`'s payload; throws k3::Error naming the tensor for a
+// write before the file was opened or past the payload's end.
+void write_payload(PositionalFile* file, const std::string& tensor, PayloadExtent& extent, uint64_t offset,
+                   std::span<const uint8_t> bytes);
+// Throws naming `tensor` unless its payload was written whole.
+void expect_whole_payload(const PositionalFile& file, const std::string& tensor, const PayloadExtent& extent);
+
 }  // namespace k3

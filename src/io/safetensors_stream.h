@@ -28,7 +28,7 @@ class SafetensorsStreamWriter {
   size_t declare(std::string name, Dtype dtype, std::vector<uint64_t> shape);
   void set_metadata(std::string key, std::string value);
   uint64_t payload_size() const { return payload_size_; }
-  uint64_t nbytes(size_t index) const { return tensors_.at(index).nbytes; }
+  uint64_t nbytes(size_t index) const { return tensors_.at(index).payload.nbytes; }
   const std::string& name(size_t index) const { return tensors_.at(index).name; }
   size_t size() const { return tensors_.size(); }
 
@@ -44,9 +44,7 @@ class SafetensorsStreamWriter {
     std::string name;
     Dtype dtype;
     std::vector<uint64_t> shape;
-    uint64_t nbytes = 0;
-    uint64_t offset = 0;   // absolute file offset, set by open()
-    uint64_t written = 0;  // payload bytes written so far
+    PayloadExtent payload;
   };
   std::vector<Declared> tensors_;
   std::unordered_set<std::string> names_;

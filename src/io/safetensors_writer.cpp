@@ -185,7 +185,7 @@ size_t SafetensorsStreamWriter::declare(std::string name, Dtype dtype, std::vect
   const uint64_t nbytes = checked_nbytes(name, dtype, shape);
   if (!names_.insert(name).second) throw Error(Where{"", name, ""}, "tensor added twice");
   payload_size_ += nbytes;
-  tensors_.push_back(Declared{std::move(name), dtype, std::move(shape), nbytes, 0, 0});
+  tensors_.push_back(Declared{std::move(name), dtype, std::move(shape), PayloadExtent{nbytes}});
   return tensors_.size() - 1;
 }
 
@@ -196,13 +196,13 @@ void SafetensorsStreamWriter::set_metadata(std::string key, std::string value) {
 
 void SafetensorsStreamWriter::open(const std::string& path) {
   std::vector<HeaderEntry> entries;
-  for (const Declared& t : tensors_) entries.push_back({&t.name, t.dtype, &t.shape, t.nbytes});
+  for (const Declared& t : tensors_) entries.push_back({&t.name, t.dtype, &t.shape, t.payload.nbytes});
   const std::vector<size_t> order = layout_order(entries);
   const std::vector<uint8_t> header = header_bytes(header_json(metadata_, entries, order));
   uint64_t pos = header.size();
   for (size_t i : order) {
-    tensors_[i].offset = pos;
-    pos += tensors_[i].nbytes;
+    tensors_[i].payload.offset = pos;
+    pos += tensors_[i].payload.nbytes;
   }
   file_ = std::make_unique<PositionalFile>(path, pos);
   file_->write_at(0, header);
@@ -210,23 +210,12 @@ void SafetensorsStreamWriter::open(const std::string& path) {
 
 void SafetensorsStreamWriter::write(size_t index, uint64_t offset, std::span<const uint8_t> bytes) {
   Declared& t = tensors_.at(index);
-  if (!file_) throw Error(Where{"", t.name, ""}, "written before the file was opened");
-  if (!range_fits(offset, bytes.size(), t.nbytes) || t.written + bytes.size() > t.nbytes) {
-    throw Error(Where{file_->path(), t.name, ""}, "write of [" + std::to_string(offset) + ", +" + std::to_string(bytes.size()) +
-                                                      ") exceeds the tensor's " + std::to_string(t.nbytes) + " bytes");
-  }
-  file_->write_at(t.offset + offset, bytes);
-  t.written += bytes.size();
+  write_payload(file_.get(), t.name, t.payload, offset, bytes);
 }
 
 void SafetensorsStreamWriter::close() {
   if (!file_) throw Error(Where{"", "", ""}, "closed before the file was opened");
-  for (const Declared& t : tensors_) {
-    if (t.written != t.nbytes) {
-      throw Error(Where{file_->path(), t.name, ""}, "only " + std::to_string(t.written) + " of " + std::to_string(t.nbytes) +
-                                                        " payload bytes were written");
-    }
-  }
+  for (const Declared& t : tensors_) expect_whole_payload(*file_, t.name, t.payload);
   file_->close();
 }
 

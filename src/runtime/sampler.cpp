@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -67,16 +68,25 @@ RowSampling Sampler::device_row() {
   return r;
 }
 
-int64_t Sampler::next(std::span<const float> logits) {
-  if (!penalized()) return choose(logits);
+int64_t Sampler::next(std::span<const float> logits, std::span<const uint32_t> allowed) {
+  if (!penalized() && allowed.empty()) return choose(logits);
   penalized_.assign(logits.begin(), logits.end());
   for (const auto& [id, count] : counts_) {
     if (id < 0 || id >= static_cast<int64_t>(penalized_.size())) continue;
     float& l = penalized_[static_cast<size_t>(id)];
     l = static_cast<float>(l - (params_.presence_penalty + params_.frequency_penalty * static_cast<double>(count)));
   }
+  if (!allowed.empty()) {
+    bool any = false;
+    for (size_t i = 0; i < penalized_.size(); ++i) {
+      const bool ok = i / 32 < allowed.size() && (allowed[i / 32] >> (i % 32) & 1u);
+      if (!ok) penalized_[i] = -std::numeric_limits<float>::infinity();
+      any = any || ok;
+    }
+    if (!any) throw Error(Where{"", "", "allowed"}, "the token mask allows no token");
+  }
   const int64_t id = choose(penalized_);
-  ++counts_[id];
+  if (penalized()) ++counts_[id];
   return id;
 }
 
@@ -111,6 +121,7 @@ int64_t Sampler::choose(std::span<const float> logits) {
     while (above < keep && prob[above] >= floor) ++above;
     keep = above;
   }
+  while (keep > 1 && prob[keep - 1] == 0) --keep;  // masked (−inf) or underflowed: never drawn
   const double kept = std::accumulate(prob.begin(), prob.begin() + static_cast<std::ptrdiff_t>(keep), 0.0);
   const double u = std::uniform_real_distribution<double>(0.0, kept)(rng_);
   double acc = 0;

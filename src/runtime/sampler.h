@@ -50,7 +50,10 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
   // The next id; it counts as generated for the penalties.
-  int64_t next(std::span<const float> logits);
+  // `allowed`, when given, is a bitmask over the vocabulary (bit i of word i/32: token i may come
+  // next, e.g. a grammar's mask): the other tokens are never picked. Throws k3::Error when it
+  // allows none.
+  int64_t next(std::span<const float> logits, std::span<const uint32_t> allowed = {});
   // Counts an id the caller chose itself (a forced token, or a pick made on the device) as generated.
   void observe(int64_t id);
   // The next pick for an executor that samples where the logits are (backend/executor.h): these
@@ -65,7 +68,7 @@ class Sampler {
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::unordered_map<int64_t, int64_t> counts_;  // generated ids (only kept when penalized)
-  std::vector<float> penalized_;                 // scratch: the penalized logits
+  std::vector<float> penalized_;                 // scratch: the penalized and masked logits
 };
 
 }  // namespace k3

@@ -1,6 +1,7 @@
 #include "runtime/scheduler.h"
 
 #include <algorithm>
+#include <future>
 
 #include "core/error.h"
 #include "runtime/prefill_chunks.h"
@@ -28,6 +29,7 @@ struct Scheduler::Request {
   std::vector<int64_t> generated;   // sampled tokens, kept across a preemption
   int64_t fed = 0;                  // generated tokens run (the last one is fed by the next decode)
   bool in_step = false;
+  std::vector<uint32_t> allowed;    // the constraint's mask for the token this step samples
 
   Request(int64_t id, RequestSpec s, std::shared_ptr<RequestSink> k)
       : id(id), spec(std::move(s)), sink(std::move(k)), sampler(spec.sampling) {}
@@ -41,7 +43,7 @@ struct Scheduler::Request {
   // Sampling needs the logits (else the greedy pick is enough, made where the logits are).
   bool needs_logits() const {
     const SamplingParams& p = spec.sampling;
-    return !p.greedy || p.presence_penalty != 0 || p.frequency_penalty != 0 || spec.top_logprobs >= 0;
+    return !p.greedy || p.presence_penalty != 0 || p.frequency_penalty != 0 || spec.top_logprobs >= 0 || spec.constraint;
   }
 };
 
@@ -297,7 +299,8 @@ void Scheduler::after_step(Request& r, const StepResult& result, int64_t ran) {
     token.id = result.picked;
     r.sampler.observe(token.id);
   } else {
-    token.id = r.sampler.next(result.logits);
+    token.id = r.sampler.next(result.logits, r.allowed);
+    if (r.spec.constraint) r.spec.constraint->accept(token.id);
   }
   if (r.spec.top_logprobs >= 0) token.logprobs = logprobs_of(result.logits, token.id, r.spec.top_logprobs);
   token.stop = std::find(r.spec.stop_token_ids.begin(), r.spec.stop_token_ids.end(), token.id) != r.spec.stop_token_ids.end();
@@ -323,7 +326,7 @@ bool Scheduler::step_once() {
     const bool samples = r.samples_after(static_cast<int64_t>(tokens.size()));
     SequenceInput in{r.sequence, std::move(tokens), false, !(samples && r.needs_logits()), std::nullopt};
     // Sampling without logprobs runs where the logits are when the executor can.
-    if (samples && r.needs_logits() && r.spec.top_logprobs < 0 && engine_.samples_on_device()) {
+    if (samples && r.needs_logits() && r.spec.top_logprobs < 0 && !r.spec.constraint && engine_.samples_on_device()) {
       in.device_sample = r.sampler.device_row();
     }
     members.push_back(&r);
@@ -362,6 +365,21 @@ bool Scheduler::step_once() {
   for (const SequenceInput& in : inputs) report.tokens += static_cast<int64_t>(in.tokens.size());
   report.sequences = static_cast<int64_t>(inputs.size());
   report.prefill_tokens = report.tokens - report.decode_tokens;
+  // The constrained rows' masks are computed on a worker thread while the forward pass runs.
+  std::vector<Request*> constrained;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i]->spec.constraint && !inputs[i].argmax_only) constrained.push_back(members[i]);
+  }
+  const size_t words = static_cast<size_t>((engine_.config().vocab_size + 31) / 32);
+  std::future<void> masks;
+  if (!constrained.empty()) {
+    masks = std::async(std::launch::async, [&constrained, words] {
+      for (Request* r : constrained) {
+        r->allowed.assign(words, 0u);
+        r->spec.constraint->allowed_tokens(r->allowed);
+      }
+    });
+  }
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<StepResult> results;
   std::string error;
@@ -369,6 +387,13 @@ bool Scheduler::step_once() {
     results = engine_.step(inputs);
   } catch (const std::exception& e) {
     error = e.what();
+  }
+  if (masks.valid()) {
+    try {
+      masks.get();
+    } catch (const std::exception& e) {
+      if (error.empty()) error = e.what();
+    }
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (size_t i = 0; i < members.size(); ++i) {

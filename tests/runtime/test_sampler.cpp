@@ -154,6 +154,32 @@ TEST(Sampler, MinPDropsUnlikelyTokens) {
   }
 }
 
+// A token mask (bit i of word i/32): only allowed tokens are ever picked, greedy or sampled, and
+// among them the choice is the one the unmasked sampler makes over the allowed logits alone.
+TEST(Sampler, MaskRestrictsTheChoice) {
+  const std::vector<uint32_t> allow_0_2_4 = {0b10101u};
+  EXPECT_EQ(Sampler(SamplingParams{}).next(kLogits, allow_0_2_4), 4);  // logits 0.5, -1, 1
+  Sampler hot(sampling(50.0, 0, 1.0, 5));
+  std::map<int64_t, int> seen;
+  for (int i = 0; i < 3000; ++i) ++seen[hot.next(kLogits, allow_0_2_4)];
+  EXPECT_EQ(seen.size(), 3u);
+  EXPECT_TRUE(seen.count(0) && seen.count(2) && seen.count(4));
+  // One allowed token is always the pick, whatever the cut-offs.
+  Sampler nucleus(sampling(1.0, 2, 0.5, 7));
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(nucleus.next(kLogits, std::vector<uint32_t>{0b00100u}), 2);
+  // The same seed over the allowed logits alone (the others far below) draws the same ids.
+  std::vector<float> alone = kLogits;
+  alone[1] = alone[3] = -1e30f;
+  Sampler a(sampling(1.3, 0, 0.9, 11)), b(sampling(1.3, 0, 0.9, 11));
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(a.next(kLogits, allow_0_2_4), b.next(alone));
+}
+
+TEST(Sampler, MaskAllowingNothingIsAnError) {
+  Sampler s(SamplingParams{});
+  EXPECT_THROW(s.next(kLogits, std::vector<uint32_t>{0u}), Error);
+  EXPECT_THROW(s.next(kLogits, std::vector<uint32_t>{0b100000u}), Error);  // only a token past the vocabulary
+}
+
 TEST(Logprobs, LogSoftmaxOfRawLogitsAndSortedTop) {
   const TokenLogprobs lp = logprobs_of(kLogits, 4, 3);
   double z = 0;

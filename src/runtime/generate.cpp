@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 
 #include "core/error.h"
 #include "runtime/prefill_chunks.h"
@@ -58,12 +59,24 @@ GenerateResult generate(Engine& engine, const std::vector<int64_t>& prompt, cons
   if (options.max_tokens == 0) return r;
   check_context(engine.max_context(), static_cast<int64_t>(prompt.size()), options.max_tokens, "max_context");
   const int64_t seq = engine.new_sequence();
+  // A constraint's mask for the next token is computed while the forward pass runs.
+  std::vector<uint32_t> allowed;
+  const auto start_mask = [&]() -> std::future<void> {
+    if (!options.constraint) return {};
+    return std::async(std::launch::async, [&] {
+      allowed.assign(static_cast<size_t>((engine.config().vocab_size + 31) / 32), 0u);
+      options.constraint->allowed_tokens(allowed);
+    });
+  };
   auto t0 = std::chrono::steady_clock::now();
+  std::future<void> mask = start_mask();
   std::vector<StepResult> out{prefill(engine, seq, prompt, false, options.on_prefill)};
   r.prefill_seconds = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
   while (true) {
-    const int64_t next = sampler.next(out.front().logits);
+    if (mask.valid()) mask.get();
+    const int64_t next = sampler.next(out.front().logits, allowed);
+    if (options.constraint) options.constraint->accept(next);
     r.ids.push_back(next);
     if (options.on_token) options.on_token(next);
     if (options.stop_at_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) {
@@ -71,6 +84,7 @@ GenerateResult generate(Engine& engine, const std::vector<int64_t>& prompt, cons
       break;
     }
     if (static_cast<int64_t>(r.ids.size()) >= options.max_tokens) break;
+    mask = start_mask();
     out = engine.step({{seq, {next}, false}});
     ++r.decode_steps;
   }

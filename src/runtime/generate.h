@@ -3,11 +3,13 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
+#include "runtime/token_constraint.h"
 
 namespace k3 {
 
@@ -31,6 +33,9 @@ struct GenerateOptions {
   bool stop_at_eos = true;  // stop after emitting one of config.tokens.eos
   std::function<void(int64_t)> on_token;  // called with each generated id as soon as it is sampled
   PrefillProgress on_prefill;              // called after each prefill step
+  // Restricts every generated token (runtime/token_constraint.h); its mask is computed while the
+  // forward pass runs.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 struct GenerateResult {

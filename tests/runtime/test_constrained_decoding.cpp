@@ -116,6 +116,28 @@ TEST_F(ConstrainedDecoding, AConstraintAllowingEverythingChangesNothing) {
   EXPECT_EQ(all_allowed.ids, free_run.ids);
 }
 
+// generate() applies a constraint as the serving loop does: the same greedy tokens.
+TEST_F(ConstrainedDecoding, GenerateAgreesWithTheServingLoop) {
+  auto e = engine();
+  const int64_t vocab = e->config().vocab_size;
+  const std::vector<int64_t> prompt = test::test_prompt(50, vocab, 9);
+  GenerateOptions g;
+  g.max_tokens = 10;
+  g.stop_at_eos = false;
+  auto alone = std::make_shared<ModularConstraint>(vocab, 4);
+  g.constraint = alone;
+  const std::vector<int64_t> ids = generate(*e, prompt, g).ids;
+  Collected served;
+  auto c = std::make_shared<ModularConstraint>(vocab, 4);
+  Scheduler s(*e, SchedulerOptions{});
+  s.submit(spec(prompt, 10, c), std::make_shared<Collector>(served));
+  run_to_idle(s);
+  EXPECT_EQ(ids, served.ids);
+  EXPECT_EQ(alone->accepted, ids);
+  EXPECT_EQ(alone->masks, 10);
+  for (size_t n = 0; n < ids.size(); ++n) EXPECT_TRUE(alone->allows(n, ids[n]));
+}
+
 TEST_F(ConstrainedDecoding, PreemptionReplaysWithoutAskingTheConstraintAgain) {
   const int64_t vocab = engine()->config().vocab_size;
   std::vector<std::vector<int64_t>> want;

@@ -1,0 +1,42 @@
+// Collectives among the ranks of one model replica: the interface tensor and expert parallelism
+// are written against. Implementations: in-process ranks (threads of one process sharing memory:
+// thread_world.h), and across processes or GPUs the libraries the field trusts (MPI, NCCL).
+//
+// Contract: every rank calls the same collectives in the same order with matching sizes. A failure
+// on any rank (an exception, abort(), a rank that stops calling) ends every rank's pending and later
+// collectives with a k3::Error naming the cause, within the world's timeout — never a hang.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+
+namespace k3 {
+
+enum class ReduceOp { kSum, kMax };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Element-wise over every rank's `data` (equal lengths); the result on every rank. A sum adds the
+  // ranks' values in rank order (0, 1, …) on every rank: all ranks get the same bits, run after run.
+  virtual void all_reduce(std::span<float> data, ReduceOp op) = 0;
+  // `send` holds size() equal blocks; rank r receives block r reduced over the ranks (rank order).
+  virtual void reduce_scatter(std::span<const float> send, std::span<float> recv, ReduceOp op) = 0;
+  // recv = every rank's `send` (equal lengths) concatenated in rank order.
+  virtual void all_gather(std::span<const std::byte> send, std::span<std::byte> recv) = 0;
+  // `send` holds send_counts[r] bytes for each rank r, in rank order; recv receives recv_counts[q]
+  // bytes from each rank q, in rank order. send_counts[r] on rank q must equal recv_counts[q] on r.
+  virtual void all_to_all_v(std::span<const std::byte> send, std::span<const size_t> send_counts, std::span<std::byte> recv,
+                            std::span<const size_t> recv_counts) = 0;
+  // Every rank's `data` becomes root's.
+  virtual void broadcast(std::span<std::byte> data, int root) = 0;
+  virtual void barrier() = 0;
+  // Marks the world failed: every rank's pending and later collectives throw, naming `reason`.
+  virtual void abort(const std::string& reason) = 0;
+};
+
+}  // namespace k3

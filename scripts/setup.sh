@@ -12,13 +12,15 @@ CLI_PACKAGES=(
   g++ cmake ninja-build pkg-config
   nlohmann-json3-dev libcli11-dev libpcre2-dev libboost-dev
 )
-# Tests, benchmarks, fuzzing (clang), the OpenAI client test (Node.js), the PyTorch parity test.
+# Tests, benchmarks, fuzzing (clang), the OpenAI client test (Node.js), the PyTorch parity test,
+# Open MPI (ranks in separate processes under mpirun).
 MORE_PACKAGES=(
   build-essential git libfmt-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev libomp-dev
   clang libclang-rt-14-dev
   nodejs
   python3-torch python3-numpy
+  libopenmpi-dev openmpi-bin
 )
 
 case "${1:-}" in

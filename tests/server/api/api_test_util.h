@@ -72,7 +72,9 @@ inline void expect_refused(const std::function<void(const std::string&)>& parse,
     EXPECT_EQ(e.status(), c.status) << c.fields << " → " << e.what();
     EXPECT_EQ(e.param(), c.param) << c.fields << " → " << e.what();
     EXPECT_EQ(e.code(), c.code) << c.fields;
-    if (!c.param.empty()) EXPECT_NE(std::string(e.what()).find(c.param), std::string::npos) << e.what();
+    if (!c.param.empty()) {
+      EXPECT_NE(std::string(e.what()).find(c.param), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -7,11 +7,11 @@ namespace {
 
 using chat::Json;
 
-Json output_text(const std::string& text) {
+Json output_text_part(const std::string& text) {
   return Json{{"type", "output_text"}, {"annotations", Json::array()}, {"logprobs", Json::array()}, {"text", text}};
 }
 
-Json reasoning_text(const std::string& text) { return Json{{"type", "reasoning_text"}, {"text", text}}; }
+Json reasoning_part(const std::string& text) { return Json{{"type", "reasoning_text"}, {"text", text}}; }
 
 }  // namespace
 
@@ -26,13 +26,13 @@ Json ResponsesOutput::item_json(const Item& item) const {
     case Kind::kReasoning:
       j["type"] = "reasoning";
       j["summary"] = Json::array();
-      j["content"] = started ? Json::array() : Json::array({reasoning_text(item.text)});
+      j["content"] = started ? Json::array() : Json::array({reasoning_part(item.text)});
       break;
     case Kind::kMessage:
       j["type"] = "message";
       j["status"] = item.status;
       j["role"] = "assistant";
-      j["content"] = started ? Json::array() : Json::array({output_text(item.text)});
+      j["content"] = started ? Json::array() : Json::array({output_text_part(item.text)});
       return j;
     case Kind::kCall:
       j["type"] = "function_call";
@@ -88,7 +88,7 @@ ResponsesOutput::Item& ResponsesOutput::open(Kind kind, std::string& out, std::s
   if (kind == Kind::kReasoning || kind == Kind::kMessage) {
     event(out, "response.content_part.added",
           Json{{"item_id", item.id}, {"output_index", index}, {"content_index", 0},
-               {"part", kind == Kind::kReasoning ? reasoning_text("") : output_text("")}});
+               {"part", kind == Kind::kReasoning ? reasoning_part("") : output_text_part("")}});
   }
   return items_.back();
 }
@@ -114,7 +114,7 @@ void ResponsesOutput::close(std::string& out, const std::string& status) {
     event(out, reasoning ? "response.reasoning_text.done" : "response.output_text.done", std::move(done));
     Json part = where;
     part["content_index"] = 0;
-    part["part"] = reasoning ? reasoning_text(item.text) : output_text(item.text);
+    part["part"] = reasoning ? reasoning_part(item.text) : output_text_part(item.text);
     event(out, "response.content_part.done", std::move(part));
   }
   event(out, "response.output_item.done", Json{{"output_index", index}, {"item", item_json(item)}});

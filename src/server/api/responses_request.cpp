@@ -60,7 +60,7 @@ std::string required_string(const Json& item, const char* key, const std::string
 }
 
 // A reasoning item's text: its content's reasoning_text parts, else its summary joined by blank lines.
-std::string reasoning_text(const Json& item, const std::string& name) {
+std::string reasoning_item_text(const Json& item, const std::string& name) {
   std::string text;
   for (const char* key : {"content", "summary"}) {
     const Json* parts = field(item, key);
@@ -93,7 +93,7 @@ Json normalize_item(const Json& item, const std::string& name) {
   if (type == "reasoning") {
     return Json{{"type", "reasoning"},
                 {"summary", Json::array()},
-                {"content", Json::array({Json{{"type", "reasoning_text"}, {"text", reasoning_text(item, name)}}})}};
+                {"content", Json::array({Json{{"type", "reasoning_text"}, {"text", reasoning_item_text(item, name)}}})}};
   }
   if (type == "function_call") {
     return Json{{"type", "function_call"},
@@ -246,7 +246,7 @@ std::optional<Json> chat_tool_choice(const Json& j) {
 }
 
 // text.format → the chat response_format (json_schema's members under "json_schema").
-std::optional<Json> response_format(const Json& j) {
+std::optional<Json> chat_response_format(const Json& j) {
   const Json* text = field(j, "text");
   if (!text) return std::nullopt;
   if (!text->is_object()) bad("text", "expected an object");
@@ -387,7 +387,7 @@ ResponsesRequest parse_responses_request(std::string_view body, const ApiContext
   if (j.contains("max_output_tokens")) chat_body["max_completion_tokens"] = j["max_output_tokens"];
   if (const Json* reasoning = field(j, "reasoning"); reasoning && field(*reasoning, "effort"))
     chat_body["reasoning_effort"] = (*reasoning)["effort"];
-  if (std::optional<Json> format = response_format(j)) chat_body["response_format"] = std::move(*format);
+  if (std::optional<Json> format = chat_response_format(j)) chat_body["response_format"] = std::move(*format);
   try {
     r.chat = chat_request_from_json(chat_body, ctx);
   } catch (const ApiError& e) {

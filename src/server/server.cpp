@@ -24,9 +24,8 @@ struct Route {
 };
 constexpr Route kRoutes[] = {
     {"/v1/completions", "POST", true}, {"/v1/chat/completions", "POST", true}, {"/v1/responses", "POST", true},
-    {"/v1/models", "GET", true},
-    {"/tokenize", "POST", true},       {"/detokenize", "POST", true},          {"/health", "GET", false},
-    {"/metrics", "GET", false},
+    {"/v1/models", "GET", true},       {"/tokenize", "POST", true},             {"/detokenize", "POST", true},
+    {"/health", "GET", false},         {"/metrics", "GET", false},
 };
 
 // The path without a query string.

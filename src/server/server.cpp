@@ -199,7 +199,7 @@ void Server::completion(const HttpRequest& request, const std::shared_ptr<HttpEx
     ResponsesRequest r = parse_responses_request(request.body, ctx, *responses_);
     setup.choices.push_back(choice_config(r.chat));
     common = r.chat;
-    setup.output = responses_output(std::move(r), head("resp_"), *tokenizer_, responses_.get());
+    setup.output = responses_output(std::move(r), head("resp_"), responses_.get());
   } else if (path == "/v1/chat/completions") {
     ChatCompletionRequest r = parse_chat_request(request.body, ctx);
     for (int i = 0; i < r.n; ++i) setup.choices.push_back(choice_config(r));

@@ -171,9 +171,14 @@ class ChunkOutput final : public OutputFormat {
   std::string end(const std::vector<const ChoiceOutput*>& choices, const Usage& usage, const ApiError* failure) override {
     if (!stream_) return chat_ ? chat_response(head_, choices, usage) : completion_response(head_, choices, usage);
     std::string out;
-    if (failure) out += "data: " + failure->body() + "\n\n";
+    if (failure) {
+      out += "data: ";
+      out += failure->body();
+      out += "\n\n";
+    }
     if (head_.include_usage) out += usage_chunk(head_, chat_, usage);
-    return out + std::string(kSseDone);
+    out += kSseDone;
+    return out;
   }
 
  private:

@@ -6,7 +6,14 @@
 namespace k3::server::request_fields {
 
 void bad(const std::string& param, const std::string& message, const std::string& code) {
-  throw ApiError(400, param.empty() ? message : "'" + param + "': " + message, param, code);
+  std::string text;
+  if (!param.empty()) {
+    text += '\'';
+    text += param;
+    text += "': ";
+  }
+  text += message;
+  throw ApiError(400, std::move(text), param, code);
 }
 
 void unsupported(const std::string& param, const std::string& what) { bad(param, what + " is not supported"); }
@@ -19,7 +26,11 @@ const Json* field(const Json& j, const char* key) {
 std::optional<double> number_in(const Json& j, const char* key, double lo, double hi, bool lo_open) {
   const Json* v = field(j, key);
   if (!v) return std::nullopt;
-  const std::string range = std::string(lo_open ? "(" : "[") + short_number(lo) + ", " + short_number(hi) + "]";
+  std::string range = lo_open ? "(" : "[";
+  range += short_number(lo);
+  range += ", ";
+  range += short_number(hi);
+  range += "]";
   if (!v->is_number()) bad(key, "expected a number in " + range);
   const double d = v->get<double>();
   if (!(lo_open ? d > lo : d >= lo) || !(d <= hi)) bad(key, short_number(d) + " is out of range " + range);

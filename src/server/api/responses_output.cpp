@@ -15,8 +15,8 @@ Json reasoning_part(const std::string& text) { return Json{{"type", "reasoning_t
 
 }  // namespace
 
-ResponsesOutput::ResponsesOutput(ResponsesRequest request, ResponseHead head, const Tokenizer& tokenizer, ResponseStore* store)
-    : request_(std::move(request)), head_(std::move(head)), tokenizer_(tokenizer), store_(store) {}
+ResponsesOutput::ResponsesOutput(ResponsesRequest request, ResponseHead head, ResponseStore* store)
+    : request_(std::move(request)), head_(std::move(head)), store_(store) {}
 
 Json ResponsesOutput::item_json(const Item& item) const {
   const bool started = item.status == "in_progress";  // as announced: no content yet
@@ -175,14 +175,11 @@ std::string ResponsesOutput::end(const std::vector<const ChoiceOutput*>& choices
     close(out, status);
   }
 
-  int64_t reasoning_tokens = 0;
-  for (const Item& item : items_)
-    if (item.kind == Kind::kReasoning) reasoning_tokens += static_cast<int64_t>(tokenizer_.encode(item.text, Specials::kNone).size());
   Json u = Json::object();
   u["input_tokens"] = usage.prompt_tokens;
   u["input_tokens_details"] = Json{{"cached_tokens", usage.cached_tokens}};
   u["output_tokens"] = usage.completion_tokens;
-  u["output_tokens_details"] = Json{{"reasoning_tokens", std::min(reasoning_tokens, usage.completion_tokens)}};
+  u["output_tokens_details"] = Json{{"reasoning_tokens", choice.reasoning_tokens()}};
   u["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
   Json error = nullptr;
   if (failure) error = Json{{"code", failure->code().empty() ? "server_error" : failure->code()}, {"message", failure->what()}};
@@ -199,9 +196,8 @@ std::string ResponsesOutput::end(const std::vector<const ChoiceOutput*>& choices
   return out;
 }
 
-std::unique_ptr<OutputFormat> responses_output(ResponsesRequest request, ResponseHead head, const Tokenizer& tokenizer,
-                                               ResponseStore* store) {
-  return std::make_unique<ResponsesOutput>(std::move(request), std::move(head), tokenizer, store);
+std::unique_ptr<OutputFormat> responses_output(ResponsesRequest request, ResponseHead head, ResponseStore* store) {
+  return std::make_unique<ResponsesOutput>(std::move(request), std::move(head), store);
 }
 
 }  // namespace k3::server

@@ -30,14 +30,13 @@
 #include "server/api/openai_response.h"
 #include "server/api/response_store.h"
 #include "server/api/responses_request.h"
-#include "tokenizer/tokenizer.h"
 
 namespace k3::server {
 
 class ResponsesOutput final : public OutputFormat {
  public:
   // `store` may be null (nothing kept).
-  ResponsesOutput(ResponsesRequest request, ResponseHead head, const Tokenizer& tokenizer, ResponseStore* store);
+  ResponsesOutput(ResponsesRequest request, ResponseHead head, ResponseStore* store);
 
   std::string begin(size_t choices) override;
   std::string update(size_t index, const ChoiceUpdate& update) override;
@@ -60,7 +59,6 @@ class ResponsesOutput final : public OutputFormat {
 
   ResponsesRequest request_;
   ResponseHead head_;
-  const Tokenizer& tokenizer_;
   ResponseStore* store_;
   std::vector<Item> items_;
   bool item_open_ = false;              // items_.back() is still being written
@@ -68,7 +66,6 @@ class ResponsesOutput final : public OutputFormat {
   int64_t sequence_ = 0;
 };
 
-std::unique_ptr<OutputFormat> responses_output(ResponsesRequest request, ResponseHead head, const Tokenizer& tokenizer,
-                                               ResponseStore* store);
+std::unique_ptr<OutputFormat> responses_output(ResponsesRequest request, ResponseHead head, ResponseStore* store);
 
 }  // namespace k3::server

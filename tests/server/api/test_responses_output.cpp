@@ -60,7 +60,7 @@ OutputRun run(const std::string& body, const std::string& model_text, ResponseSt
   const int64_t prompt = static_cast<int64_t>(request.chat.gen.prompt.size());
   OutputRun r;
   r.head = ResponseHead{new_response_id("resp_"), "tiny", 1700000000, false};
-  ResponsesOutput out(std::move(request), r.head, tok(), &store);
+  ResponsesOutput out(std::move(request), r.head, &store);
   r.text = out.begin(1);
   std::vector<int64_t> ids = ids_of(tok(), model_text);
   if (with_eos) ids.push_back(eos());

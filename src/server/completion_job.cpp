@@ -1,5 +1,7 @@
 #include "server/completion_job.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "server/api_error.h"
 
@@ -15,6 +17,7 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 class CompletionJob::ChoiceSink final : public RequestSink {
  public:
   ChoiceSink(std::shared_ptr<CompletionJob> job, size_t index) : job_(std::move(job)), index_(index) {}
+  void on_admitted(int64_t cached_prompt_tokens) override { job_->on_admitted(index_, cached_prompt_tokens); }
   bool on_token(const GeneratedToken& token) override {
     bool more = true;
     job_->on_token(index_, token, more);
@@ -55,9 +58,7 @@ void CompletionJob::start(Scheduler& scheduler, std::vector<RequestSpec> specs) 
     }
     if (setup_.stream) {
       exchange_->begin_stream();
-      if (setup_.chat) {
-        for (size_t i = 0; i < outputs_.size(); ++i) exchange_->send(chat_role_chunk(setup_.head, i));
-      }
+      if (std::string events = setup_.output->begin(outputs_.size()); !events.empty()) exchange_->send(std::move(events));
     }
   }
   // Outside the lock: a client already gone runs the callback at once, here.
@@ -70,6 +71,11 @@ void CompletionJob::start(Scheduler& scheduler, std::vector<RequestSpec> specs) 
       }
     }
   });
+}
+
+void CompletionJob::on_admitted(size_t index, int64_t cached_prompt_tokens) {
+  std::lock_guard lock(mutex_);
+  if (index == 0 && cached_tokens_ < 0) cached_tokens_ = cached_prompt_tokens;
 }
 
 void CompletionJob::on_token(size_t index, const GeneratedToken& token, bool& more) {
@@ -86,8 +92,7 @@ void CompletionJob::on_token(size_t index, const GeneratedToken& token, bool& mo
     metrics_.inter_token_latency.observe(seconds_between(last_token_[index], now));
   }
   last_token_[index] = now;
-  const ChoiceUpdate update = outputs_[index].feed(token.id, token.logprobs ? &*token.logprobs : nullptr);
-  if (setup_.stream) send_update(index, update);
+  send_update(index, outputs_[index].feed(token.id, token.logprobs ? &*token.logprobs : nullptr));
   if (outputs_[index].finished()) more = false;
 }
 
@@ -112,15 +117,15 @@ void CompletionJob::on_finish(size_t index, FinishReason reason, const std::stri
       default: break;
     }
     const ChoiceUpdate update = out.finish(reason == FinishReason::kLength ? "length" : "stop");
-    if (setup_.stream && !failed_) send_update(index, update);
+    if (!failed_) send_update(index, update);
   }
   if (open_ == 0) complete();
 }
 
 void CompletionJob::send_update(size_t index, const ChoiceUpdate& update) {
   if (update.empty()) return;
-  const std::string chunk = setup_.chat ? chat_chunk(setup_.head, index, update) : completion_chunk(setup_.head, index, update);
-  if (!chunk.empty()) exchange_->send(chunk);
+  std::string events = setup_.output->update(index, update);
+  if (setup_.stream && !events.empty()) exchange_->send(std::move(events));
 }
 
 void CompletionJob::complete() {
@@ -130,11 +135,11 @@ void CompletionJob::complete() {
   }
   std::vector<const ChoiceOutput*> choices;
   for (const ChoiceOutput& o : outputs_) choices.push_back(&o);
-  const Usage usage = usage_of(setup_.prompt_tokens, choices);
+  Usage usage = usage_of(setup_.prompt_tokens, choices);
+  usage.cached_tokens = std::max<int64_t>(0, cached_tokens_);
   if (setup_.stream) {
-    if (failed_) exchange_->send(ApiError(error_status_, error_).body().insert(0, "data: ") + "\n\n");
-    if (setup_.head.include_usage) exchange_->send(usage_chunk(setup_.head, setup_.chat, usage));
-    exchange_->send(std::string(kSseDone));
+    const ApiError failure(error_status_, error_);
+    exchange_->send(setup_.output->end(choices, usage, failed_ ? &failure : nullptr));
     exchange_->end_stream();
     count(failed_ ? error_status_ : 200, error_);
     return;
@@ -144,8 +149,7 @@ void CompletionJob::complete() {
     count(error_status_, error_);
     return;
   }
-  exchange_->respond(200, "application/json",
-                     setup_.chat ? chat_response(setup_.head, choices, usage) : completion_response(setup_.head, choices, usage));
+  exchange_->respond(200, "application/json", setup_.output->end(choices, usage, nullptr));
   count(200, "");
 }
 

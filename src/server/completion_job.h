@@ -1,8 +1,9 @@
-// One /v1/completions or /v1/chat/completions request in flight: its n choices in the scheduler,
-// their outputs (server/api/choice_output.h) and the HTTP exchange they answer. The scheduler's
-// thread feeds the choices (RequestSink); the exchange's io thread reports a disconnect, which
-// cancels every choice. A streamed request sends each update as an SSE chunk as it comes; a whole
-// one answers when the last choice ends. Either way the request is counted in the metrics once.
+// One generation request in flight (/v1/completions, /v1/chat/completions, /v1/responses): its n
+// choices in the scheduler, their outputs (server/api/choice_output.h), the endpoint's OutputFormat
+// and the HTTP exchange they answer. The scheduler's thread feeds the choices (RequestSink); the
+// exchange's io thread reports a disconnect, which cancels every choice. A streamed request sends
+// what the format makes of each update as it comes; a whole one answers when the last choice ends.
+// Either way the request is counted in the metrics once.
 #pragma once
 
 #include <chrono>
@@ -32,9 +33,8 @@ using JobLog = std::function<void(const JobSummary&)>;
 class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
  public:
   struct Setup {
-    std::string endpoint;           // "/v1/completions" or "/v1/chat/completions"
-    bool chat = false;
-    ResponseHead head;
+    std::string endpoint;           // the route, for the log
+    std::unique_ptr<OutputFormat> output;
     bool stream = false;
     int64_t prompt_tokens = 0;
     std::vector<ChoiceConfig> choices;
@@ -49,6 +49,7 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
 
  private:
   class ChoiceSink;
+  void on_admitted(size_t index, int64_t cached_prompt_tokens);
   void on_token(size_t index, const GeneratedToken& token, bool& more);
   void on_finish(size_t index, FinishReason reason, const std::string& error);
   void send_update(size_t index, const ChoiceUpdate& update);
@@ -66,6 +67,7 @@ class CompletionJob : public std::enable_shared_from_this<CompletionJob> {
   std::vector<ChoiceOutput> outputs_;
   std::vector<int64_t> ids_;       // scheduler request ids
   std::vector<bool> ended_;
+  int64_t cached_tokens_ = -1;     // the first choice's first admission (-1: not yet admitted)
   size_t open_ = 0;
   bool failed_ = false;            // an error or timeout: answered with an error object
   int error_status_ = 0;

@@ -8,6 +8,9 @@
 #include "core/error.h"
 #include "server/api/openai_request.h"
 #include "server/api/openai_response.h"
+#include "server/api/response_store.h"
+#include "server/api/responses_output.h"
+#include "server/api/responses_request.h"
 #include "server/api_error.h"
 #include "server/completion_job.h"
 
@@ -20,9 +23,9 @@ struct Route {
   bool api;  // behind the API key, needs the model
 };
 constexpr Route kRoutes[] = {
-    {"/v1/completions", "POST", true}, {"/v1/chat/completions", "POST", true}, {"/v1/models", "GET", true},
-    {"/tokenize", "POST", true},       {"/detokenize", "POST", true},          {"/health", "GET", false},
-    {"/metrics", "GET", false},
+    {"/v1/completions", "POST", true}, {"/v1/chat/completions", "POST", true}, {"/v1/responses", "POST", true},
+    {"/v1/models", "GET", true},       {"/tokenize", "POST", true},             {"/detokenize", "POST", true},
+    {"/health", "GET", false},         {"/metrics", "GET", false},
 };
 
 // The path without a query string.
@@ -37,7 +40,9 @@ bool same_key(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-Server::Server(ServerOptions options) : options_(std::move(options)) {
+Server::Server(ServerOptions options)
+    : options_(std::move(options)),
+      responses_(std::make_unique<ResponseStore>(options_.response_store_max, options_.response_store_bytes)) {
   http_ = std::make_unique<HttpServer>(
       options_.host, options_.port, options_.http,
       [this](HttpRequest request, std::shared_ptr<HttpExchange> exchange) { handle(std::move(request), std::move(exchange)); },
@@ -177,28 +182,35 @@ void Server::route(const HttpRequest& request, const std::shared_ptr<HttpExchang
   } else if (path == "/detokenize") {
     exchange->respond(200, "application/json", detokenize_response(request.body, ctx));
   } else {
-    completion(request, exchange, path == "/v1/chat/completions");
+    completion(request, exchange, path);
   }
 }
 
-void Server::completion(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange, bool chat) {
+void Server::completion(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange, const std::string& path) {
   const ApiContext ctx{*tokenizer_, engine_->config(), options_.served_model_name, engine_->max_context(), options_.max_n};
   CompletionJob::Setup setup;
-  setup.endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
-  setup.chat = chat;
+  setup.endpoint = path;
   setup.timeout_s = options_.request_timeout_s;
   RequestCommon common;
-  if (chat) {
+  auto head = [&](const char* prefix) {
+    return ResponseHead{new_response_id(prefix), options_.served_model_name, unix_seconds_now(), common.stream && common.include_usage};
+  };
+  if (path == "/v1/responses") {
+    ResponsesRequest r = parse_responses_request(request.body, ctx, *responses_);
+    setup.choices.push_back(choice_config(r.chat));
+    common = r.chat;
+    setup.output = responses_output(std::move(r), head("resp_"), responses_.get());
+  } else if (path == "/v1/chat/completions") {
     ChatCompletionRequest r = parse_chat_request(request.body, ctx);
     for (int i = 0; i < r.n; ++i) setup.choices.push_back(choice_config(r));
     common = std::move(r);
+    setup.output = chat_output(head("chatcmpl-"), common.stream);
   } else {
     CompletionRequest r = parse_completion_request(request.body, ctx);
     for (int i = 0; i < r.n; ++i) setup.choices.push_back(choice_config(r));
     common = std::move(r);
+    setup.output = completions_output(head("cmpl-"), common.stream);
   }
-  setup.head = {new_response_id(chat ? "chatcmpl-" : "cmpl-"), options_.served_model_name, unix_seconds_now(),
-                common.stream && common.include_usage};
   setup.stream = common.stream;
   setup.prompt_tokens = static_cast<int64_t>(common.gen.prompt.size());
   std::vector<RequestSpec> specs;

@@ -1,6 +1,7 @@
 // `k3 serve`: the OpenAI-compatible HTTP server over a Scheduler (runtime/scheduler.h).
 //
-// Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST /tokenize,
+// Routes: POST /v1/completions, POST /v1/chat/completions, POST /v1/responses (stored responses
+// kept in memory, bounded: response_store.h), GET /v1/models, POST /tokenize,
 // POST /detokenize (all behind the API key when one is set), GET /health (503 while loading or
 // draining, else 200), GET /metrics (Prometheus text). A known route with another method is 405
 // (with Allow), anything else 404; errors are OpenAI error objects (server/api_error.h).
@@ -16,6 +17,7 @@
 #include <thread>
 
 #include "runtime/scheduler.h"
+#include "server/api/response_store.h"
 #include "server/http/http_server.h"
 #include "server/metrics.h"
 #include "tokenizer/tokenizer.h"
@@ -35,6 +37,8 @@ struct ServerOptions {
   HttpLimits http;
   SchedulerOptions scheduler;
   uint64_t prefix_cache_bytes = 0;  // the prefix cache's limit (pages and snapshots); 0 = free blocks
+  size_t response_store_max = 1024;              // /v1/responses kept for previous_response_id (0: none)
+  uint64_t response_store_bytes = uint64_t{256} << 20;  // and the most bytes they take
 };
 
 class Server {
@@ -55,7 +59,7 @@ class Server {
  private:
   void handle(HttpRequest request, std::shared_ptr<HttpExchange> exchange);
   void route(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange);
-  void completion(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange, bool chat);
+  void completion(const HttpRequest& request, const std::shared_ptr<HttpExchange>& exchange, const std::string& path);
   void observe_step(const StepReport& report);
   void set_gauges(const SchedulerStats& stats);
   void log(const struct JobSummary& job) const;
@@ -66,6 +70,7 @@ class Server {
   std::atomic<bool> ready_{false}, draining_{false};
   Engine* engine_ = nullptr;
   const Tokenizer* tokenizer_ = nullptr;
+  std::unique_ptr<ResponseStore> responses_;
   std::unique_ptr<Scheduler> scheduler_;
   std::thread loop_;
   int64_t created_ = 0;

@@ -1,7 +1,8 @@
 // `k3 serve --model DIR [--host 127.0.0.1] [--port 8000] [--device cpu|cuda[:N]] [--served-model-name NAME]
 //          [--api-key KEY] [--max-sequences N] [--max-context N] [--max-batch-tokens N] [--gpu-memory SIZE|%]
 //          [--threads N] [--prefix-cache on|off] [--prefix-cache-size SIZE] [--max-queue N]
-//          [--request-timeout S] [--drain-timeout S] [--log-format text|json] [--http-header-timeout S]`
+//          [--request-timeout S] [--drain-timeout S] [--log-format text|json] [--http-header-timeout S]
+//          [--response-store N] [--response-store-size SIZE]`
 // The OpenAI-compatible server (server/server.h). It binds first (/health answers 503 while the
 // weights load), prints one line with the URL when ready, and on SIGTERM or SIGINT drains: stops
 // accepting, lets in-flight requests finish for up to --drain-timeout seconds, cuts the rest and
@@ -44,6 +45,8 @@ struct ServeArgs {
   double request_timeout = 0, drain_timeout = 30;
   double http_header_timeout = server::HttpLimits{}.header_timeout_s;
   std::string log_format = "text";
+  int64_t response_store = static_cast<int64_t>(server::ServerOptions{}.response_store_max);
+  std::string response_store_size = "256M";
 };
 
 // Blocks SIGINT and SIGTERM in this thread and every thread it starts, so sigwait takes them.
@@ -102,6 +105,12 @@ Registered add_serve(CLI::App& app) {
   cmd->add_option("--http-header-timeout", a->http_header_timeout, "seconds a client has to send a whole request header")
       ->check(CLI::Range(0.01, 1e7))
       ->capture_default_str();
+  cmd->add_option("--response-store", a->response_store, "/v1/responses kept for previous_response_id (0: none)")
+      ->check(integer_in(0, int64_t{1} << 24))
+      ->capture_default_str();
+  cmd->add_option("--response-store-size", a->response_store_size, "most memory the kept responses take (e.g. 1G)")
+      ->check(parsed_by([](const std::string& t) { parse_byte_size(t, "--response-store-size"); }))
+      ->capture_default_str();
   cmd->add_option("--log-format", a->log_format, "request log lines on stderr: text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
@@ -142,6 +151,8 @@ Registered add_serve(CLI::App& app) {
             o.scheduler.max_queue = a->max_queue;
             o.scheduler.prefix_cache = a->prefix_cache == "on";
             if (!a->prefix_cache_size.empty()) o.prefix_cache_bytes = parse_byte_size(a->prefix_cache_size, "--prefix-cache-size");
+            o.response_store_max = static_cast<size_t>(a->response_store);
+            o.response_store_bytes = parse_byte_size(a->response_store_size, "--response-store-size");
             // The model outlives the server, which holds references to it.
             std::unique_ptr<Engine> model;
             std::optional<Tokenizer> tokenizer_holder;

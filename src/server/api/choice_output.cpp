@@ -90,6 +90,7 @@ struct ChoiceOutput::State {
   size_t released = 0;   // decoded[0, released) was handed out
   std::vector<TokenEntry> pending, done;  // logprob entries not yet / already released
   int64_t tokens = 0;
+  int64_t reasoning_tokens = 0;  // tokens when reasoning text was last released
   std::string finish_reason;
   std::string streamed_reasoning, streamed_content;  // chat: what the deltas carried
   chat::ParsedMessage message;
@@ -162,6 +163,7 @@ struct ChoiceOutput::State {
   }
 
   void add_delta(ChoiceUpdate& u, const chat::ChatDelta& d) {
+    if (!d.reasoning_content.empty()) reasoning_tokens = tokens;
     streamed_reasoning += d.reasoning_content;
     streamed_content += d.content;
     u.delta.reasoning_content += d.reasoning_content;
@@ -269,6 +271,7 @@ ChoiceUpdate ChoiceOutput::finish(const std::string& reason) {
 bool ChoiceOutput::finished() const { return !s_->finish_reason.empty(); }
 const std::string& ChoiceOutput::finish_reason() const { return s_->finish_reason; }
 int64_t ChoiceOutput::completion_tokens() const { return s_->tokens; }
+int64_t ChoiceOutput::reasoning_tokens() const { return s_->reasoning_tokens; }
 std::string ChoiceOutput::text() const { return s_->decoded.substr(0, s_->released); }
 const chat::ParsedMessage& ChoiceOutput::message() const { return s_->message; }
 bool ChoiceOutput::chat() const { return s_->is_chat(); }

@@ -71,6 +71,8 @@ class ChoiceOutput {
   bool finished() const;
   const std::string& finish_reason() const;  // "" until finished
   int64_t completion_tokens() const;         // every fed token, stop tokens included
+  // Chat: the tokens fed up to the one that released the last reasoning text (0 without reasoning).
+  int64_t reasoning_tokens() const;
 
   // The whole choice, for non-streamed responses (complete once finished).
   std::string text() const;                   // completions: the released text

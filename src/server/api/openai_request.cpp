@@ -9,20 +9,15 @@
 #include "chat/kimi_linear_format.h"
 #include "core/error.h"
 #include "io/json.h"
+#include "server/api/request_fields.h"
 #include "server/api_error.h"
 
 namespace k3::server {
-namespace {
 
 using chat::Json;
+using namespace request_fields;
 
-[[noreturn]] void bad(const std::string& param, const std::string& message, const std::string& code = "") {
-  throw ApiError(400, param.empty() ? message : "'" + param + "': " + message, param, code);
-}
-
-std::string num(double v) { return short_number(v); }
-
-Json parse_body(std::string_view body) {
+chat::Json parse_request_body(std::string_view body) {
   Json j;
   try {
     j = parse_json_value<Json>(body, Where{"request body", "", ""});
@@ -33,56 +28,7 @@ Json parse_body(std::string_view body) {
   return j;
 }
 
-// The value of `key`, nullptr when absent or null.
-const Json* field(const Json& j, const char* key) {
-  auto it = j.find(key);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::optional<double> number_in(const Json& j, const char* key, double lo, double hi, bool lo_open = false) {
-  const Json* v = field(j, key);
-  if (!v) return std::nullopt;
-  const std::string range = std::string(lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + "]";
-  if (!v->is_number()) bad(key, "expected a number in " + range);
-  const double d = v->get<double>();
-  if (!(lo_open ? d > lo : d >= lo) || !(d <= hi)) bad(key, num(d) + " is out of range " + range);
-  return d;
-}
-
-std::string integer_range(int64_t lo, int64_t hi) {
-  std::string range = "[";
-  range += std::to_string(lo);
-  range += ", ";
-  range += std::to_string(hi);
-  range += "]";
-  return range;
-}
-
-int64_t as_integer(const Json& v, const std::string& name, int64_t lo, int64_t hi) {
-  const std::string range = integer_range(lo, hi);
-  if (!v.is_number_integer()) bad(name, "expected an integer in " + range);
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) bad(name, v.dump() + " is out of range " + range);
-  const int64_t i = v.get<int64_t>();
-  if (i < lo || i > hi) bad(name, std::to_string(i) + " is out of range " + range);
-  return i;
-}
-
-std::optional<int64_t> integer_in(const Json& j, const char* key, int64_t lo, int64_t hi) {
-  const Json* v = field(j, key);
-  if (!v) return std::nullopt;
-  return as_integer(*v, key, lo, hi);
-}
-
-std::optional<bool> boolean(const Json& j, const char* key) {
-  const Json* v = field(j, key);
-  if (!v) return std::nullopt;
-  if (!v->is_boolean()) bad(key, "expected a boolean");
-  return v->get<bool>();
-}
-
-[[noreturn]] void unsupported(const std::string& param, const std::string& what) {
-  bad(param, what + " is not supported");
-}
+namespace {
 
 // Known fields that would change the result, refused rather than ignored.
 void refuse_unsupported(const Json& j, int n) {
@@ -294,7 +240,7 @@ GenerationParams choice_params(const GenerationParams& gen, int index) {
 }
 
 CompletionRequest parse_completion_request(std::string_view body, const ApiContext& ctx) {
-  const Json j = parse_body(body);
+  const Json j = parse_request_body(body);
   CompletionRequest r;
   parse_common(j, ctx, false, r);
   r.gen.prompt = completion_prompt(j, ctx);
@@ -303,7 +249,10 @@ CompletionRequest parse_completion_request(std::string_view body, const ApiConte
 }
 
 ChatCompletionRequest parse_chat_request(std::string_view body, const ApiContext& ctx) {
-  const Json j = parse_body(body);
+  return chat_request_from_json(parse_request_body(body), ctx);
+}
+
+ChatCompletionRequest chat_request_from_json(const chat::Json& j, const ApiContext& ctx) {
   ChatCompletionRequest r;
   parse_common(j, ctx, true, r);
   r.logprobs = r.gen.top_logprobs >= 0;
@@ -318,7 +267,7 @@ ChatCompletionRequest parse_chat_request(std::string_view body, const ApiContext
 }
 
 std::string tokenize_response(std::string_view body, const ApiContext& ctx) {
-  Json j = parse_body(body);
+  Json j = parse_request_body(body);
   if (const Json* m = field(j, "model"); m && *m != Json(ctx.served_model_name))
     throw ApiError(404, "The model " + quote_bytes(m->is_string() ? m->get<std::string>() : m->dump()) + " does not exist",
                    "model", "model_not_found");
@@ -342,7 +291,7 @@ std::string tokenize_response(std::string_view body, const ApiContext& ctx) {
 }
 
 std::string detokenize_response(std::string_view body, const ApiContext& ctx) {
-  const Json j = parse_body(body);
+  const Json j = parse_request_body(body);
   const Json* t = field(j, "tokens");
   if (!t) bad("tokens", "missing");
   const std::vector<int64_t> ids = token_ids(*t, "tokens", ctx.tokenizer.n_vocab());

@@ -70,8 +70,12 @@ struct ChatCompletionRequest : RequestCommon {
 // Choice `index` of an n-choice request: the same parameters with seed + index.
 GenerationParams choice_params(const GenerationParams& gen, int index);
 
+// The body as a JSON object (400 for bad JSON or another value).
+chat::Json parse_request_body(std::string_view body);
 CompletionRequest parse_completion_request(std::string_view body, const ApiContext& ctx);
 ChatCompletionRequest parse_chat_request(std::string_view body, const ApiContext& ctx);
+// The chat request of a parsed body (what /v1/responses maps its requests onto).
+ChatCompletionRequest chat_request_from_json(const chat::Json& body, const ApiContext& ctx);
 
 // /tokenize: {"prompt": str} (encoded as a completion prompt) or {"messages": [...], tools...,
 // "add_generation_prompt"?} (rendered as a chat request); "add_special_tokens" is accepted and has

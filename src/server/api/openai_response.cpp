@@ -150,6 +150,52 @@ std::string usage_chunk(const ResponseHead& head, bool chat, const Usage& usage)
   return sse_event(j);
 }
 
+namespace {
+
+class ChunkOutput final : public OutputFormat {
+ public:
+  ChunkOutput(ResponseHead head, bool stream, bool chat) : head_(std::move(head)), stream_(stream), chat_(chat) {}
+
+  std::string begin(size_t choices) override {
+    std::string out;
+    if (chat_)
+      for (size_t i = 0; i < choices; ++i) out += chat_role_chunk(head_, i);
+    return out;
+  }
+
+  std::string update(size_t index, const ChoiceUpdate& update) override {
+    if (!stream_ || update.empty()) return "";
+    return chat_ ? chat_chunk(head_, index, update) : completion_chunk(head_, index, update);
+  }
+
+  std::string end(const std::vector<const ChoiceOutput*>& choices, const Usage& usage, const ApiError* failure) override {
+    if (!stream_) return chat_ ? chat_response(head_, choices, usage) : completion_response(head_, choices, usage);
+    std::string out;
+    if (failure) {
+      out += "data: ";
+      out += failure->body();
+      out += "\n\n";
+    }
+    if (head_.include_usage) out += usage_chunk(head_, chat_, usage);
+    out += kSseDone;
+    return out;
+  }
+
+ private:
+  ResponseHead head_;
+  bool stream_, chat_;
+};
+
+}  // namespace
+
+std::unique_ptr<OutputFormat> completions_output(ResponseHead head, bool stream) {
+  return std::make_unique<ChunkOutput>(std::move(head), stream, false);
+}
+
+std::unique_ptr<OutputFormat> chat_output(ResponseHead head, bool stream) {
+  return std::make_unique<ChunkOutput>(std::move(head), stream, true);
+}
+
 std::string models_response(const std::string& served_model_name, int64_t created, int64_t max_model_len) {
   Json m = Json::object();
   m["id"] = served_model_name;

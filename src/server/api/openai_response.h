@@ -1,14 +1,16 @@
 // OpenAI response bodies: non-streamed completions and chat completions, the server-sent-event
-// chunks of streamed ones, the model list.
+// chunks of streamed ones, the model list; OutputFormat, how an endpoint writes a request's output.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "chat/json_text.h"
 #include "server/api/choice_output.h"
+#include "server/api_error.h"
 
 namespace k3::server {
 
@@ -22,6 +24,7 @@ struct ResponseHead {
 struct Usage {
   int64_t prompt_tokens = 0;      // counted once for all n choices
   int64_t completion_tokens = 0;  // all choices
+  int64_t cached_tokens = 0;      // prompt tokens the prefix cache served (the first choice's admission)
 };
 
 // prefix + 24 random hex digits.
@@ -44,6 +47,25 @@ std::string chat_chunk(const ResponseHead& head, size_t index, const ChoiceUpdat
 std::string completion_chunk(const ResponseHead& head, size_t index, const ChoiceUpdate& update);
 // The usage chunk (choices []), sent before kSseDone when include_usage.
 std::string usage_chunk(const ResponseHead& head, bool chat, const Usage& usage);
+
+// How an endpoint writes one request's output, driven by CompletionJob under its lock: the events
+// of a stream as the choices' updates come, then the end.
+class OutputFormat {
+ public:
+  virtual ~OutputFormat() = default;
+  // Streamed: the events that open the stream, once every choice is queued.
+  virtual std::string begin(size_t choices) = 0;
+  // An update of choice `index`: what to send now ("" for nothing; always "" when not streamed,
+  // though the format may record it).
+  virtual std::string update(size_t index, const ChoiceUpdate& update) = 0;
+  // Every choice ended: the whole body, or the stream's last events. `failure` (a timeout or an
+  // engine error) only comes to a stream: a whole response answers it as an error instead.
+  virtual std::string end(const std::vector<const ChoiceOutput*>& choices, const Usage& usage, const ApiError* failure) = 0;
+};
+
+// /v1/completions and /v1/chat/completions: the chunks above, then usage (include_usage) and kSseDone.
+std::unique_ptr<OutputFormat> completions_output(ResponseHead head, bool stream);
+std::unique_ptr<OutputFormat> chat_output(ResponseHead head, bool stream);
 
 // /v1/models: {"object":"list","data":[{"id","object":"model","created","owned_by":"k3","max_model_len"}]}.
 std::string models_response(const std::string& served_model_name, int64_t created, int64_t max_model_len);

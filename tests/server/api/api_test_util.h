@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 #include "model/tiny_config.h"
@@ -54,6 +55,27 @@ inline ApiError api_error_of(const std::function<void()>& call) {
     return e;
   }
   return ApiError(0, "no error");
+}
+
+// A refused request: its fields, and the error expected.
+struct Bad {
+  std::string fields;
+  std::string param;
+  int status = 400;
+  std::string code = "";
+};
+
+// Each case parsed by `parse` is refused with its status, param (named in the message) and code.
+inline void expect_refused(const std::function<void(const std::string&)>& parse, const std::vector<Bad>& cases) {
+  for (const Bad& c : cases) {
+    const ApiError e = api_error_of([&] { parse(c.fields); });
+    EXPECT_EQ(e.status(), c.status) << c.fields << " → " << e.what();
+    EXPECT_EQ(e.param(), c.param) << c.fields << " → " << e.what();
+    EXPECT_EQ(e.code(), c.code) << c.fields;
+    if (!c.param.empty()) {
+      EXPECT_NE(std::string(e.what()).find(c.param), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace k3::server::test

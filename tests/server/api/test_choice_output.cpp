@@ -187,6 +187,7 @@ TEST(ChoiceOutput, ChatK3ReasoningAndContent) {
                                    "<|close|>message<|sep|>");
   EXPECT_EQ(r.reasoning, "Let me think.");
   EXPECT_EQ(r.content, "Héllo!");
+  EXPECT_EQ(out.reasoning_tokens(), static_cast<int64_t>(ids_of(tok(), "Let me think.").size()));
   EXPECT_EQ(out.finish_reason(), "stop");
   EXPECT_EQ(out.message().content, "Héllo!");
   EXPECT_EQ(out.message().reasoning_content, "Let me think.");

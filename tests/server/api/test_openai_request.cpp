@@ -79,23 +79,6 @@ TEST(CompletionRequest, PromptForms) {
   }
 }
 
-struct Bad {
-  std::string fields;
-  std::string param;
-  int status = 400;
-  std::string code = "";
-};
-
-void expect_refused(const std::function<void(const std::string&)>& parse, const std::vector<Bad>& cases) {
-  for (const Bad& c : cases) {
-    const ApiError e = api_error_of([&] { parse(c.fields); });
-    EXPECT_EQ(e.status(), c.status) << c.fields << " → " << e.what();
-    EXPECT_EQ(e.param(), c.param) << c.fields << " → " << e.what();
-    EXPECT_EQ(e.code(), c.code) << c.fields;
-    if (!c.param.empty()) EXPECT_NE(std::string(e.what()).find(c.param), std::string::npos) << e.what();
-  }
-}
-
 TEST(CompletionRequest, RefusesBadFields) {
   expect_refused([](const std::string& f) { completion(f); },
                  {{R"("model":"gpt-4")", "model", 404, "model_not_found"},

@@ -215,7 +215,7 @@ class Parser {
     if (name_char(c)) {
       std::string name = parse_name();
       refs_.emplace(name, at);
-      return grammar::ref(name);
+      return rule_ref(name);
     }
     fail(at, std::string("unexpected '") + (static_cast<unsigned char>(c) >= 0x20 && c != 0x7F ? std::string(1, c) : "?") + "'");
   }

@@ -74,7 +74,7 @@ Expr cls(std::vector<CodeRange> ranges, bool negate) {
 
 Expr any_char() { return cls({{0, kMaxCodePoint}}); }
 
-Expr ref(std::string_view name) {
+Expr rule_ref(std::string_view name) {
   Expr e;
   e.kind = Expr::Kind::kRef;
   e.text = name;

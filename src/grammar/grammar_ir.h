@@ -35,7 +35,7 @@ Expr empty();
 Expr lit(std::string_view utf8);
 Expr cls(std::vector<CodeRange> ranges, bool negate = false);  // throws k3::Error when empty
 Expr any_char();
-Expr ref(std::string_view name);
+Expr rule_ref(std::string_view name);
 Expr special(std::string_view name);
 Expr seq(std::vector<Expr> items);
 Expr alt(std::vector<Expr> items);

@@ -106,7 +106,7 @@ class Lowerer {
       }
     };
     for (const Rule& r : g_.rules) {
-      if (r.name == g_.root || recursive.count(r.name)) continue;
+      if (r.name == g_.root || r.shared || recursive.count(r.name)) continue;
       if (size_of(r.body) <= kInlineLimit) inline_.insert(r.name);
     }
   }

@@ -143,9 +143,9 @@ const Rule* Grammar::find(std::string_view name) const {
   return nullptr;
 }
 
-void Grammar::add(std::string name, Expr body) {
+void Grammar::add(std::string name, Expr body, bool shared) {
   if (find(name)) throw Error("grammar rule '" + name + "' is defined twice");
-  rules.push_back({std::move(name), std::move(body)});
+  rules.push_back({std::move(name), std::move(body), shared});
 }
 
 namespace {

@@ -50,6 +50,8 @@ std::vector<CodeRange> normalize_ranges(std::vector<CodeRange> ranges, bool nega
 struct Rule {
   std::string name;
   Expr body;
+  // Never inlined: for rules referenced only in tail position, where a copy per use gains nothing.
+  bool shared = false;
 };
 
 struct Grammar {
@@ -58,7 +60,7 @@ struct Grammar {
 
   const Rule* find(std::string_view name) const;
   // Adds a rule; throws k3::Error when the name is taken.
-  void add(std::string name, Expr body);
+  void add(std::string name, Expr body, bool shared = false);
   // GBNF text that parse_gbnf reads back to the same grammar.
   std::string to_gbnf() const;
 };

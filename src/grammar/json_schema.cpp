@@ -71,9 +71,9 @@ class Translator {
 
   std::string fresh(std::string_view stem) { return std::string(stem) + "-" + std::to_string(++counter_); }
 
-  Expr named(std::string_view stem, Expr body) {
+  Expr named(std::string_view stem, Expr body, bool shared = false) {
     std::string name = fresh(stem);
-    g_.add(name, std::move(body));
+    g_.add(name, std::move(body), shared);
     return rule_ref(name);
   }
 
@@ -314,11 +314,11 @@ class Translator {
     Expr first = extra ? opt(seq({*extra, star(seq({comma, *extra}))})) : empty();
     for (size_t i = members.size(); i-- > 0;) {
       const Member& m = members[i];
-      const Expr after_next = after.kind == Expr::Kind::kSeq && after.items.empty() ? empty() : named("after", std::move(after));
+      const Expr after_next = after.kind == Expr::Kind::kSeq && after.items.empty() ? empty() : named("after", std::move(after), true);
       if (i <= first_required || first_required == SIZE_MAX) {
         const Expr with = seq({m.kv, after_next});
         first = m.required ? with : alt({with, first});
-        if (i != 0) first = named("first", std::move(first));
+        if (i != 0) first = named("first", std::move(first), true);
       }
       if (i >= 1) {
         const Expr with = seq({comma, m.kv, after_next});

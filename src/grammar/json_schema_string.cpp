@@ -62,7 +62,7 @@ Expr email_body() {
   const Expr atom = plus(cls({{'!', '!'}, {'#', '\''}, {'*', '+'}, {'-', '-'}, {'/', '9'}, {'=', '='}, {'?', '?'},
                               {'A', 'Z'}, {'^', '~'}}));
   const Expr alnum = cls({{'0', '9'}, {'A', 'Z'}, {'a', 'z'}});
-  const Expr label = seq({alnum, opt(seq({repeat(cls({{'0', '9'}, {'A', 'Z'}, {'a', 'z'}, {'-', '-'}}), 0, 61), alnum}))});
+  const Expr label = seq({alnum, opt(seq({star(cls({{'0', '9'}, {'A', 'Z'}, {'a', 'z'}, {'-', '-'}})), alnum}))});
   return seq({atom, star(seq({lit("."), atom})), lit("@"), plus(seq({label, lit(".")})), label});
 }
 

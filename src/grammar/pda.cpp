@@ -23,6 +23,11 @@ uint32_t Stepper::special_terminal(uint32_t token_id) const {
 
 uint32_t Stepper::alloc(uint32_t pos, uint32_t parent) {
   std::vector<Node>& pool = *pool_;
+  if (cons_) {
+    const auto [it, added] = cons_->emplace((uint64_t{pos} << 32) | parent, static_cast<uint32_t>(pool.size()));
+    if (added) pool.push_back({pos, parent});
+    return it->second;
+  }
   for (size_t k = pool_begin_; k < pool.size(); ++k)
     if (pool[k].pos == pos && pool[k].parent == parent) return static_cast<uint32_t>(k);
   pool.push_back({pos, parent});

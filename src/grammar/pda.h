@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "grammar/flat_grammar.h"
@@ -56,6 +57,10 @@ class Stepper {
 
   const FlatGrammar& grammar() const { return *g_; }
 
+  // With a table, nodes are hash-consed: an existing (pos, parent) node is reused from anywhere in
+  // the pool (the pool then must never be truncated), so that equal stacks are equal ids.
+  void set_consing(std::unordered_map<uint64_t, uint32_t>* table) { cons_ = table; }
+
  private:
   bool may_start(uint32_t pos) const {
     return t_ < kSpecialBase ? (g_->first[pos].has(t_) || g_->nullable[pos])
@@ -68,6 +73,7 @@ class Stepper {
 
   const FlatGrammar* g_;
   std::vector<uint32_t> special_ids_;
+  std::unordered_map<uint64_t, uint32_t>* cons_ = nullptr;
   // Per advance():
   uint32_t t_ = 0;
   std::vector<uint32_t>* out_ = nullptr;

@@ -42,16 +42,17 @@ CompiledGrammarPtr GrammarCache::get(const std::string& key, const std::function
       ++misses_;
       lru_.push_front(key);
       entries_[key] = {promise.get_future().share(), lru_.begin()};
-      while (entries_.size() > capacity_ && lru_.size() > 1) {
-        entries_.erase(lru_.back());
-        lru_.pop_back();
-      }
     }
   }
   if (ready.valid()) return ready.get();  // compiled, or being compiled by another caller
   try {
     CompiledGrammarPtr g = compile();
     promise.set_value(g);
+    std::lock_guard<std::mutex> lock(mu_);
+    while (entries_.size() > capacity_ && lru_.size() > 1) {
+      entries_.erase(lru_.back());
+      lru_.pop_back();
+    }
     return g;
   } catch (...) {
     promise.set_exception(std::current_exception());

@@ -90,13 +90,18 @@ Expr special(std::string_view name) {
 
 Expr seq(std::vector<Expr> items) {
   Expr e;
-  for (Expr& item : items) {
-    if (item.kind == Expr::Kind::kSeq) {
-      for (Expr& inner : item.items) e.items.push_back(std::move(inner));
-    } else if (item.kind == Expr::Kind::kLiteral && !e.items.empty() && e.items.back().kind == Expr::Kind::kLiteral) {
+  auto push = [&e](Expr item) {
+    if (item.kind == Expr::Kind::kLiteral && !e.items.empty() && e.items.back().kind == Expr::Kind::kLiteral) {
       e.items.back().text += item.text;
     } else {
       e.items.push_back(std::move(item));
+    }
+  };
+  for (Expr& item : items) {
+    if (item.kind == Expr::Kind::kSeq) {
+      for (Expr& inner : item.items) push(std::move(inner));
+    } else {
+      push(std::move(item));
     }
   }
   if (e.items.size() == 1) return std::move(e.items[0]);

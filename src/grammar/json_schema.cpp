@@ -257,13 +257,40 @@ class Translator {
     for (const OrderedJson& v : values) {
       if (!json_schema_violation_at(v, rest, root_).empty()) continue;  // excluded by the other keywords
       try {
-        alts.push_back(lit(dump(v)));
+        alts.push_back(literal_value(v));
       } catch (const nlohmann::json::exception&) {
         fail(ptr, "an enum value holds invalid UTF-8");
       }
     }
     if (alts.empty()) fail(ptr, "no enum / const value satisfies the other keywords");
     return alt(std::move(alts));
+  }
+
+  // Exactly this value, with the whitespace policy between the tokens of objects and arrays.
+  Expr literal_value(const OrderedJson& v) {
+    if (v.is_object()) {
+      if (v.empty()) return seq({lit("{"), ws(), lit("}")});
+      std::vector<Expr> parts{lit("{"), ws()};
+      bool first = true;
+      for (const auto& [key, item] : v.items()) {
+        if (!first) parts.insert(parts.end(), {lit(","), ws()});
+        first = false;
+        parts.insert(parts.end(), {lit(dump(OrderedJson(key))), ws(), lit(":"), ws(), literal_value(item), ws()});
+      }
+      parts.push_back(lit("}"));
+      return seq(std::move(parts));
+    }
+    if (v.is_array()) {
+      if (v.empty()) return seq({lit("["), ws(), lit("]")});
+      std::vector<Expr> parts{lit("["), ws()};
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (i) parts.insert(parts.end(), {lit(","), ws()});
+        parts.insert(parts.end(), {literal_value(v[i]), ws()});
+      }
+      parts.push_back(lit("]"));
+      return seq(std::move(parts));
+    }
+    return lit(dump(v));
   }
 
   // ---- objects ---------------------------------------------------------------------------

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
-#include <cstdlib>
 #include <chrono>
 #include <map>
 #include <thread>
@@ -46,7 +44,19 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
     cg->special_ids_.push_back(*id);
   }
 
-  const std::vector<uint32_t> positions = resting_positions(g);
+  // Levels of a chain deeper than the longest token cannot be told apart by any token: they share
+  // the classification of the level at that depth.
+  const std::vector<uint32_t> resting = resting_positions(g);
+  std::vector<uint32_t> same_as(g.elements.size(), kNone);
+  const uint32_t cut = uint32_t{cg->vocab_->trie().max_depth} + 2;
+  for (const FlatGrammar::Chain& c : g.chains) {
+    if (c.levels <= cut || g.nullable[c.first]) continue;
+    for (uint32_t p = c.first + cut * c.stride; p < c.first + c.levels * c.stride; ++p)
+      same_as[p] = p - ((p - c.first) / c.stride + 1 - cut) * c.stride;
+  }
+  std::vector<uint32_t> positions;
+  for (uint32_t p : resting)
+    if (same_as[p] == kNone) positions.push_back(p);
   std::vector<PositionResult> results(positions.size());
   unsigned threads = options.threads ? options.threads : std::min(16u, std::max(1u, std::thread::hardware_concurrency()));
   threads = static_cast<unsigned>(std::min<size_t>(threads, std::max<size_t>(1, positions.size() / 8)));
@@ -56,12 +66,7 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
     const TokenTrie& trie = cg->vocab_->trie();
     for (size_t k; (k = next.fetch_add(1)) < positions.size();) {
       const uint32_t p = positions[k];
-      const auto tp = std::chrono::steady_clock::now();
       walker.classify(trie, p, results[k].accepted, results[k].uncertain);
-      if (std::getenv("K3_GRAMMAR_PROFILE")) {
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - tp).count();
-        if (ms > 5) std::fprintf(stderr, "pos %u rule %s: %.1f ms acc %zu unc %zu\n", p, g.rule_names[g.rule_of[p]].c_str(), ms, results[k].accepted.size(), results[k].uncertain.size());
-      }
     }
   };
   if (threads <= 1) {
@@ -99,6 +104,8 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
     cg->slots_.push_back(s);
     r = {};
   }
+  for (uint32_t p : resting)
+    if (same_as[p] != kNone) cg->slot_of_[p] = cg->slot_of_[same_as[p]];
   cg->stats_.positions = positions.size();
   cg->stats_.dense_sets = dense_ids.size();
   size_t bytes = cg->dense_.size() * 4 + cg->sparse_.size() * 4 + cg->slots_.size() * sizeof(Slot) +

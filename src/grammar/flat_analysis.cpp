@@ -217,10 +217,34 @@ void compute_exits(FlatGrammar& g) {
 
 }  // namespace
 
+// context_rule: follow a rule's only return place while it is a tail position.
+void compute_context_rules(FlatGrammar& g) {
+  const uint32_t nr = static_cast<uint32_t>(g.num_rules());
+  std::vector<uint32_t> sites(nr, 0), only(nr, kInf);
+  for (uint32_t p = 0; p < g.elements.size(); ++p) {
+    if (g.elements[p].kind != Kind::kRef) continue;
+    ++sites[g.elements[p].arg];
+    only[g.elements[p].arg] = p + 1;
+  }
+  g.context_rule.assign(nr, kInf);
+  for (uint32_t r = 0; r < nr; ++r) {
+    uint32_t c = r;
+    for (uint32_t steps = 0; steps < nr && sites[c] == 1 && g.elements[only[c]].kind == Kind::kEnd; ++steps) {
+      c = g.rule_of[only[c]];
+      if (g.context_rule[c] != kInf) {
+        c = g.context_rule[c];
+        break;
+      }
+    }
+    g.context_rule[r] = c;
+  }
+}
+
 void analyze_flat_grammar(FlatGrammar& g) {
   compute_first(g);
   check_left_recursion(g);
   compute_exits(g);
+  compute_context_rules(g);
 }
 
 }  // namespace k3::grammar

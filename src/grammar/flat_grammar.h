@@ -56,6 +56,17 @@ struct FlatGrammar {
   std::vector<uint32_t> exits;
   std::vector<uint8_t> exits_to_end;
 
+  // A counted repetition lowered as levels of identical layout: level k (1-based) occupies
+  // positions [first + (k-1)·stride, first + k·stride) and allows k more items. (Before layout,
+  // lowering keeps rule ids in these fields.)
+  struct Chain {
+    uint32_t first = 0, stride = 0, levels = 0;
+  };
+  std::vector<Chain> chains;
+  // Per rule: the rule whose context node stands for it (the rule it returns into through a tail
+  // position when that is its only return place), so that equal contexts share parser states.
+  std::vector<uint32_t> context_rule;
+
   size_t num_rules() const { return alt_index.size() - 1; }
   size_t exit_options(uint32_t rule) const { return exit_index[rule + 1] - exit_index[rule] + exits_to_end[rule]; }
 };

@@ -19,6 +19,7 @@ using Alt = std::vector<Element>;
 
 constexpr size_t kInlineLimit = 2048;       // elements of a rule inlined at every use
 constexpr size_t kMaxElements = 4'000'000;  // after lowering
+constexpr size_t kCopyLimit = 64;           // items of a counted repetition copied per repetition
 
 class Lowerer {
  public:
@@ -85,29 +86,31 @@ class Lowerer {
     };
     for (const Rule& r : g_.rules)
       if (state[r.name] == kNew) visit(r);
-    std::unordered_map<std::string, size_t> sizes;
-    std::function<size_t(const Expr&)> size_of = [&](const Expr& e) -> size_t {
-      switch (e.kind) {
-        case Expr::Kind::kLiteral: return e.text.size();
-        case Expr::Kind::kClass: return e.ranges.back().hi < 0x80 ? 1 : 24;
-        case Expr::Kind::kSpecial: return 1;
-        case Expr::Kind::kRef: {
-          if (recursive.count(e.text)) return 1;
-          auto it = sizes.find(e.text);
-          if (it == sizes.end()) it = sizes.emplace(e.text, size_of(by_name_.at(e.text)->body)).first;
-          return it->second <= kInlineLimit ? it->second : 1;
-        }
-        case Expr::Kind::kRepeat: return size_of(e.items[0]) + 4;
-        default: {
-          size_t n = 1;
-          for (const Expr& item : e.items) n += size_of(item) + 1;
-          return n;
-        }
-      }
-    };
+    recursive_ = std::move(recursive);
     for (const Rule& r : g_.rules) {
-      if (r.name == g_.root || r.shared || recursive.count(r.name)) continue;
-      if (size_of(r.body) <= kInlineLimit) inline_.insert(r.name);
+      if (r.name == g_.root || r.shared || recursive_.count(r.name)) continue;
+      if (expr_size(r.body) <= kInlineLimit) inline_.insert(r.name);
+    }
+  }
+
+  // Elements an expression lowers to, roughly (a reference to a rule that stays a rule counts 1).
+  size_t expr_size(const Expr& e) {
+    switch (e.kind) {
+      case Expr::Kind::kLiteral: return e.text.size();
+      case Expr::Kind::kClass: return e.ranges.back().hi < 0x80 ? 1 : 24;
+      case Expr::Kind::kSpecial: return 1;
+      case Expr::Kind::kRef: {
+        if (recursive_.count(e.text) || by_name_.at(e.text)->shared) return 1;
+        auto it = sizes_.find(e.text);
+        if (it == sizes_.end()) it = sizes_.emplace(e.text, expr_size(by_name_.at(e.text)->body)).first;
+        return it->second <= kInlineLimit ? it->second : 1;
+      }
+      case Expr::Kind::kRepeat: return expr_size(e.items[0]) + 4;
+      default: {
+        size_t n = 1;
+        for (const Expr& item : e.items) n += expr_size(item) + 1;
+        return n;
+      }
     }
   }
 
@@ -255,6 +258,27 @@ class Lowerer {
       add(out, {Kind::kRef, id});
       return;
     }
+    if (n != Expr::kUnbounded && n > m && expr_size(item) <= kCopyLimit) {
+      // Small items: a copy per repetition, so every copy returns to one place. The levels of the
+      // optional part are built alike (L_0 ::= ε; L_k ::= x L_k-1 | ε) so that compile can treat
+      // the levels deeper than any token as one (FlatGrammar::Chain).
+      for (uint32_t i = 0; i < m; ++i) lower_into(item, out);
+      uint32_t below = anon_rule();
+      rules_[below].alts = {Alt{}};
+      uint32_t first = 0, second = 0;
+      for (uint32_t k = 1; k <= n - m; ++k) {
+        const uint32_t id = anon_rule();
+        Alt a = lower_alt(item);
+        add(a, {Kind::kRef, below});
+        rules_[id].alts = {std::move(a), Alt{}};
+        if (k == 1) first = id;
+        if (k == 2) second = id;
+        below = id;
+      }
+      if (n - m >= 3) chains_.push_back({first, second - first, n - m});
+      add(out, {Kind::kRef, below});
+      return;
+    }
     const Element x = single_element(item);
     for (uint32_t i = 0; i < m; ++i) add(out, x);
     if (n == Expr::kUnbounded) {
@@ -300,6 +324,16 @@ class Lowerer {
     }
     f.alt_index.push_back(static_cast<uint32_t>(f.alts.size()));
     f.start_pos = f.alts[f.alt_index[start]];
+    // Chains, from rule ids to positions; levels laid out at a constant stride only.
+    for (const FlatGrammar::Chain& c : chains_) {
+      if (c.first + size_t{c.levels - 1} * c.stride >= rules_.size()) continue;
+      const uint32_t first_pos = f.alts[f.alt_index[c.first]];
+      const uint32_t stride = f.alts[f.alt_index[c.first + c.stride]] - first_pos;
+      bool uniform = true;
+      for (uint32_t k = 0; k < c.levels && uniform; ++k)
+        uniform = f.alts[f.alt_index[c.first + k * c.stride]] == first_pos + k * stride;
+      if (uniform) f.chains.push_back({first_pos, stride, c.levels});
+    }
     analyze_flat_grammar(f);
     return f;
   }
@@ -307,6 +341,9 @@ class Lowerer {
   const Grammar& g_;
   std::unordered_map<std::string, const Rule*> by_name_;
   std::unordered_set<std::string> inline_;
+  std::unordered_set<std::string> recursive_;
+  std::unordered_map<std::string, size_t> sizes_;
+  std::vector<FlatGrammar::Chain> chains_;  // as rule ids until layout
   std::unordered_map<std::string, uint32_t> rule_ids_;
   std::vector<const Rule*> pending_;
   std::vector<PendingRule> rules_;

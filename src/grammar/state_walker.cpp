@@ -73,7 +73,7 @@ void StateWalker::classify(const TokenTrie& trie, uint32_t pos, std::vector<uint
                            std::vector<uint32_t>& uncertain) {
   if (sure_.size() > kMaxStates) reset();
   std::vector<uint32_t> start{static_cast<uint32_t>(pool_.size())};
-  pool_.push_back({pos, g_->rule_of[pos]});  // [pos | CTX(rule of pos)]
+  pool_.push_back({pos, g_->context_rule[g_->rule_of[pos]]});  // [pos | CTX(rule of pos)]
   level_.assign(size_t{trie.max_depth} + 1, kDead);
   level_[0] = intern(start);
   const size_t n = trie.size();

@@ -224,7 +224,8 @@ class Translator {
       }
       if (node->is_object() && node->contains(unescaped)) {
         node = &(*node)[unescaped];
-      } else if (node->is_array() && !unescaped.empty() && unescaped.find_first_not_of("0123456789") == std::string::npos &&
+      } else if (node->is_array() && !unescaped.empty() && unescaped.size() <= 18 &&
+                 unescaped.find_first_not_of("0123456789") == std::string::npos &&
                  std::stoull(unescaped) < node->size()) {
         node = &(*node)[std::stoull(unescaped)];
       } else {
@@ -557,7 +558,11 @@ class Translator {
 }  // namespace
 
 Grammar json_schema_to_grammar(const OrderedJson& schema, const JsonSchemaOptions& options) {
-  return Translator(schema, options).run();
+  try {
+    return Translator(schema, options).run();
+  } catch (const nlohmann::json::exception& e) {  // e.g. a key that is not UTF-8 in a built value
+    throw Error(std::string("json schema: ") + e.what());
+  }
 }
 
 Grammar json_schema_to_grammar(std::string_view schema_text, const JsonSchemaOptions& options) {

@@ -6,7 +6,7 @@
 namespace k3::grammar::schema_detail {
 namespace {
 
-Expr digits(uint32_t n) { return repeat(cls({{'0', '9'}}), n, n); }
+Expr digit_run(uint32_t n) { return repeat(cls({{'0', '9'}}), n, n); }
 
 // Decimal strings of equal length between x and y (x ≤ y), digit by digit.
 Expr same_length(const std::string& x, const std::string& y) {
@@ -19,7 +19,7 @@ Expr same_length(const std::string& x, const std::string& y) {
   const char hi_mid = y_high ? y[0] : static_cast<char>(y[0] - 1);
   std::vector<Expr> alts;
   if (!x_low) alts.push_back(seq({lit(x.substr(0, 1)), same_length(rx, std::string(n, '9'))}));
-  if (lo_mid <= hi_mid) alts.push_back(seq({cls({{static_cast<char32_t>(lo_mid), static_cast<char32_t>(hi_mid)}}), digits(static_cast<uint32_t>(n))}));
+  if (lo_mid <= hi_mid) alts.push_back(seq({cls({{static_cast<char32_t>(lo_mid), static_cast<char32_t>(hi_mid)}}), digit_run(static_cast<uint32_t>(n))}));
   if (!y_high) alts.push_back(seq({lit(y.substr(0, 1)), same_length(std::string(n, '0'), ry)}));
   return alt(std::move(alts));
 }

@@ -208,11 +208,17 @@ class Validator {
 }  // namespace
 
 std::string json_schema_violation_at(const OrderedJson& value, const OrderedJson& schema, const OrderedJson& root) {
-  return Validator(root).check(value, schema, "");
+  try {
+    return Validator(root).check(value, schema, "");
+  } catch (const nlohmann::json::exception& e) {
+    return std::string("malformed schema keyword: ") + e.what();
+  } catch (const std::exception& e) {  // std::stoull / std::stoi on odd input
+    return std::string("malformed schema: ") + e.what();
+  }
 }
 
 std::string json_schema_violation(const OrderedJson& value, const OrderedJson& schema) {
-  return Validator(schema).check(value, schema, "");
+  return json_schema_violation_at(value, schema, schema);
 }
 
 }  // namespace k3::grammar

@@ -59,14 +59,17 @@ GenerateResult generate(Engine& engine, const std::vector<int64_t>& prompt, cons
   if (options.max_tokens == 0) return r;
   check_context(engine.max_context(), static_cast<int64_t>(prompt.size()), options.max_tokens, "max_context");
   const int64_t seq = engine.new_sequence();
-  // A constraint's mask for the next token is computed while the forward pass runs.
+  // A constraint's mask for the next token: computed while a device runs the forward pass; before
+  // it on the CPU backend, whose forward pass occupies every core.
   std::vector<uint32_t> allowed;
   const auto start_mask = [&]() -> std::future<void> {
     if (!options.constraint) return {};
-    return std::async(std::launch::async, [&] {
+    std::future<void> f = std::async(engine.samples_on_device() ? std::launch::async : std::launch::deferred, [&] {
       allowed.assign(static_cast<size_t>((engine.config().vocab_size + 31) / 32), 0u);
       options.constraint->allowed_tokens(allowed);
     });
+    if (!engine.samples_on_device()) f.wait();
+    return f;
   };
   auto t0 = std::chrono::steady_clock::now();
   std::future<void> mask = start_mask();

@@ -33,8 +33,8 @@ struct GenerateOptions {
   bool stop_at_eos = true;  // stop after emitting one of config.tokens.eos
   std::function<void(int64_t)> on_token;  // called with each generated id as soon as it is sampled
   PrefillProgress on_prefill;              // called after each prefill step
-  // Restricts every generated token (runtime/token_constraint.h); its mask is computed while the
-  // forward pass runs.
+  // Restricts every generated token (runtime/token_constraint.h); its mask is computed while a
+  // device runs the forward pass (before it on the CPU backend).
   std::shared_ptr<TokenConstraint> constraint;
 };
 

@@ -365,20 +365,23 @@ bool Scheduler::step_once() {
   for (const SequenceInput& in : inputs) report.tokens += static_cast<int64_t>(in.tokens.size());
   report.sequences = static_cast<int64_t>(inputs.size());
   report.prefill_tokens = report.tokens - report.decode_tokens;
-  // The constrained rows' masks are computed on a worker thread while the forward pass runs.
+  // The constrained rows' masks: on a worker thread while a device runs the forward pass; before
+  // it on the CPU backend, whose forward pass occupies every core.
   std::vector<Request*> constrained;
   for (size_t i = 0; i < members.size(); ++i) {
     if (members[i]->spec.constraint && !inputs[i].argmax_only) constrained.push_back(members[i]);
   }
   const size_t words = static_cast<size_t>((engine_.config().vocab_size + 31) / 32);
+  const auto fill_masks = [&constrained, words] {
+    for (Request* r : constrained) {
+      r->allowed.assign(words, 0u);
+      r->spec.constraint->allowed_tokens(r->allowed);
+    }
+  };
   std::future<void> masks;
   if (!constrained.empty()) {
-    masks = std::async(std::launch::async, [&constrained, words] {
-      for (Request* r : constrained) {
-        r->allowed.assign(words, 0u);
-        r->spec.constraint->allowed_tokens(r->allowed);
-      }
-    });
+    masks = std::async(engine_.samples_on_device() ? std::launch::async : std::launch::deferred, fill_masks);
+    if (!engine_.samples_on_device()) masks.wait();
   }
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<StepResult> results;

@@ -49,8 +49,9 @@ struct RequestSpec {
   std::vector<int64_t> stop_token_ids;  // the generated stop token is reported, then the request ends
   int top_logprobs = -1;                // −1: no logprobs; else the chosen token's plus this many
   std::optional<std::chrono::steady_clock::time_point> deadline;  // cancelled (kTimeout) after it
-  // Restricts every sampled token (runtime/token_constraint.h); its mask is computed while the
-  // step's forward pass runs, and the rows it constrains are sampled on the host.
+  // Restricts every sampled token (runtime/token_constraint.h); its mask is computed while a
+  // device runs the step's forward pass (before it on the CPU backend), and the rows it constrains
+  // are sampled on the host.
   std::shared_ptr<TokenConstraint> constraint;
 };
 

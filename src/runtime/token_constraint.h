@@ -1,6 +1,7 @@
 // A per-request restriction of which token may come next (grammar-constrained decoding: JSON
 // schemas, grammars, forced tool calls). The scheduler asks for the allowed set before each sampled
-// token — overlapping the forward pass that produces the logits — and reports the token it chose.
+// token — on a device backend overlapping the forward pass that produces the logits — and reports
+// the token it chose.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,7 @@ class TokenConstraint {
  public:
   virtual ~TokenConstraint() = default;
   // Sets bit i % 32 of allowed[i / 32] iff token i may come next; `allowed` covers the vocabulary
-  // and arrives zeroed. Called on a worker thread, never concurrently with accept().
+  // and arrives zeroed. May be called on a worker thread, never concurrently with accept().
   virtual void allowed_tokens(std::span<uint32_t> allowed) = 0;
   // Advances past `id`, which the last allowed_tokens() allowed.
   virtual void accept(int64_t id) = 0;

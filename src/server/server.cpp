@@ -13,6 +13,7 @@
 #include "server/api/responses_request.h"
 #include "server/api_error.h"
 #include "server/completion_job.h"
+#include "runtime/grammar_constraint.h"
 
 namespace k3::server {
 namespace {
@@ -195,13 +196,16 @@ void Server::completion(const HttpRequest& request, const std::shared_ptr<HttpEx
   auto head = [&](const char* prefix) {
     return ResponseHead{new_response_id(prefix), options_.served_model_name, unix_seconds_now(), common.stream && common.include_usage};
   };
+  std::optional<grammar::Grammar> reply;  // the chat reply's grammar, when constrained
   if (path == "/v1/responses") {
     ResponsesRequest r = parse_responses_request(request.body, ctx, *responses_);
+    reply = r.chat.reply_grammar;
     setup.choices.push_back(choice_config(r.chat));
     common = r.chat;
     setup.output = responses_output(std::move(r), head("resp_"), responses_.get());
   } else if (path == "/v1/chat/completions") {
     ChatCompletionRequest r = parse_chat_request(request.body, ctx);
+    reply = r.reply_grammar;
     for (int i = 0; i < r.n; ++i) setup.choices.push_back(choice_config(r));
     common = std::move(r);
     setup.output = chat_output(head("chatcmpl-"), common.stream);
@@ -213,10 +217,12 @@ void Server::completion(const HttpRequest& request, const std::shared_ptr<HttpEx
   }
   setup.stream = common.stream;
   setup.prompt_tokens = static_cast<int64_t>(common.gen.prompt.size());
+  const grammar::CompiledGrammarPtr constrained = reply ? compiled(*reply) : nullptr;
   std::vector<RequestSpec> specs;
   for (int i = 0; i < common.n; ++i) {
     const GenerationParams g = choice_params(common.gen, i);
     specs.push_back({g.prompt, g.max_tokens, g.sampling, g.stop_token_ids, g.top_logprobs, std::nullopt});
+    if (constrained) specs.back().constraint = std::make_shared<GrammarConstraint>(constrained, engine_->config().tokens.eos);
   }
   auto job = std::make_shared<CompletionJob>(std::move(setup), *tokenizer_, exchange, metrics_,
                                              [this](const JobSummary& s) { log(s); });
@@ -226,6 +232,22 @@ void Server::completion(const HttpRequest& request, const std::shared_ptr<HttpEx
     // The queue is full (retry later), or the request can never fit the cache.
     if (e.where().field == "max_queue") throw ApiError(503, "the server is busy: " + e.detail(), "", "queue_full");
     throw ApiError(400, e.detail(), e.where().field == "max_tokens" ? "max_tokens" : "", "context_length_exceeded");
+  }
+}
+
+grammar::CompiledGrammarPtr Server::compiled(const grammar::Grammar& reply) {
+  grammar::VocabularyPtr vocab;
+  {
+    std::lock_guard lock(grammar_mutex_);
+    if (!grammar_vocab_) {
+      grammar_vocab_ = grammar::TokenVocabulary::from_tokenizer(*tokenizer_, static_cast<uint32_t>(engine_->config().vocab_size));
+    }
+    vocab = grammar_vocab_;
+  }
+  try {
+    return grammars_.gbnf(reply.to_gbnf(), vocab);
+  } catch (const Error& e) {
+    throw ApiError(400, "the reply grammar cannot be built: " + e.detail(), "response_format", "invalid_request_error");
   }
 }
 

@@ -13,9 +13,11 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
+#include "grammar/grammar.h"
 #include "runtime/scheduler.h"
 #include "server/api/response_store.h"
 #include "server/http/http_server.h"
@@ -63,6 +65,8 @@ class Server {
   void observe_step(const StepReport& report);
   void set_gauges(const SchedulerStats& stats);
   void log(const struct JobSummary& job) const;
+  // The compiled form of a reply grammar over the model's vocabulary (built on first use).
+  grammar::CompiledGrammarPtr compiled(const grammar::Grammar& reply);
 
   ServerOptions options_;
   ServerMetrics metrics_;
@@ -71,6 +75,9 @@ class Server {
   Engine* engine_ = nullptr;
   const Tokenizer* tokenizer_ = nullptr;
   std::unique_ptr<ResponseStore> responses_;
+  std::mutex grammar_mutex_;
+  grammar::VocabularyPtr grammar_vocab_;  // guarded by grammar_mutex_ until built
+  grammar::GrammarCache grammars_;
   std::unique_ptr<Scheduler> scheduler_;
   std::thread loop_;
   int64_t created_ = 0;

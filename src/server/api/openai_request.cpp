@@ -6,6 +6,7 @@
 #include <random>
 
 #include "chat/k3_format.h"
+#include "chat/reply_grammar.h"
 #include "chat/kimi_linear_format.h"
 #include "core/error.h"
 #include "io/json.h"
@@ -31,7 +32,7 @@ chat::Json parse_request_body(std::string_view body) {
 namespace {
 
 // Known fields that would change the result, refused rather than ignored.
-void refuse_unsupported(const Json& j, int n) {
+void refuse_unsupported(const Json& j, int n, bool chat) {
   if (const Json* v = field(j, "logit_bias"); v && !(v->is_object() && v->empty())) unsupported("logit_bias", "logit_bias");
   if (const Json* v = field(j, "best_of"); v && !(v->is_number_integer() && v->get<int64_t>() == n))
     unsupported("best_of", "best_of other than n");
@@ -41,7 +42,9 @@ void refuse_unsupported(const Json& j, int n) {
   if (const Json* v = field(j, "response_format")) {
     const Json* type = v->is_object() ? field(*v, "type") : nullptr;
     if (!type || !type->is_string()) bad("response_format.type", "expected a string");
-    if (type->get_ref<const std::string&>() != "text")
+    const std::string& t = type->get_ref<const std::string&>();
+    // The JSON modes are grammar-constrained chat replies (chat/reply_grammar.h).
+    if (t != "text" && !(chat && (t == "json_object" || t == "json_schema")))
       unsupported("response_format", "response_format " + quote_bytes(type->get<std::string>()));
   }
   for (const char* key : {"functions", "function_call", "prediction", "audio", "web_search_options"})
@@ -99,7 +102,7 @@ void parse_common(const Json& j, const ApiContext& ctx, bool chat, RequestCommon
   }
   r.model = ctx.served_model_name;
   r.n = static_cast<int>(integer_in(j, "n", 1, ctx.max_n).value_or(1));
-  refuse_unsupported(j, r.n);
+  refuse_unsupported(j, r.n, chat);
   r.stop = parse_stop(j);
   r.stream = boolean(j, "stream").value_or(false);
   r.skip_special_tokens = boolean(j, "skip_special_tokens").value_or(true);
@@ -259,6 +262,11 @@ ChatCompletionRequest chat_request_from_json(const chat::Json& j, const ApiConte
   r.chat = chat_request(j);
   r.k3_format = k3_format(ctx);
   r.gen.prompt = chat_prompt(r.chat, ctx);
+  try {
+    r.reply_grammar = chat::reply_grammar(r.chat, r.k3_format ? chat::ReplyFormat::kKimiK3 : chat::ReplyFormat::kKimiLinear);
+  } catch (const Error& e) {
+    bad(e.where().field, e.detail());
+  }
   set_max_tokens(j, ctx, "messages", {"max_completion_tokens", "max_tokens"}, r.gen);
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(random_seed()));

@@ -17,11 +17,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "chat/request.h"
+#include "grammar/grammar_ir.h"
 #include "model/config.h"
 #include "runtime/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -65,6 +67,9 @@ struct ChatCompletionRequest : RequestCommon {
   bool k3_format = true;       // the checkpoint's chat format: Kimi-K3 XTML, else Kimi-Linear
   bool logprobs = false;       // gen.top_logprobs ≥ 0 exactly when set
   std::string call_id_prefix;  // tool call ids: this + running number (unique per request)
+  // The grammar every choice's reply follows (response_format JSON modes, tool_choice required):
+  // chat/reply_grammar.h; nullopt when unconstrained.
+  std::optional<grammar::Grammar> reply_grammar;
 };
 
 // Choice `index` of an n-choice request: the same parameters with seed + index.

@@ -223,7 +223,7 @@ TEST(JsonSchema, MaskEqualsBruteForce) {
     auto g = small_grammar(*schema);
     std::mt19937 rng(3);
     Matcher m(g, {{kEos}});
-    for (int step = 0; step < 30 && !m.is_terminated(); ++step) {
+    for (int step = 0; step < 20 && !m.is_terminated(); ++step) {
       const auto ids = allowed_ids(fast_mask(m), g->vocab().size());
       ASSERT_EQ(ids, allowed_ids(brute_mask(m), g->vocab().size())) << "step " << step;
       ASSERT_FALSE(ids.empty());

@@ -63,7 +63,7 @@ TEST(GrammarMatcher, MaskEqualsBruteForce) {
   unsigned seed = 1;
   for (const char* text : kGrammars) {
     SCOPED_TRACE(text);
-    check_walks(compile_text(text), seed++, 6, 24);
+    check_walks(compile_text(text), seed++, 3, 20);
   }
 }
 

@@ -173,13 +173,16 @@ std::optional<g::Grammar> k3_reply(const Request& request, const std::optional<g
     root.push_back(b.close_tag("think"));
     root.push_back(b.open_tag("response"));
   }
-  root.push_back(content ? embed(out, *content, "c-") : free_text());
+  // A required call comes at once: no response text unless the content is constrained.
+  if (content) root.push_back(embed(out, *content, "c-"));
+  else if (!tools_required) root.push_back(free_text());
   root.push_back(b.close_tag("response"));
   if (tools_allowed) {
     std::vector<g::Expr> calls;
     for (size_t t = 0; t < tools.size(); ++t) calls.push_back(b.call(tools[t], t));
     out.add("call", g::alt(std::move(calls)));
-    g::Expr section = g::seq({b.open_tag("tools"), g::plus(g::rule_ref("call")), b.close_tag("tools")});
+    g::Expr calls_part = request.parallel_tool_calls ? g::plus(g::rule_ref("call")) : g::rule_ref("call");
+    g::Expr section = g::seq({b.open_tag("tools"), std::move(calls_part), b.close_tag("tools")});
     root.push_back(tools_required ? std::move(section) : g::opt(std::move(section)));
   }
   root.push_back(b.close_tag("message"));
@@ -190,7 +193,9 @@ std::optional<g::Grammar> k3_reply(const Request& request, const std::optional<g
 std::optional<g::Grammar> kimi_linear_reply(const Request& request, const std::optional<g::Grammar>& content, bool tools_required) {
   g::Grammar out;
   const std::vector<Tool> tools = tools_of(request);
-  std::vector<g::Expr> root = {content ? embed(out, *content, "c-") : free_text()};
+  std::vector<g::Expr> root;
+  if (content) root.push_back(embed(out, *content, "c-"));
+  else if (!tools_required) root.push_back(free_text());
   if (tools_required || (!tools.empty() && request.tool_choice == "auto")) {
     std::vector<g::Expr> calls;
     for (size_t t = 0; t < tools.size(); ++t) {
@@ -200,7 +205,8 @@ std::optional<g::Grammar> kimi_linear_reply(const Request& request, const std::o
                               g::special("<|tool_call_end|>")}));
     }
     out.add("call", g::alt(std::move(calls)));
-    g::Expr section = g::seq({g::special("<|tool_calls_section_begin|>"), g::plus(g::rule_ref("call")), g::special("<|tool_calls_section_end|>")});
+    g::Expr calls_part = request.parallel_tool_calls ? g::plus(g::rule_ref("call")) : g::rule_ref("call");
+    g::Expr section = g::seq({g::special("<|tool_calls_section_begin|>"), std::move(calls_part), g::special("<|tool_calls_section_end|>")});
     root.push_back(tools_required ? std::move(section) : g::opt(std::move(section)));
   }
   out.add("root", g::seq(std::move(root)));

@@ -6,15 +6,15 @@
 // stop ids.
 //
 // Kimi-K3 (XTML): the reasoning is free text (thinking on), then the canonical channel sequence
-// close(think) open(response); the response text follows the content grammar (free text without
-// one); the tools channel is required, optional (tools declared, tool_choice auto, content
-// constrained) or absent; the message closes. Each call names a declared tool; its arguments take
+// close(think) open(response); the response text follows the content grammar (without one it is
+// free, or empty when a call is required); the tools channel is required, optional (tools
+// declared, tool_choice auto, content constrained) or absent; the message closes. Each call names a declared tool; its arguments take
 // the argument form the model writes (one <|open|>argument key=… type=…<|sep|> per property in
 // declaration order, required ones always, string values raw) when every property has one plain
 // JSON type and strings carry no pattern or format, else one json block holding the arguments
 // object under the tool's parameters schema.
-// Kimi-Linear: the content, then the tool-call section (calls `functions.NAME:N` with the
-// arguments as JSON under the parameters schema).
+// Kimi-Linear: the content (as above), then the tool-call section (calls `functions.NAME:N` with
+// the arguments as JSON under the parameters schema).
 #pragma once
 
 #include <optional>

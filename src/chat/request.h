@@ -36,6 +36,7 @@ struct Request {
   bool thinking = true;
   std::string effort = "max";        // low | high | max; empty = no effort note
   bool add_generation_prompt = true;
+  bool parallel_tool_calls = true;   // false: at most one call per reply (constrained replies)
 };
 
 // Accepts {"messages": [...], "tools": ..., "tool_choice": ..., "response_format": ...,

@@ -63,8 +63,16 @@ void split(char32_t lo, char32_t hi, std::vector<std::vector<ByteRange>>& out) {
 }  // namespace
 
 std::vector<std::vector<ByteRange>> utf8_sequences(char32_t lo, char32_t hi) {
+  // Surrogates (U+D800..U+DFFF) have no UTF-8 form: never match their 3-byte encodings.
   std::vector<std::vector<ByteRange>> out;
-  split(lo, hi, out);
+  if (lo < 0xD800 && hi >= 0xD800) {
+    split(lo, 0xD7FF, out);
+    if (hi > 0xDFFF) split(0xE000, hi, out);
+  } else if (lo <= 0xDFFF && hi >= 0xD800) {
+    if (hi > 0xDFFF) split(0xE000, hi, out);
+  } else {
+    split(lo, hi, out);
+  }
   return out;
 }
 

@@ -121,6 +121,20 @@ TEST(GrammarMatcher, SplitUtf8CodePoints) {
   EXPECT_TRUE(m.can_end());
 }
 
+// Surrogates have no UTF-8 form: any character, a negated class and a JSON string all refuse the
+// bytes ED A0..BF (their 3-byte CESU encodings), and take the code points around them.
+TEST(GrammarMatcher, SurrogateEncodingsAreNeverText) {
+  for (const char* text : {R"g(root ::= .* "x")g", R"g(root ::= [^a]* "x")g", R"g(root ::= "\"" [^"\\]* "\"" )g"}) {
+    auto g = compile_text(text);
+    Matcher m(g, {{kEos}});
+    if (!Matcher(m).accept_text("\xED\x9F\xBF")) ASSERT_TRUE(m.accept_text("\""));  // the string's opening quote
+    EXPECT_TRUE(Matcher(m).accept_text("\xED\x9F\xBF")) << text;   // U+D7FF
+    EXPECT_FALSE(Matcher(m).accept_text("\xED\xA0\x80")) << text;  // U+D800
+    EXPECT_FALSE(Matcher(m).accept_text("\xED\xBF\xBF")) << text;  // U+DFFF
+    EXPECT_TRUE(Matcher(m).accept_text("\xEE\x80\x80")) << text;   // U+E000
+  }
+}
+
 TEST(GrammarMatcher, LongDocumentsCompactTheStackPool) {
   auto g = compile_text(kJsonish);
   Matcher m(g, {{kEos}, 4});

@@ -262,6 +262,7 @@ ChatCompletionRequest chat_request_from_json(const chat::Json& j, const ApiConte
   r.chat = chat_request(j);
   r.k3_format = k3_format(ctx);
   r.gen.prompt = chat_prompt(r.chat, ctx);
+  r.chat.parallel_tool_calls = boolean(j, "parallel_tool_calls").value_or(true);
   try {
     r.reply_grammar = chat::reply_grammar(r.chat, r.k3_format ? chat::ReplyFormat::kKimiK3 : chat::ReplyFormat::kKimiLinear);
   } catch (const Error& e) {

@@ -1,7 +1,8 @@
 // Fuzzes the chat output parsers (Kimi-K3 and Kimi-Linear) with their chunking invariant: the
 // reply is parsed whole and again cut at fuzzer-chosen points; the messages, and the deltas joined
 // as a client joins them, must be identical, every field valid UTF-8, and with no '<' in the
-// ordinary text no field may hold one (so no marker name leaks). Aborts on any violation.
+// ordinary text no field may hold one (so no marker name leaks), and only a cut leaves a call
+// incomplete (the last one). Aborts on any violation.
 //
 // Input: byte 0 = flags (bit 0 thinking, bit 1 ended by a stop token, bit 2 Kimi-Linear, bit 3
 // text mode), bytes 1-2 = the cut seed, then the reply. Text mode: the reply is text with marker
@@ -67,6 +68,8 @@ std::string parse(const Options& o, std::string_view reply, uint32_t seed) {
     check(c.name);
     check(c.arguments);
     if (c.id.empty()) __builtin_trap();
+    // Only a cut can leave a call incomplete, and only the last one.
+    if (!c.complete && (m.finish_reason != "length" || &c != &m.tool_calls.back())) __builtin_trap();
   }
   return m.to_json().dump() + m.finish_reason;
 }

@@ -190,6 +190,7 @@ void K3OutputParser::pop() {
   if (tag == Tag::kCall && call_.active) {
     if (!call_.raw) add_arguments(call_.wrote ? "}" : "{}");
     if (call_.raw && !call_.wrote) add_arguments("{}");
+    end_call();
     call_ = OpenCall{};
   }
 }

@@ -74,7 +74,8 @@ void KimiLinearOutputParser::on_marker(size_t index) {
     mode_ = Mode::kArguments;
     return;
   }
-  call_active_ = false;  // any other marker ends the arguments (the call is complete)
+  if (call_active_) end_call();  // any other marker ends the arguments: the call is complete
+  call_active_ = false;
   switch (index) {
     case kEnd: end_message(); break;
     case kBeginSection: mode_ = Mode::kSection; break;
@@ -86,6 +87,12 @@ void KimiLinearOutputParser::on_marker(size_t index) {
     case kEndCall: mode_ = Mode::kSection; break;
     default: break;
   }
+}
+
+void KimiLinearOutputParser::on_end() {
+  if (call_active_) end_call();
+  call_active_ = false;
+  end_message();
 }
 
 void KimiLinearOutputParser::on_text(std::string_view text) {

@@ -32,7 +32,7 @@ class KimiLinearOutputParser final : public OutputParser {
  private:
   void on_marker(size_t index) override;
   void on_text(std::string_view text) override;
-  void on_end() override { end_message(); }
+  void on_end() override;
 
   enum class Mode { kContent, kSection, kCallId, kArguments } mode_ = Mode::kContent;
   std::string call_id_;

@@ -33,7 +33,7 @@ void ParsedMessage::add(const ChatDelta& delta) {
   join(content, delta.content);
   for (const ToolCallDelta& c : delta.tool_calls) {
     if (!c.id.empty()) {
-      tool_calls.push_back({c.id, c.name, c.arguments});
+      tool_calls.push_back({c.id, c.name, c.arguments, true});
     } else if (c.index < tool_calls.size()) {
       tool_calls[c.index].arguments += c.arguments;
     }
@@ -118,12 +118,14 @@ ChatDelta OutputParser::finish(bool ended) {
   flush_utf8();
   if (ended && !ended_) on_end();
   ChatDelta last = take();
+  if (call_open_ && !message_.tool_calls.empty()) message_.tool_calls.back().complete = false;
   message_.finish_reason = !ended_ ? "length" : message_.tool_calls.empty() ? "stop" : "tool_calls";
   return last;
 }
 
 void OutputParser::start_call(std::string id, std::string name) {
   delta_.tool_calls.push_back({calls_++, std::move(id), std::move(name), ""});
+  call_open_ = true;
 }
 
 }  // namespace k3::chat

@@ -43,6 +43,7 @@ struct ParsedToolCall {
   std::string id;
   std::string name;
   std::string arguments;  // JSON text (as streamed: incomplete when the reply was cut inside the call)
+  bool complete = true;   // false: the reply was cut inside this call (set by OutputParser::finish)
 };
 
 struct ParsedMessage {
@@ -91,6 +92,7 @@ class OutputParser {
   void add_reasoning(std::string_view text) { delta_.reasoning_content += text; }
   void add_content(std::string_view text) { delta_.content += text; }
   void start_call(std::string id, std::string name);  // id: not empty
+  void end_call() { call_open_ = false; }             // the last started call is complete
   void add_arguments(std::string_view fragment) { delta_.add_arguments(calls_ - 1, fragment); }  // to the last call
   size_t calls() const { return calls_; }  // calls started
   void end_message() { ended_ = true; }
@@ -106,6 +108,7 @@ class OutputParser {
   ChatDelta delta_;
   ParsedMessage message_;
   size_t calls_ = 0;
+  bool call_open_ = false;
   bool ended_ = false;
 };
 

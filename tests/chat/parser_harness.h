@@ -84,12 +84,20 @@ struct Parsed {
   Json message;  // parser.message().to_json()
   Json joined;   // the deltas joined
   std::string finish_reason;
+  std::vector<bool> complete;  // per call
   bool operator==(const Parsed&) const = default;
 };
 
+// Only a cut leaves a call incomplete, and only the last one.
 inline Parsed finish_run(OutputParser& p, Joined& j, bool ended) {
   j.add(p.finish(ended));
-  return {p.message().to_json(), j.to_json(), p.message().finish_reason};
+  const ParsedMessage& m = p.message();
+  Parsed out{m.to_json(), j.to_json(), m.finish_reason, {}};
+  for (size_t i = 0; i < m.tool_calls.size(); ++i) {
+    out.complete.push_back(m.tool_calls[i].complete);
+    if (!m.tool_calls[i].complete) EXPECT_TRUE(i + 1 == m.tool_calls.size() && m.finish_reason == "length");
+  }
+  return out;
 }
 
 // Feeds the tokens by piece (text()/marker(), as ids are fed), the ordinary text cut at the byte

@@ -174,6 +174,7 @@ TEST(K3Parser, Spec58_5_TruncationInsideACall) {
       true);
   ASSERT_EQ(m.tool_calls.size(), 1u);
   EXPECT_EQ(m.tool_calls[0].arguments, R"({"city": "Par)");
+  EXPECT_FALSE(m.tool_calls[0].complete);  // not to be run
   EXPECT_EQ(m.finish_reason, "length");
   // Cut inside a number argument (not streamed before it closes) or a header.
   const ParsedMessage n = parse(
@@ -221,11 +222,13 @@ TEST(K3Parser, Spec58_7_UnclosedChannels) {
   const ParsedMessage c = parse(
       "<|open|>tools<|sep|><|open|>call tool=\"f\"<|sep|><|open|>argument key=\"x\" type=\"number\"<|sep|>7<|end_of_msg|>", false);
   EXPECT_EQ(c.tool_calls[0].arguments, R"({"x": 7})");
+  EXPECT_TRUE(c.tool_calls[0].complete);
   EXPECT_EQ(c.finish_reason, "tool_calls");
   // So does a stop token the parser was not given (the server's eos).
   const ParsedMessage s = parse("<|open|>tools<|sep|><|open|>call tool=\"f\"<|sep|><|open|>argument key=\"x\" type=\"string\"<|sep|>y",
                                 false, /*ended=*/true);
   EXPECT_EQ(s.tool_calls[0].arguments, R"({"x": "y"})");
+  EXPECT_TRUE(s.tool_calls[0].complete);
   EXPECT_EQ(s.finish_reason, "tool_calls");
   // Anything after the end is ignored.
   const ParsedMessage after = parse("A<|close|>message<|sep|>B<|open|>response<|sep|>C", false);

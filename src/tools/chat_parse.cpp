@@ -7,7 +7,8 @@
 #include "chat/token_pieces.h"
 #include "core/error.h"
 #include "io/file.h"
-#include "quant/families/family.h"
+#include "io/json.h"
+#include "model/config.h"
 #include "tools/model_args.h"
 
 namespace k3::cli {
@@ -54,21 +55,18 @@ void add_chat_parse_args(CLI::App* cmd, ChatParseArgs& args, const std::vector<C
 }
 
 int run_chat_parse(const ChatParseArgs& args, const std::string& model) {
-  std::optional<CheckpointDir> ckpt;
-  if (!model.empty()) {
-    ckpt = open_checkpoint_dir(model);
-    if (!ckpt->config) throw Error(Where{ckpt->path("config.json"), "", ""}, "a model directory needs config.json");
-  }
+  std::optional<K3Config> config;  // only config.json is read
+  if (!model.empty()) config = parse_k3_config(load_json_file(model + "/config.json"));
   std::string format = args.format;
-  if (format.empty()) format = ckpt && ckpt->config->model_type != ModelType::kKimiK3 ? "kimi-linear" : "k3";
+  if (format.empty()) format = config && config->model_type != ModelType::kKimiK3 ? "kimi-linear" : "k3";
   if (format == "kimi-linear" && args.thinking)
     throw Error(Where{"", "", "--thinking"}, "the Kimi-Linear format has no think channel");
   const std::string input = read_whole_file(args.file);
   const auto parser = chat::make_output_parser(format == "k3", args.thinking);
   if (const std::optional<std::vector<int64_t>> ids = token_ids(input)) {
-    if (!ckpt && args.tokenizer.empty())
+    if (!config && args.tokenizer.empty())
       throw Error(Where{args.file, "", ""}, "token ids need a tokenizer: give --model or --tokenizer");
-    const Tokenizer tok = ckpt ? load_tokenizer(model, ckpt->config->vocab_size) : Tokenizer::load(args.tokenizer);
+    const Tokenizer tok = config ? load_tokenizer(model, config->vocab_size) : Tokenizer::load(args.tokenizer);
     const chat::TokenPieces pieces(tok, parser->marker_names(), SkipSpecial::kAll);
     for (size_t i = 0; i < ids->size(); ++i) {
       const int64_t id = (*ids)[i];

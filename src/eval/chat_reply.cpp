@@ -4,8 +4,8 @@
 
 #include "chat/k3_format.h"
 #include "chat/kimi_linear_format.h"
-#include "chat/request.h"
 #include "chat/output_parsers.h"
+#include "chat/request.h"
 #include "chat/segments.h"
 #include "chat/token_pieces.h"
 

@@ -1,8 +1,6 @@
 #include "chat/k3_format.h"
 
 #include <algorithm>
-#include <cctype>
-#include <map>
 #include <utility>
 
 #include "core/error.h"
@@ -24,23 +22,6 @@ std::string escape_attr(std::string_view v) {  // & first, then "
     }
   }
   return out;
-}
-
-std::string unescape_attr(std::string v) {  // &quot; first, then &amp;
-  for (auto [from, to] : {std::pair{"&quot;", "\""}, std::pair{"&amp;", "&"}}) {
-    std::string out;
-    const std::string_view f = from;
-    for (size_t i = 0; i < v.size();) {
-      if (v.compare(i, f.size(), f) == 0) {
-        out += to;
-        i += f.size();
-      } else {
-        out += v[i++];
-      }
-    }
-    v = std::move(out);
-  }
-  return v;
 }
 
 void open(Segments& s, const std::string& tag, const Attrs& attrs = {}) {
@@ -237,164 +218,6 @@ std::vector<Segment> render_k3(const Request& request) {
     open(s, request.thinking ? "think" : "response");
   }
   return s.list();
-}
-
-// ---- output parser ---------------------------------------------------------------------------
-
-std::vector<std::string> K3OutputParser::markers() {
-  return {std::string(kOpen), std::string(kClose), std::string(kSep), std::string(kEndOfMsg)};
-}
-
-K3OutputParser::K3OutputParser(bool thinking, std::string call_id_prefix)
-    : splitter_(markers()),
-      stack_{Tag::kMessage, thinking ? Tag::kThink : Tag::kResponse},
-      call_id_prefix_(std::move(call_id_prefix)) {}
-
-ChatDelta K3OutputParser::feed(std::string_view text) {
-  ChatDelta delta;
-  splitter_.feed(text, [&](bool marker, std::string_view t) { marker ? on_marker(t, delta) : on_text(t, delta); });
-  return delta;
-}
-
-ParsedMessage K3OutputParser::finish() {
-  ChatDelta ignored;
-  splitter_.finish([&](bool marker, std::string_view t) { marker ? on_marker(t, ignored) : on_text(t, ignored); });
-  if (call_.active) result_.tool_calls.pop_back();  // truncated inside a call: dropped
-  call_ = OpenCall{};
-  if (result_.reasoning_content && result_.reasoning_content->empty()) result_.reasoning_content.reset();
-  if (result_.content && result_.content->empty()) result_.content.reset();
-  result_.finish_reason = !result_.tool_calls.empty() ? "tool_calls" : mode_ == Mode::kEnded ? "stop" : "length";
-  return result_;
-}
-
-void K3OutputParser::on_marker(std::string_view marker, ChatDelta& delta) {
-  if (mode_ == Mode::kEnded) return;
-  if (marker == kOpen) {
-    mode_ = Mode::kOpenHeader;
-    header_.clear();
-  } else if (marker == kClose) {
-    mode_ = Mode::kCloseHeader;
-    header_.clear();
-  } else if (marker == kSep) {
-    if (mode_ == Mode::kOpenHeader) on_header(delta);
-    if (mode_ == Mode::kCloseHeader) on_close(delta);
-    mode_ = Mode::kBody;
-  } else if (marker == kEndOfMsg) {
-    mode_ = Mode::kEnded;
-  }
-}
-
-void K3OutputParser::emit_arguments(std::string_view fragment, ChatDelta& delta) {
-  call_.arguments += fragment;
-  delta.add_arguments(calls_started_ - 1, fragment);
-}
-
-void K3OutputParser::on_text(std::string_view text, ChatDelta& delta) {
-  if (mode_ == Mode::kEnded) return;
-  if (mode_ != Mode::kBody) {
-    header_ += text;
-    return;
-  }
-  switch (stack_.empty() ? Tag::kOther : stack_.back()) {
-    case Tag::kThink:
-      delta.reasoning_content += text;
-      result_.reasoning_content = result_.reasoning_content.value_or("") + std::string(text);
-      break;
-    case Tag::kMessage:  // text outside channels counts as content
-    case Tag::kResponse:
-      delta.content += text;
-      result_.content = result_.content.value_or("") + std::string(text);
-      break;
-    case Tag::kArgument:
-      if (!call_.active) break;
-      if (call_.arg_type == "string") {
-        emit_arguments(escape_json_text(text), delta);
-      } else {
-        call_.arg_value += text;
-      }
-      break;
-    case Tag::kJson:
-      if (call_.active) emit_arguments(text, delta);
-      break;
-    default: break;  // whitespace between blocks, unknown tags
-  }
-}
-
-void K3OutputParser::on_header(ChatDelta& delta) {
-  const size_t space = header_.find(' ');
-  const std::string tag = header_.substr(0, space);
-  std::map<std::string, std::string> attrs;  // (\w+)="([^"]*)"
-  for (size_t eq = header_.find("=\""); eq != std::string::npos; eq = header_.find("=\"", eq + 1)) {
-    size_t k = eq;
-    while (k > 0 && (std::isalnum(static_cast<unsigned char>(header_[k - 1])) || header_[k - 1] == '_')) --k;
-    const size_t close = header_.find('"', eq + 2);
-    if (k == eq || close == std::string::npos) continue;
-    attrs.emplace(header_.substr(k, eq - k), unescape_attr(header_.substr(eq + 2, close - eq - 2)));
-    eq = close;
-  }
-  Tag t = Tag::kOther;
-  if (tag == "message") t = Tag::kMessage;
-  if (tag == "think") t = Tag::kThink;
-  if (tag == "response") t = Tag::kResponse;
-  if (tag == "tools") t = Tag::kTools;
-  if (tag == "call") {
-    t = Tag::kCall;
-    call_ = OpenCall{};
-    if (!attrs["tool"].empty()) {
-      call_.active = true;
-      ++calls_started_;
-      delta.tool_calls.push_back({calls_started_ - 1, call_id_prefix_ + std::to_string(calls_started_), attrs["tool"], ""});
-      result_.tool_calls.push_back({call_id_prefix_ + std::to_string(calls_started_), attrs["tool"], ""});
-    }
-  }
-  if (tag == "argument") {
-    t = Tag::kArgument;
-    if (call_.active && !call_.raw) {
-      call_.arg_type = attrs["type"];
-      call_.arg_value.clear();
-      emit_arguments((call_.argument_count++ == 0 ? "{" : ", ") + json_string(attrs["key"]) + ": " +
-                         (call_.arg_type == "string" ? "\"" : ""),
-                     delta);
-    }
-  }
-  if (tag == "json") {
-    t = Tag::kJson;
-    if (call_.active && call_.argument_count == 0) call_.raw = true;
-  }
-  stack_.push_back(t);
-}
-
-void K3OutputParser::on_close(ChatDelta& delta) {
-  static const std::map<std::string, Tag, std::less<>> tags = {
-      {"message", Tag::kMessage}, {"think", Tag::kThink}, {"response", Tag::kResponse}, {"tools", Tag::kTools},
-      {"call", Tag::kCall},       {"argument", Tag::kArgument}, {"json", Tag::kJson}};
-  auto it = tags.find(header_);
-  const Tag t = it == tags.end() ? Tag::kOther : it->second;
-  if (std::find(stack_.begin(), stack_.end(), t) == stack_.end()) return;  // nothing to close
-  while (!stack_.empty()) {
-    const Tag top = stack_.back();
-    stack_.pop_back();
-    if (top == Tag::kArgument && call_.active && !call_.raw) {
-      if (call_.arg_type == "string") {
-        emit_arguments("\"", delta);
-      } else {
-        const std::optional<Json> v = parse_model_json(call_.arg_value);
-        emit_arguments(v ? dump_json(*v, JsonStyle::kPython) : json_string(call_.arg_value), delta);
-      }
-    }
-    if (top == Tag::kCall && call_.active) {
-      if (!call_.raw) emit_arguments(call_.argument_count == 0 ? "{}" : "}", delta);
-      result_.tool_calls.back().arguments = call_.arguments;
-      call_ = OpenCall{};
-    }
-    if (top == t) break;
-  }
-}
-
-ParsedMessage parse_k3_output(std::string_view text, bool thinking) {
-  K3OutputParser parser(thinking);
-  parser.feed(text);
-  return parser.finish();
 }
 
 }  // namespace k3::chat

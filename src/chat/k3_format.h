@@ -23,48 +23,63 @@ inline constexpr std::string_view kEndOfMsg = "<|end_of_msg|>";
 // low/high/max, a tool message whose tool cannot be named, a json_schema without a schema).
 std::vector<Segment> render_k3(const Request& request);
 
-// Incremental parser of K3 output (text decoded with specials kept). Feed chunks split anywhere:
-// the deltas never end inside a marker or a UTF-8 sequence, and the final result does not depend
-// on where the input was split.
-class K3OutputParser {
+// Incremental parser of K3 output (tokenizer spec §5.6–§5.8), an OutputParser (chat/stream_text.h:
+// pieces in, deltas out, the same result for every split). Policies (docs/chat-format.md):
+// - the stack starts as [message, think] (thinking) or [message, response]; text in think is
+//   reasoning, in response content, in an argument its value, in a json block the raw arguments;
+// - opening think/response/tools closes the channel that is open (a reply may leave think by
+//   opening response or tools directly); a call outside tools opens tools;
+// - closing the message, <|end_of_msg|>, or finish(true) closes every open channel and call; a
+//   close that matches nothing open is ignored;
+// - text directly inside the message is content, but a run of it that is only whitespace
+//   (between blocks) is dropped; text in tools/call outside arguments is dropped;
+// - unknown tags are transparent (their text goes where the enclosing channel's goes); argument or
+//   json outside a call, and the contents of a call without a tool name, are dropped;
+// - a header is ended by <|sep|> (or, leniently, by the next marker); a header cut off by the end
+//   of the reply is dropped;
+// - tool calls are returned whether or not the request declared tools: markup never reaches content.
+class K3OutputParser final : public OutputParser {
  public:
   // thinking: the prompt opened the think channel (else the response channel). Tool call ids are
   // call_id_prefix + running number from 1.
   explicit K3OutputParser(bool thinking, std::string call_id_prefix = "call_");
-  // The special tokens the parser consumes: decode them even when skipping the others.
+  // The format's markers, in marker() index order: <|open|> <|close|> <|sep|> <|end_of_msg|>.
   static std::vector<std::string> markers();
 
-  ChatDelta feed(std::string_view text);
-  // Flushes what was held back and closes the stream: finish_reason "tool_calls" when a call
-  // completed, "stop" when <|end_of_msg|> was seen, else "length". Incomplete calls are dropped.
-  ParsedMessage finish();
-
  private:
-  enum class Tag { kMessage, kThink, kResponse, kTools, kCall, kArgument, kJson, kOther };
-  void on_marker(std::string_view marker, ChatDelta& delta);
-  void on_text(std::string_view text, ChatDelta& delta);
-  void on_header(ChatDelta& delta);
-  void on_close(ChatDelta& delta);
-  void emit_arguments(std::string_view fragment, ChatDelta& delta);
+  enum class Tag { kMessage, kThink, kResponse, kTools, kCall, kArgument, kJson, kDropped, kUnknown };
+  struct Frame {
+    Tag tag;
+    std::string name;
+  };
+  void on_marker(size_t index) override;
+  void on_text(std::string_view text) override;
+  void on_end() override;
+  void open_tag(std::string_view header);
+  void close_tag(std::string_view name);
+  // Pops frames above the innermost `tag` frame (all but the bottom one when there is none);
+  // whether one was found.
+  bool pop_above(Tag tag);
+  void pop();  // the top frame, finishing the argument or call it holds
+  void message_text(std::string_view text);
 
-  MarkerSplitter splitter_;
-  std::vector<Tag> stack_;
-  enum class Mode { kBody, kOpenHeader, kCloseHeader, kEnded } mode_ = Mode::kBody;
+  std::vector<Frame> stack_;
+  enum class Mode { kBody, kOpenHeader, kCloseHeader } mode_ = Mode::kBody;
   std::string header_;
+  std::string space_;          // a whitespace-only run of text directly inside the message
+  bool message_text_ = false;  // the current run has non-whitespace: it is content
   std::string call_id_prefix_;
-  ParsedMessage result_;
-  // The call being parsed.
   struct OpenCall {
     bool active = false;    // has a tool name: streamed
-    std::string arguments;  // streamed so far
-    int argument_count = 0;
-    bool raw = false;       // a json block supplied the arguments
+    bool raw = false;       // a json block supplies the arguments
+    bool wrote = false;     // any argument (or raw text) was written
+    bool in_argument = false;
     std::string arg_type;   // type of the open argument
     std::string arg_value;  // non-string argument text
   } call_;
-  size_t calls_started_ = 0;
 };
 
+// The whole output as text with marker names spelled out.
 ParsedMessage parse_k3_output(std::string_view text, bool thinking);
 
 }  // namespace k3::chat

@@ -62,63 +62,51 @@ std::vector<std::string> KimiLinearOutputParser::markers() {
           std::string(kCallBegin), std::string(kArgumentBegin), std::string(kCallEnd)};
 }
 
-KimiLinearOutputParser::KimiLinearOutputParser() : splitter_(markers()) {}
+KimiLinearOutputParser::KimiLinearOutputParser() : OutputParser(markers()) {}
 
-ChatDelta KimiLinearOutputParser::feed(std::string_view text) {
-  ChatDelta delta;
-  splitter_.feed(text, [&](bool marker, std::string_view t) { marker ? on_marker(t, delta) : on_text(t, delta); });
-  return delta;
-}
-
-ParsedMessage KimiLinearOutputParser::finish() {
-  ChatDelta ignored;
-  splitter_.finish([&](bool marker, std::string_view t) { marker ? on_marker(t, ignored) : on_text(t, ignored); });
-  if (call_open_) result_.tool_calls.pop_back();  // truncated inside a call: dropped
-  call_open_ = false;
-  if (result_.content && result_.content->empty()) result_.content.reset();
-  result_.finish_reason = !result_.tool_calls.empty() ? "tool_calls" : mode_ == Mode::kEnded ? "stop" : "length";
-  return result_;
-}
-
-void KimiLinearOutputParser::on_marker(std::string_view marker, ChatDelta& delta) {
-  if (mode_ == Mode::kEnded) return;
-  if (marker == kImEnd) {
-    mode_ = Mode::kEnded;
-  } else if (marker == kSectionBegin || marker == kSectionEnd) {
-    mode_ = marker == kSectionBegin ? Mode::kSection : Mode::kContent;
-  } else if (marker == kCallBegin) {
-    mode_ = Mode::kCallId;
-    call_id_.clear();
-  } else if (marker == kArgumentBegin && mode_ == Mode::kCallId) {
+void KimiLinearOutputParser::on_marker(size_t index) {
+  enum : size_t { kEnd, kBeginSection, kEndSection, kBeginCall, kBeginArguments, kEndCall };
+  if (ended()) return;
+  if (index == kBeginArguments && mode_ == Mode::kCallId) {
+    const std::string id(trim_space(call_id_));
+    call_active_ = !id.empty();
+    if (call_active_) start_call(id, call_name(id));
     mode_ = Mode::kArguments;
-    call_open_ = true;
-    result_.tool_calls.push_back({call_id_, call_name(call_id_), ""});
-    delta.tool_calls.push_back({result_.tool_calls.size() - 1, call_id_, call_name(call_id_), ""});
-  } else if (marker == kCallEnd) {
-    call_open_ = false;
-    mode_ = Mode::kSection;
+    return;
   }
-}
-
-void KimiLinearOutputParser::on_text(std::string_view text, ChatDelta& delta) {
-  switch (mode_) {
-    case Mode::kContent:
-      delta.content += text;
-      result_.content = result_.content.value_or("") + std::string(text);
+  if (call_active_) end_call();  // any other marker ends the arguments: the call is complete
+  call_active_ = false;
+  switch (index) {
+    case kEnd: end_message(); break;
+    case kBeginSection: mode_ = Mode::kSection; break;
+    case kEndSection: mode_ = Mode::kContent; break;
+    case kBeginCall:
+      mode_ = Mode::kCallId;
+      call_id_.clear();
       break;
-    case Mode::kCallId: call_id_ += text; break;
-    case Mode::kArguments:
-      result_.tool_calls.back().arguments += text;
-      delta.add_arguments(result_.tool_calls.size() - 1, text);
-      break;
+    case kEndCall: mode_ = Mode::kSection; break;
     default: break;
   }
+}
+
+void KimiLinearOutputParser::on_end() {
+  if (call_active_) end_call();
+  call_active_ = false;
+  end_message();
+}
+
+void KimiLinearOutputParser::on_text(std::string_view text) {
+  if (ended()) return;
+  if (mode_ == Mode::kContent) add_content(text);
+  if (mode_ == Mode::kCallId) call_id_ += text;
+  if (mode_ == Mode::kArguments && call_active_) add_arguments(text);
 }
 
 ParsedMessage parse_kimi_linear_output(std::string_view text) {
   KimiLinearOutputParser parser;
   parser.feed(text);
-  return parser.finish();
+  parser.finish();
+  return parser.message();
 }
 
 }  // namespace k3::chat

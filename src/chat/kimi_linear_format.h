@@ -17,25 +17,26 @@ namespace k3::chat {
 
 std::vector<Segment> render_kimi_linear(const Request& request);
 
-// Incremental parser of Kimi-Linear output: content until <|im_end|>, K2-style tool calls
-// (id "functions.NAME:N" → name NAME; the id is kept as the call id, arguments streamed raw).
-class KimiLinearOutputParser {
+// Incremental parser of Kimi-Linear output, an OutputParser (chat/stream_text.h): content until
+// <|im_end|>, K2-style tool calls (id "functions.NAME:N" → name NAME; the id, trimmed, is kept as
+// the call id; arguments streamed raw). Text inside the tool-call section but outside a call is
+// dropped; a call begun outside a section is still a call; a call with an empty id is dropped;
+// <|im_end|> (or finish(true)) inside a call completes it.
+class KimiLinearOutputParser final : public OutputParser {
  public:
   KimiLinearOutputParser();
-  // The special tokens the parser consumes: decode them even when skipping the others.
+  // The format's markers, in marker() index order: <|im_end|> <|tool_calls_section_begin|>
+  // <|tool_calls_section_end|> <|tool_call_begin|> <|tool_call_argument_begin|> <|tool_call_end|>.
   static std::vector<std::string> markers();
-  ChatDelta feed(std::string_view text);
-  ParsedMessage finish();
 
  private:
-  void on_marker(std::string_view marker, ChatDelta& delta);
-  void on_text(std::string_view text, ChatDelta& delta);
+  void on_marker(size_t index) override;
+  void on_text(std::string_view text) override;
+  void on_end() override;
 
-  MarkerSplitter splitter_;
-  enum class Mode { kContent, kSection, kCallId, kArguments, kEnded } mode_ = Mode::kContent;
+  enum class Mode { kContent, kSection, kCallId, kArguments } mode_ = Mode::kContent;
   std::string call_id_;
-  bool call_open_ = false;
-  ParsedMessage result_;
+  bool call_active_ = false;  // the arguments being read belong to a started call
 };
 
 ParsedMessage parse_kimi_linear_output(std::string_view text);

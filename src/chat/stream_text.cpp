@@ -1,7 +1,5 @@
 #include "chat/stream_text.h"
 
-#include "tokenizer/utf8.h"
-
 namespace k3::chat {
 
 void ChatDelta::add_arguments(size_t index, std::string_view fragment) {
@@ -10,6 +8,35 @@ void ChatDelta::add_arguments(size_t index, std::string_view fragment) {
     tool_calls.back().arguments += fragment;
   } else {
     tool_calls.push_back({index, "", "", std::string(fragment)});
+  }
+}
+
+void ChatDelta::append(const ChatDelta& later) {
+  reasoning_content += later.reasoning_content;
+  content += later.content;
+  for (const ToolCallDelta& c : later.tool_calls) {
+    if (c.id.empty()) {
+      add_arguments(c.index, c.arguments);
+    } else {
+      tool_calls.push_back(c);
+    }
+  }
+}
+
+void ParsedMessage::add(const ChatDelta& delta) {
+  auto join = [](std::optional<std::string>& field, const std::string& text) {
+    if (text.empty()) return;
+    if (!field) field.emplace();
+    field->append(text);
+  };
+  join(reasoning_content, delta.reasoning_content);
+  join(content, delta.content);
+  for (const ToolCallDelta& c : delta.tool_calls) {
+    if (!c.id.empty()) {
+      tool_calls.push_back({c.id, c.name, c.arguments, true});
+    } else if (c.index < tool_calls.size()) {
+      tool_calls[c.index].arguments += c.arguments;
+    }
   }
 }
 
@@ -27,58 +54,78 @@ Json ParsedMessage::to_json() const {
   return m;
 }
 
-namespace {
-
-// Length of a trailing incomplete (but still possibly valid) UTF-8 sequence.
-size_t incomplete_utf8_tail(std::string_view s) {
-  for (size_t back = 1; back <= 3 && back <= s.size(); ++back) {
-    const auto b = static_cast<unsigned char>(s[s.size() - back]);
-    if ((b & 0xC0) != 0x80) {  // a lead byte (or ASCII)
-      return utf8::scan(s.substr(s.size() - back)).kind == utf8::Kind::kTruncated ? back : 0;
-    }
-  }
-  return 0;
+std::string_view trim_space(std::string_view s) {
+  constexpr std::string_view kSpace = " \t\n\r\f\v";
+  const size_t first = s.find_first_not_of(kSpace);
+  if (first == std::string_view::npos) return {};
+  return s.substr(first, s.find_last_not_of(kSpace) + 1 - first);
 }
 
-}  // namespace
+ChatDelta OutputParser::take() {
+  message_.add(delta_);
+  ChatDelta d = std::move(delta_);
+  delta_ = ChatDelta();
+  return d;
+}
 
-void MarkerSplitter::feed(std::string_view text, const Sink& sink) {
-  pending_.append(text);
-  const std::string_view buf = pending_;
-  size_t emitted = 0;  // buf[0, emitted) has been handed to the sink
-  size_t hold = buf.size();
+void OutputParser::flush_utf8() {
+  const std::string t = utf8_.flush();
+  if (!t.empty()) on_text(t);
+}
+
+ChatDelta OutputParser::text(std::string_view bytes) {
+  const std::string t = utf8_.push(bytes);
+  if (!t.empty()) on_text(t);
+  return take();
+}
+
+ChatDelta OutputParser::marker(size_t index) {
+  flush_utf8();
+  on_marker(index);
+  return take();
+}
+
+ChatDelta OutputParser::feed(std::string_view text) {
+  held_.append(text);
+  const std::string buf = std::move(held_);
+  held_.clear();
+  ChatDelta out;
+  size_t emitted = 0;  // buf[0, emitted) has been handed on
   for (size_t p = 0; p < buf.size(); ++p) {
-    bool partial = false;
-    const std::string* found = nullptr;
-    for (const auto& m : markers_) {
-      if (buf[p] != m[0]) continue;
-      if (buf.compare(p, m.size(), m) == 0) {
-        found = &m;
+    for (size_t m = 0; m < markers_.size(); ++m) {
+      const std::string& name = markers_[m];
+      if (buf[p] != name[0]) continue;
+      if (buf.compare(p, name.size(), name) == 0) {
+        out.append(this->text(std::string_view(buf).substr(emitted, p - emitted)));
+        out.append(marker(m));
+        emitted = p + name.size();
+        p = emitted - 1;
         break;
       }
-      if (buf.size() - p < m.size() && m.compare(0, buf.size() - p, buf.substr(p)) == 0) partial = true;
-    }
-    if (found) {
-      if (p > emitted) sink(false, buf.substr(emitted, p - emitted));
-      sink(true, *found);
-      emitted = p + found->size();
-      p = emitted - 1;
-    } else if (partial) {
-      hold = p;
-      break;
+      if (buf.size() - p < name.size() && name.compare(0, buf.size() - p, buf, p) == 0) {  // may complete later
+        out.append(this->text(std::string_view(buf).substr(emitted, p - emitted)));
+        held_ = buf.substr(p);
+        return out;
+      }
     }
   }
-  hold -= incomplete_utf8_tail(buf.substr(emitted, hold - emitted));
-  if (hold > emitted) sink(false, buf.substr(emitted, hold - emitted));
-  pending_.erase(0, hold);
+  out.append(this->text(std::string_view(buf).substr(emitted)));
+  return out;
 }
 
-void MarkerSplitter::finish(const Sink& sink) {
-  bool marker_prefix = false;
-  for (const auto& m : markers_)
-    if (!pending_.empty() && m.compare(0, pending_.size(), pending_) == 0) marker_prefix = true;
-  if (!pending_.empty() && !marker_prefix) sink(false, utf8::replace_invalid(pending_));
-  pending_.clear();
+ChatDelta OutputParser::finish(bool ended) {
+  held_.clear();  // a partial marker name at the very end
+  flush_utf8();
+  if (ended && !ended_) on_end();
+  ChatDelta last = take();
+  if (call_open_ && !message_.tool_calls.empty()) message_.tool_calls.back().complete = false;
+  message_.finish_reason = !ended_ ? "length" : message_.tool_calls.empty() ? "stop" : "tool_calls";
+  return last;
+}
+
+void OutputParser::start_call(std::string id, std::string name) {
+  delta_.tool_calls.push_back({calls_++, std::move(id), std::move(name), ""});
+  call_open_ = true;
 }
 
 }  // namespace k3::chat

@@ -4,8 +4,10 @@
 
 #include "chat/k3_format.h"
 #include "chat/kimi_linear_format.h"
+#include "chat/output_parsers.h"
 #include "chat/request.h"
 #include "chat/segments.h"
+#include "chat/token_pieces.h"
 
 namespace k3::eval {
 namespace {
@@ -43,10 +45,12 @@ std::string reply_text(const Tokenizer& tokenizer, std::span<const int64_t> repl
   return tokenizer.decode(ids, /*skip_special=*/false);
 }
 
-std::string parsed_content(ChatFormat format, std::string_view text) {
-  const chat::ParsedMessage parsed =
-      format == ChatFormat::kKimiK3 ? chat::parse_k3_output(text, /*thinking=*/true) : chat::parse_kimi_linear_output(text);
-  return parsed.content.value_or("");
+std::string parsed_content(const Tokenizer& tokenizer, ChatFormat format, std::span<const int64_t> reply) {
+  const auto parser = chat::make_output_parser(format == ChatFormat::kKimiK3, /*thinking=*/true);
+  const chat::TokenPieces pieces(tokenizer, parser->marker_names(), SkipSpecial::kAll);
+  for (int64_t id : reply) pieces.feed(*parser, static_cast<uint32_t>(id));
+  parser->finish();
+  return parser->message().content.value_or("");
 }
 
 std::string trained_reply(ChatFormat format, const std::string& answer) {

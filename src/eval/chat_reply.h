@@ -1,7 +1,8 @@
 // One evaluation example through a model's own chat format (docs/eval-tasks.md): the user message
 // rendered as `k3 chat` renders it by default (Kimi-K3 XTML with thinking on and effort max, or the
-// Kimi-Linear format), the ids that end a reply, and the scoring of a reply: its ids decoded with
-// special tokens kept, parsed by the format's output parser, the content compared byte for byte.
+// Kimi-Linear format), the ids that end a reply, and the scoring of a reply: its ids parsed by the
+// format's output parser (markers by id, the other added tokens left out, as k3 chat reads a
+// reply), the content compared byte for byte.
 #pragma once
 
 #include <cstdint>
@@ -29,8 +30,8 @@ std::vector<int64_t> stop_ids(const Tokenizer& tokenizer, ChatFormat format, con
 
 // A reply's ids decoded with the special tokens kept.
 std::string reply_text(const Tokenizer& tokenizer, std::span<const int64_t> reply);
-// The content of a reply's text parsed by the format's output parser ("" when it has none).
-std::string parsed_content(ChatFormat format, std::string_view text);
+// The content of a reply's ids parsed by the format's output parser ("" when it has none).
+std::string parsed_content(const Tokenizer& tokenizer, ChatFormat format, std::span<const int64_t> reply);
 
 // The reply text (marker names included) the models are trained to give, per docs/eval-tasks.md.
 std::string trained_reply(ChatFormat format, const std::string& answer);

@@ -21,7 +21,7 @@ ExampleResult score_reply(const Tokenizer& tokenizer, ChatFormat format, std::ve
   ExampleResult x;
   x.reply = std::move(reply);
   x.text = reply_text(tokenizer, x.reply);
-  x.content = parsed_content(format, x.text);
+  x.content = parsed_content(tokenizer, format, x.reply);
   x.correct = x.content == answer;
   return x;
 }

@@ -361,34 +361,14 @@ StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, SkipSpecial skip, std::
 
 std::string StreamDecoder::push(uint32_t id) {
   const std::string_view bytes = tokenizer_.token_bytes(id);
-  std::string out;
-  if (tokenizer_.is_special_id(id)) {
-    const bool kept = !kept_.empty() && kept_[id - tokenizer_.num_base()];
-    if (!kept && tokenizer_.skipped(id, skip_)) return out;  // as decode: not there at all
-    out = finish();
-    out.append(bytes);
-    return out;
-  }
-  pending_.append(bytes);
-  size_t i = 0;
-  while (i < pending_.size()) {
-    const utf8::Scan r = utf8::scan(std::string_view(pending_).substr(i));
-    if (r.kind == utf8::Kind::kTruncated) break;  // may still complete
-    if (r.kind == utf8::Kind::kValid) {
-      out.append(pending_, i, r.length);
-    } else {
-      out.append(utf8::kReplacement);
-    }
-    i += r.length;
-  }
-  pending_.erase(0, i);
+  if (!tokenizer_.is_special_id(id)) return utf8_.push(bytes);
+  const bool kept = !kept_.empty() && kept_[id - tokenizer_.num_base()];
+  if (!kept && tokenizer_.skipped(id, skip_)) return {};  // as decode: not there at all
+  std::string out = utf8_.flush();
+  out.append(bytes);
   return out;
 }
 
-std::string StreamDecoder::finish() {
-  std::string out = utf8::replace_invalid(pending_);
-  pending_.clear();
-  return out;
-}
+std::string StreamDecoder::finish() { return utf8_.flush(); }
 
 }  // namespace k3

@@ -12,6 +12,7 @@
 
 #include "tokenizer/bpe.h"
 #include "tokenizer/pretokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace k3 {
 
@@ -117,7 +118,7 @@ class StreamDecoder {
   const Tokenizer& tokenizer_;
   SkipSpecial skip_;
   std::vector<bool> kept_;  // per special id (id - num_base); empty when none is kept
-  std::string pending_;
+  utf8::Stream utf8_;
 };
 
 }  // namespace k3

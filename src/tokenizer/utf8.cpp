@@ -90,4 +90,24 @@ char32_t next(std::string_view s, size_t& i) {
   return cp;
 }
 
+std::string Stream::push(std::string_view bytes) {
+  pending_.append(bytes);
+  std::string out;
+  size_t i = 0;
+  while (i < pending_.size()) {
+    const Scan r = scan(std::string_view(pending_).substr(i));
+    if (r.kind == Kind::kTruncated) break;  // may still complete
+    out.append(r.kind == Kind::kValid ? std::string_view(pending_).substr(i, r.length) : kReplacement);
+    i += r.length;
+  }
+  pending_.erase(0, i);
+  return out;
+}
+
+std::string Stream::flush() {
+  std::string out = replace_invalid(pending_);
+  pending_.clear();
+  return out;
+}
+
 }  // namespace k3::utf8

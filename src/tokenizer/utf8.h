@@ -33,4 +33,16 @@ char32_t next(std::string_view s, size_t& i);
 
 inline constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
 
+// Streaming replace_invalid: bytes go in split anywhere; what comes out never ends inside a
+// sequence that could still become valid (that tail waits), and all outputs joined, flush()
+// included, equal replace_invalid(all bytes).
+class Stream {
+ public:
+  std::string push(std::string_view bytes);
+  std::string flush();  // the waiting tail as U+FFFD (nothing when none)
+
+ private:
+  std::string pending_;
+};
+
 }  // namespace k3::utf8

@@ -6,7 +6,8 @@
 // added tokens other than the format's markers (which the parser consumes), so no marker text shows;
 // --show-special keeps every token and streams the raw generated text instead. With --messages one
 // turn on that request (a messages array or {"messages": ...}); without it an interactive loop: each
-// stdin line is a user message, the conversation is kept, EOF ends.
+// stdin line is a user message, the conversation is kept, EOF ends. `k3 chat --parse FILE` only parses
+// a reply given as a file (tools/chat_parse.h), without loading a model.
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,8 +15,11 @@
 
 #include "chat/k3_format.h"
 #include "chat/kimi_linear_format.h"
+#include "chat/output_parsers.h"
+#include "chat/token_pieces.h"
 #include "core/error.h"
 #include "io/file.h"
+#include "tools/chat_parse.h"
 #include "tools/cli.h"
 #include "tools/model_args.h"
 
@@ -39,20 +43,22 @@ struct ChatModel {
   bool show_special;
 };
 
-// One assistant turn: generate from the rendered request, feeding the decoded text to the parser;
-// prints the parsed deltas, or with show_special the raw text.
-template <class Parser>
-chat::ParsedMessage stream_turn(const ChatModel& m, const std::vector<int64_t>& prompt, GenerateOptions g, Parser& parser) {
-  StreamDecoder decoder(m.tokenizer, m.show_special ? SkipSpecial::kNone : SkipSpecial::kAll, Parser::markers());
-  auto feed = [&](const std::string& text) {
-    const chat::ChatDelta delta = parser.feed(text);
-    if (m.show_special) print(text);
+// One assistant turn: generate from the rendered request, handing each id to the parser; prints
+// the parsed deltas, or with show_special the raw text.
+chat::ParsedMessage stream_turn(const ChatModel& m, const std::vector<int64_t>& prompt, GenerateOptions g,
+                                chat::OutputParser& parser) {
+  const chat::TokenPieces pieces(m.tokenizer, parser.marker_names(), m.show_special ? SkipSpecial::kNone : SkipSpecial::kAll);
+  StreamDecoder raw(m.tokenizer);
+  g.on_token = [&](int64_t id) {
+    const chat::ChatDelta delta = pieces.feed(parser, static_cast<uint32_t>(id));
+    if (m.show_special) print(raw.push(static_cast<uint32_t>(id)));
     else print_delta(delta);
   };
-  g.on_token = [&](int64_t id) { feed(decoder.push(static_cast<uint32_t>(id))); };
-  generate(m.engine, prompt, g);
-  feed(decoder.finish());
-  return parser.finish();
+  const GenerateResult r = generate(m.engine, prompt, g);
+  const chat::ChatDelta last = parser.finish(r.stopped_at_eos);
+  if (m.show_special) print(raw.finish());
+  else print_delta(last);
+  return parser.message();
 }
 
 chat::ParsedMessage chat_turn(const ChatModel& m, const chat::Request& request, const GenerateOptions& g) {
@@ -60,14 +66,7 @@ chat::ParsedMessage chat_turn(const ChatModel& m, const chat::Request& request, 
   const std::vector<uint32_t> ids = chat::encode(m.tokenizer, segments);
   const std::vector<int64_t> prompt(ids.begin(), ids.end());
   check_prompt_fits(m.engine, prompt.size(), g.max_tokens);
-  chat::ParsedMessage reply;
-  if (m.k3_format) {
-    chat::K3OutputParser parser(request.thinking);
-    reply = stream_turn(m, prompt, g, parser);
-  } else {
-    chat::KimiLinearOutputParser parser;
-    reply = stream_turn(m, prompt, g, parser);
-  }
+  const chat::ParsedMessage reply = stream_turn(m, prompt, g, *chat::make_output_parser(m.k3_format, request.thinking));
   std::printf("\n%s\n", chat::dump_output(reply.to_json()).c_str());
   std::fflush(stdout);
   return reply;
@@ -96,6 +95,7 @@ Registered add_chat(CLI::App& app) {
     GenerationArgs generation;
     std::string messages;
     bool show_special = false;
+    ChatParseArgs parse;
   };
   auto opt = std::make_shared<Options>();
   opt->generation.max_tokens = 512;
@@ -103,8 +103,10 @@ Registered add_chat(CLI::App& app) {
   add_model_args(cmd, opt->model, PromptInput::kNone);
   add_generation_args(cmd, opt->generation);
   cmd->add_option("--messages", opt->messages, "request JSON file (messages array or {\"messages\": ...})");
-  cmd->add_flag("--show-special", opt->show_special, "stream the raw reply, special tokens (markers, EOS) included");
+  auto* show = cmd->add_flag("--show-special", opt->show_special, "stream the raw reply, special tokens (markers, EOS) included");
+  add_chat_parse_args(cmd, opt->parse, {cmd->get_option("--messages"), show});
   return {cmd, [opt] {
+            if (!opt->parse.file.empty()) return run_chat_parse(opt->parse, opt->model.model);
             GenerateOptions g = generation_options(opt->generation);
             g.on_prefill = terminal_prefill_progress();
             std::optional<chat::Request> request;

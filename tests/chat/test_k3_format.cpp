@@ -199,9 +199,11 @@ TEST(K3Parse, ThinkingOffOutputAndTruncation) {
   const ParsedMessage cut = parse_k3_output("Hmm<|close|>think<|sep|><|open|>response<|sep|>Par<|clo", true);
   EXPECT_EQ(cut.content, "Par");
   EXPECT_EQ(cut.finish_reason, "length");
+  // Cut inside a call: the call stays as streamed (its arguments incomplete), "length".
   const ParsedMessage in_call = parse_k3_output(
       "x<|close|>think<|sep|><|open|>tools<|sep|><|open|>call tool=\"f\" index=\"1\"<|sep|><|open|>argument key=\"a\"", true);
-  EXPECT_TRUE(in_call.tool_calls.empty());
+  ASSERT_EQ(in_call.tool_calls.size(), 1u);
+  EXPECT_EQ(in_call.tool_calls[0].arguments, "");
   EXPECT_EQ(in_call.finish_reason, "length");
 }
 
@@ -220,47 +222,6 @@ TEST(K3Parse, ArgumentEdgeCases) {
   EXPECT_EQ(m.tool_calls[1].arguments, "{}");
   EXPECT_EQ(m.tool_calls[2].arguments, R"({"raw":1})");
   EXPECT_EQ(m.tool_calls[2].id, "call_3");
-}
-
-// Feeding the output split at any byte boundary (and one byte at a time) gives the same result,
-// and the concatenated deltas equal the final fields.
-void expect_split_invariant(const std::string& output, bool thinking) {
-  const Json whole = parse_k3_output(output, thinking).to_json();
-  auto check = [&](const std::vector<size_t>& cuts) {
-    K3OutputParser p(thinking);
-    std::string reasoning, content;
-    std::vector<std::string> args;
-    size_t prev = 0;
-    auto take = [&](const ChatDelta& d) {
-      reasoning += d.reasoning_content;
-      content += d.content;
-      for (const auto& t : d.tool_calls) {
-        if (args.size() <= t.index) args.resize(t.index + 1);
-        args[t.index] += t.arguments;
-      }
-    };
-    for (size_t c : cuts) {
-      take(p.feed(std::string_view(output).substr(prev, c - prev)));
-      prev = c;
-    }
-    take(p.feed(std::string_view(output).substr(prev)));
-    const ParsedMessage m = p.finish();
-    EXPECT_EQ(m.to_json(), whole);
-    EXPECT_EQ(reasoning, m.reasoning_content.value_or(""));
-    EXPECT_EQ(content, m.content.value_or(""));
-    ASSERT_EQ(args.size(), m.tool_calls.size());
-    for (size_t i = 0; i < args.size(); ++i) EXPECT_EQ(args[i], m.tool_calls[i].arguments);
-  };
-  for (size_t cut = 0; cut <= output.size(); ++cut) check({cut});
-  std::vector<size_t> every(output.size());
-  for (size_t i = 0; i < output.size(); ++i) every[i] = i;
-  check(every);
-}
-
-TEST(K3Parse, StreamingSplitAtEveryByteBoundary) {
-  expect_split_invariant(kOutput1, true);
-  expect_split_invariant(kOutput2, true);
-  expect_split_invariant("Grüße 😀 <|open|> not a tag? <|close|>think<|sep|><|open|>response<|sep|>中文<|clo", true);
 }
 
 }  // namespace

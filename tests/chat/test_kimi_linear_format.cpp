@@ -42,7 +42,8 @@ TEST(KimiLinearParse, ContentAndToolCallsSplitAtEveryByte) {
     KimiLinearOutputParser p;
     std::string content = p.feed(out.substr(0, cut)).content;
     content += p.feed(out.substr(cut)).content;
-    EXPECT_EQ(p.finish().to_json(), whole.to_json()) << cut;
+    content += p.finish().content;
+    EXPECT_EQ(p.message().to_json(), whole.to_json()) << cut;
     EXPECT_EQ(content, "Let me check.");
   }
   EXPECT_EQ(parse_kimi_linear_output("2 + 2 = 4.<|im_end|>").content, "2 + 2 = 4.");

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "chat/k3_format.h"
-#include "chat/kimi_linear_format.h"
+#include "chat/output_parsers.h"
+#include "chat/token_pieces.h"
 #include "tokenizer/utf8.h"
 
 namespace k3::server {
@@ -57,15 +57,12 @@ ChoiceConfig choice_config(const ChatCompletionRequest& request) {
 
 namespace {
 
-// The specials a choice's parser consumes: decoded even when the others are skipped.
-std::vector<std::string> parser_markers(OutputKind kind) {
-  switch (kind) {
-    case OutputKind::kChatK3: return chat::K3OutputParser::markers();
-    case OutputKind::kChatKimiLinear: return chat::KimiLinearOutputParser::markers();
-    case OutputKind::kCompletion: break;
-  }
-  return {};
+std::unique_ptr<chat::OutputParser> make_parser(const ChoiceConfig& c) {
+  if (c.kind == OutputKind::kCompletion) return nullptr;
+  return chat::make_output_parser(c.kind == OutputKind::kChatK3, c.thinking, c.call_id_prefix);
 }
+
+SkipSpecial skip_of(const ChoiceConfig& c) { return c.skip_special ? SkipSpecial::kAll : SkipSpecial::kNone; }
 
 }  // namespace
 
@@ -73,26 +70,29 @@ struct ChoiceOutput::State {
   State(const Tokenizer& t, ChoiceConfig c)
       : tokenizer(t),
         config(std::move(c)),
-        decoder(t, config.skip_special ? SkipSpecial::kAll : SkipSpecial::kNone, parser_markers(config.kind)) {
-    if (config.kind == OutputKind::kChatK3) k3.emplace(config.thinking, config.call_id_prefix);
-    if (config.kind == OutputKind::kChatKimiLinear) kimi_linear.emplace();
+        parser(make_parser(config)),
+        decoder(t, skip_of(config), parser ? parser->marker_names() : std::vector<std::string>()) {
+    if (parser) pieces.emplace(t, parser->marker_names(), skip_of(config));
     for (const auto& s : config.stop) longest_stop = std::max(longest_stop, s.size());
   }
 
   const Tokenizer& tokenizer;
   ChoiceConfig config;
+  std::unique_ptr<chat::OutputParser> parser;  // chat
   StreamDecoder decoder;
-  std::optional<chat::K3OutputParser> k3;
-  std::optional<chat::KimiLinearOutputParser> kimi_linear;
+  std::optional<chat::TokenPieces> pieces;  // chat: which ids are the parser's markers
   size_t longest_stop = 0;
 
   std::string decoded;   // all decoded text (cut at a stop string)
   size_t released = 0;   // decoded[0, released) was handed out
+  // Chat: where marker tokens lie in `decoded` (start, marker index); the parser gets them as
+  // markers, never as text, and a marker is handed on only whole.
+  std::vector<std::pair<size_t, size_t>> markers;
+  size_t next_marker = 0;
   std::vector<TokenEntry> pending, done;  // logprob entries not yet / already released
   int64_t tokens = 0;
   int64_t reasoning_tokens = 0;  // tokens when reasoning text was last released
   std::string finish_reason;
-  std::string streamed_reasoning, streamed_content;  // chat: what the deltas carried
   chat::ParsedMessage message;
 
   bool is_chat() const { return config.kind != OutputKind::kCompletion; }
@@ -162,24 +162,37 @@ struct ChoiceOutput::State {
     return j;
   }
 
-  void add_delta(ChoiceUpdate& u, const chat::ChatDelta& d) {
+  // Chat: a parser's delta into the update; reasoning_tokens follows the reasoning text.
+  void add_delta(chat::ChatDelta& into, const chat::ChatDelta& d) {
     if (!d.reasoning_content.empty()) reasoning_tokens = tokens;
-    streamed_reasoning += d.reasoning_content;
-    streamed_content += d.content;
-    u.delta.reasoning_content += d.reasoning_content;
-    u.delta.content += d.content;
-    u.delta.tool_calls.insert(u.delta.tool_calls.end(), d.tool_calls.begin(), d.tool_calls.end());
+    into.append(d);
+  }
+
+  // Chat: hands decoded[released, upto) to the parser as text and whole markers; returns where
+  // it stopped (before a marker that upto cuts).
+  size_t parse_upto(size_t upto, chat::ChatDelta& delta) {
+    size_t from = released;
+    for (; next_marker < markers.size() && markers[next_marker].first < upto; ++next_marker) {
+      const auto [start, index] = markers[next_marker];
+      add_delta(delta, parser->text(std::string_view(decoded).substr(from, start - from)));
+      from = start;
+      const size_t end = start + parser->marker_names()[index].size();
+      if (end > upto) return start;
+      add_delta(delta, parser->marker(index));
+      from = end;
+    }
+    add_delta(delta, parser->text(std::string_view(decoded).substr(from, upto - from)));
+    return upto;
   }
 
   // Hands out decoded[released, upto) and the logprob entries `keep` selects.
   template <class Keep>
   void release(size_t upto, ChoiceUpdate& u, Keep keep) {
-    const std::string_view text = std::string_view(decoded).substr(released, upto - released);
-    released = upto;
-    if (!text.empty()) {
-      if (k3) add_delta(u, k3->feed(text));
-      else if (kimi_linear) add_delta(u, kimi_linear->feed(text));
-      else u.text += text;
+    if (parser) {
+      released = parse_upto(upto, u.delta);
+    } else {
+      u.text += std::string_view(decoded).substr(released, upto - released);
+      released = upto;
     }
     std::vector<TokenEntry> out;
     auto split = std::stable_partition(pending.begin(), pending.end(), [&](const TokenEntry& e) { return !keep(e); });
@@ -192,7 +205,8 @@ struct ChoiceOutput::State {
   }
 
   // The choice ends: cut at a stop string when one matched (else everything held is released).
-  void end(std::string reason, std::optional<size_t> cut, ChoiceUpdate& u) {
+  // `stop_token`: a stop token id ended it.
+  void end(std::string reason, std::optional<size_t> cut, ChoiceUpdate& u, bool stop_token = false) {
     if (!cut) {
       decoded += decoder.finish();
       cut = find_stop();
@@ -205,22 +219,15 @@ struct ChoiceOutput::State {
     } else {
       release(decoded.size(), u, [](const TokenEntry&) { return true; });
     }
-    if (is_chat()) finish_chat(reason, u);
+    if (is_chat()) finish_chat(reason, stop_token && !cut, u);
     finish_reason = reason;
     u.finish_reason = reason;
   }
 
-  void finish_chat(std::string& reason, ChoiceUpdate& u) {
-    message = k3 ? k3->finish() : kimi_linear->finish();
-    // What the parser still held (a U+FFFD tail) reaches the client as a last delta.
-    auto tail = [](const std::optional<std::string>& all, const std::string& streamed) {
-      const std::string& s = all ? *all : std::string();
-      return s.size() > streamed.size() && s.compare(0, streamed.size(), streamed) == 0 ? s.substr(streamed.size()) : "";
-    };
-    chat::ChatDelta last;
-    last.reasoning_content = tail(message.reasoning_content, streamed_reasoning);
-    last.content = tail(message.content, streamed_content);
-    add_delta(u, last);
+  // `ended`: a stop token ended the reply (not a stop string, nor a limit).
+  void finish_chat(std::string& reason, bool ended, ChoiceUpdate& u) {
+    add_delta(u.delta, parser->finish(ended));
+    message = parser->message();
     if (reason == "stop" && message.finish_reason == "tool_calls") reason = "tool_calls";
     message.finish_reason = reason;
   }
@@ -239,11 +246,13 @@ ChoiceUpdate ChoiceOutput::feed(int64_t id, const TokenLogprobs* logprobs) {
   ChoiceUpdate u;
   const auto& stops = s.config.stop_token_ids;
   if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
-    s.end("stop", std::nullopt, u);
+    s.end("stop", std::nullopt, u, /*stop_token=*/true);
     return u;
   }
   const size_t start = s.decoded.size();
   s.decoded += s.decoder.push(static_cast<uint32_t>(id));
+  if (const std::optional<size_t> marker = s.pieces ? s.pieces->marker(static_cast<uint32_t>(id)) : std::nullopt)
+    s.markers.push_back({s.decoded.size() - s.parser->marker_names()[*marker].size(), *marker});
   if (s.config.top_logprobs >= 0) {
     if (!logprobs) throw std::logic_error("ChoiceOutput::feed: logprobs requested but not given");
     s.pending.push_back({start, s.decoded.size(), *logprobs});

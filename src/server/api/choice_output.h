@@ -2,10 +2,13 @@
 // to send and when the choice is done.
 //
 // Text is decoded incrementally (never split inside a UTF-8 sequence), without the added tokens
-// when skip_special is set (chat: but the format's markers, which the parser consumes). Stop strings are matched on
-// the decoded text (for chat: the raw model output, markers included, before the chat parser): the
-// text never includes the stop string, and a tail that could still be the start of one is held
-// back until decided. Finish reasons: a stop string or a stop token id (eos unless ignore_eos; the
+// when skip_special is set (chat: but the format's markers, which the parser consumes). Stop strings
+// are matched on the decoded text (for chat: the raw model output, markers included, before the
+// chat parser): the text never includes the stop string, and a tail that could still be the start
+// of one is held back until decided. The chat parser is fed by token: marker ids as markers, the
+// other tokens' text as text (a marker name spelled by ordinary tokens is text), so the parsed
+// reply is a function of the ids alone. A stop token ends the reply for the parser (open channels
+// and calls close); a stop string or a limit cuts it (a call cut short stays as streamed). Finish reasons: a stop string or a stop token id (eos unless ignore_eos; the
 // token itself is not emitted, nor its logprobs) → "stop"; max_tokens generated → "length"; a chat
 // reply that completed a tool call and stopped → "tool_calls". Once a finish reason is set the
 // caller ends the sequence; feeding more is a logic error.

@@ -166,7 +166,7 @@ std::string ResponsesOutput::end(const std::vector<const ChoiceOutput*>& choices
     auto parsed = std::find_if(message.tool_calls.begin(), message.tool_calls.end(),
                                [&](const chat::ParsedToolCall& c) { return c.id == call.call_id; });
     if (parsed != message.tool_calls.end()) call.text = parsed->arguments;
-    close(out, parsed != message.tool_calls.end() ? "completed" : "incomplete");
+    close(out, parsed != message.tool_calls.end() && parsed->complete ? "completed" : "incomplete");
   }
   close(out, status == "completed" ? "completed" : "incomplete");
   const bool replied = std::any_of(items_.begin(), items_.end(), [](const Item& i) { return i.kind != Kind::kReasoning; });

@@ -40,6 +40,10 @@ struct PayloadExtent {
   uint64_t written = 0;  // payload bytes written so far
 };
 
+// What closing a streamed file checks: every payload written whole (a real checkpoint), or nothing
+// (a header-only checkpoint whose payloads stay holes that read as zero, for planning at real sizes).
+enum class PayloadPolicy { kWhole, kHeadersOnly };
+
 // Writes `bytes` at `offset` inside `tensor`'s payload; throws k3::Error naming the tensor for a
 // write before the file was opened or past the payload's end.
 void write_payload(PositionalFile* file, const std::string& tensor, PayloadExtent& extent, uint64_t offset,

@@ -36,8 +36,9 @@ class SafetensorsStreamWriter {
   void open(const std::string& path);
   // Writes `bytes` at `offset` inside tensor `index`'s payload; throws past its end.
   void write(size_t index, uint64_t offset, std::span<const uint8_t> bytes);
-  // Throws naming the first tensor whose payload was not written whole; then closes the file.
-  void close();
+  // Throws naming the first tensor whose payload was not written whole (unless kHeadersOnly); then
+  // closes the file.
+  void close(PayloadPolicy policy = PayloadPolicy::kWhole);
 
  private:
   struct Declared {

@@ -213,9 +213,11 @@ void SafetensorsStreamWriter::write(size_t index, uint64_t offset, std::span<con
   write_payload(file_.get(), t.name, t.payload, offset, bytes);
 }
 
-void SafetensorsStreamWriter::close() {
+void SafetensorsStreamWriter::close(PayloadPolicy policy) {
   if (!file_) throw Error(Where{"", "", ""}, "closed before the file was opened");
-  for (const Declared& t : tensors_) expect_whole_payload(*file_, t.name, t.payload);
+  if (policy == PayloadPolicy::kWhole) {
+    for (const Declared& t : tensors_) expect_whole_payload(*file_, t.name, t.payload);
+  }
   file_->close();
 }
 

@@ -18,6 +18,7 @@ struct Registered {
 Registered add_inspect(CLI::App& app);
 Registered add_check(CLI::App& app);
 Registered add_make_tiny(CLI::App& app);
+Registered add_make_headers(CLI::App& app);
 Registered add_quantize(CLI::App& app);
 Registered add_devices(CLI::App& app);
 Registered add_tokenize(CLI::App& app);

@@ -26,6 +26,8 @@
 #include "model/config.h"
 #include "model/known_configs.h"
 #include "model/parameters.h"
+#include "parallel/machine.h"
+#include "parallel/roofline.h"
 #include "tools/cli.h"
 #include "tools/flag_checks.h"
 #include "tools/model_args.h"
@@ -36,7 +38,7 @@
 namespace k3::cli {
 namespace {
 
-constexpr double kReadCeiling = 3.83e12;  // bytes/s: the H200's measured read ceiling (docs/performance.md)
+const double kReadCeiling = device_kinds().front().hbm_read_bps;  // bytes/s: the H200's measured read ceiling (parallel/machine.h)
 constexpr int64_t kMaxBatch = 4096;       // the executor's slot limit
 constexpr int64_t kWarmupSteps = 2;       // eager step, then graph capture
 constexpr int64_t kMaxBenchContext = int64_t{1} << 24;
@@ -56,19 +58,6 @@ struct BenchArgs {
 };
 
 [[noreturn]] void bad_flag(const char* flag, const std::string& why) { throw Error(Where{"", "", flag}, why); }
-
-// "1,8,64" → {1, 8, 64}: decimal integers in [1, kMaxBatch].
-std::vector<int64_t> parse_batch_sizes(const std::string& text) {
-  std::vector<int64_t> sizes;
-  for (const std::string& item : split_commas(text)) {
-    const std::optional<int64_t> v = parse_integer(item);
-    if (!v || *v < 1 || *v > kMaxBatch) {
-      bad_flag("--batch", "'" + item + "' is not a batch size (an integer in [1, " + std::to_string(kMaxBatch) + "])");
-    }
-    sizes.push_back(*v);
-  }
-  return sizes;
-}
 
 // What one decode step must move through memory, in bytes: every weight except the routed experts
 // (bf16 matrices, f32 vectors; the embedding only as the rows looked up unless it is the lm_head),
@@ -96,7 +85,7 @@ DecodeTraffic decode_traffic(const K3Config& c, int64_t batch, double context) {
   }
   if (c.moe) {
     const double E = static_cast<double>(c.moe->num_experts), k = static_cast<double>(c.moe->experts_per_token);
-    const double hit = E * (1.0 - std::pow(1.0 - k / E, static_cast<double>(batch)));
+    const double hit = expected_distinct_experts(E, k, static_cast<double>(batch));
     for (double bank : bank_bytes) t.experts += bank / E * hit;
   }
   const double B = static_cast<double>(batch), D = static_cast<double>(c.kda.head_dim);
@@ -294,7 +283,7 @@ Measured measure(const BenchArgs&, const K3Config&, const std::vector<int64_t>&,
 
 int run_bench(const BenchArgs& a) {
   // Every flag is checked before the device is touched.
-  const std::vector<int64_t> batches = parse_batch_sizes(a.batch);
+  const std::vector<int64_t> batches = parse_batch_sizes(a.batch, kMaxBatch);
   if (a.context < 1) bad_flag("--context", "must be ≥ 1, got " + std::to_string(a.context));
   if (a.steps < 1) bad_flag("--steps", "must be ≥ 1, got " + std::to_string(a.steps));
   const int device = parse_device(a.device);
@@ -324,7 +313,7 @@ Registered add_bench(CLI::App& app) {
                   "a known model (kimi-linear-48b-a3b) or a config.json: its shapes, weights generated on the GPU")
       ->required();
   cmd->add_option("--batch", args->batch, "batch sizes, comma-separated")
-      ->check(parsed_by([](const std::string& t) { parse_batch_sizes(t); }))
+      ->check(parsed_by([](const std::string& t) { parse_batch_sizes(t, kMaxBatch); }))
       ->capture_default_str();
   cmd->add_option("--context", args->context, "prompt tokens per sequence before the decode steps")
       ->check(integer_in(1, kMaxBenchContext))

@@ -18,6 +18,7 @@
 #include "runtime/engine.h"
 #include "tools/cli.h"
 #include "tools/flag_checks.h"
+#include "tools/output_dir.h"
 
 namespace k3::cli {
 namespace {
@@ -29,23 +30,6 @@ constexpr const char* kCopiedFiles[] = {"tiktoken.model", "tokenizer_config.json
 
 bool has_static_input_scales(FamilyId f) {
   return f == FamilyId::ModelOptMixed || f == FamilyId::ModelOptNvfp4 || f == FamilyId::ModelOptFp8;
-}
-
-// --out: absent, or an empty folder (replaced by the finished output).
-void check_output_dir(const std::string& out) {
-  const fs::file_status st = fs::status(out);
-  if (!fs::exists(st)) return;
-  if (!fs::is_directory(st)) throw Error(Where{out, "", "--out"}, "exists and is not a directory");
-  if (!fs::is_empty(out)) throw Error(Where{out, "", "--out"}, "exists and is not empty; refusing to write into it");
-}
-
-std::string size_text(uint64_t bytes) {
-  char buf[32];
-  if (bytes < 1000) return std::to_string(bytes) + " B";
-  if (bytes < 1000 * 1000) std::snprintf(buf, sizeof(buf), "%.1f KB", bytes / 1e3);
-  else if (bytes < uint64_t{1000} * 1000 * 1000) std::snprintf(buf, sizeof(buf), "%.1f MB", bytes / 1e6);
-  else std::snprintf(buf, sizeof(buf), "%.2f GB", bytes / 1e9);
-  return buf;
 }
 
 // The temporary folder the output is built in; removed unless committed.
@@ -97,7 +81,7 @@ int run(const Options& opt) {
                                                      opt.family);
   }
   try {
-    check_output_dir(opt.out);
+    check_new_output_dir(opt.out);  // an empty folder is replaced by the finished output
   } catch (const fs::filesystem_error& e) {
     throw path_error(e, opt.out);
   }

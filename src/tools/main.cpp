@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
       k3::cli::add_inspect(app),
       k3::cli::add_check(app),
       k3::cli::add_make_tiny(app),
+      k3::cli::add_make_headers(app),
       k3::cli::add_quantize(app),
       k3::cli::add_devices(app),
       k3::cli::add_tokenize(app),

@@ -64,7 +64,7 @@ void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input) {
 
 namespace {
 
-// A size flag's text: "<n>" bytes or "<n>K|M|G" (binary units, fractions allowed: "1.5G"), or
+// A size flag's text: "<n>" bytes or "<n>K|M|G|T" (binary units, fractions allowed: "1.5G"), or
 // "<n>%" (a share). nullopt when it is none of these or not finite.
 struct SizeText {
   double value = 0;  // bytes, or percent when `percent`
@@ -85,6 +85,8 @@ std::optional<SizeText> read_size(const std::string& text) {
     unit = 1024.0 * 1024.0;
   } else if (suffix == "G" || suffix == "g") {
     unit = 1024.0 * 1024.0 * 1024.0;
+  } else if (suffix == "T" || suffix == "t") {
+    unit = 1024.0 * 1024.0 * 1024.0 * 1024.0;
   } else if (!suffix.empty()) {
     return std::nullopt;
   }
@@ -120,6 +122,18 @@ void keep_first_layers(K3Config& config, int64_t layers) {
   config.num_layers = layers;
   config.mixer.resize(static_cast<size_t>(layers));
   config.ffn.resize(static_cast<size_t>(layers));
+}
+
+std::vector<int64_t> parse_batch_sizes(const std::string& text, int64_t max) {
+  std::vector<int64_t> sizes;
+  for (const std::string& item : split_commas(text)) {
+    const std::optional<int64_t> v = parse_integer(item);
+    if (!v || *v < 1 || *v > max) {
+      throw Error(Where{"", "", "--batch"}, "'" + item + "' is not a batch size (an integer in [1, " + std::to_string(max) + "])");
+    }
+    sizes.push_back(*v);
+  }
+  return sizes;
 }
 
 uint64_t parse_expert_cache(const std::string& text) { return parse_byte_size(text, "--expert-cache"); }

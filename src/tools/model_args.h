@@ -60,7 +60,10 @@ K3Config resolve_synthetic_config(const std::string& what);
 // (field '--layers') for N outside [0, num_layers].
 void keep_first_layers(K3Config& config, int64_t layers);
 
-// A byte-size flag: "<n>" or "<n>K|M|G" (binary units, fractions allowed: "1.5G"), at least one
+// "1,8,64" → {1, 8, 64}: decimal integers in [1, max]. Throws k3::Error (field '--batch').
+std::vector<int64_t> parse_batch_sizes(const std::string& text, int64_t max);
+
+// A byte-size flag: "<n>" or "<n>K|M|G|T" (binary units, fractions allowed: "1.5T"), at least one
 // byte. Throws k3::Error (field `flag`) on anything else.
 uint64_t parse_byte_size(const std::string& text, const std::string& flag);
 // --expert-cache SIZE → bytes: "<n>" or "<n>K|M|G" (binary units, fractions allowed: "1.5G"), > 0.

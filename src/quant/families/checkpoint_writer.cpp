@@ -90,8 +90,8 @@ void ShardedSafetensorsSink::write(size_t tensor, uint64_t offset, std::span<con
   files_.at(t.shard).write(t.index, offset, bytes);
 }
 
-void ShardedSafetensorsSink::close() {
-  for (auto& f : files_) f.close();
+void ShardedSafetensorsSink::close(PayloadPolicy policy) {
+  for (auto& f : files_) f.close(policy);
   if (files_.size() <= 1) return;
   std::map<std::string, std::string> weight_map;
   for (const Tensor& t : tensors_) weight_map[t.name] = file_names_[t.shard];
@@ -109,7 +109,9 @@ size_t SafetensorsPlanBuilder::declare(const std::string& logical, Dtype dtype, 
 
 void SafetensorsPlanBuilder::add_unit(std::string label, std::string format, std::vector<size_t> tensors,
                                       std::function<Payloads()> produce) {
-  units_.push_back({std::move(label), std::move(format), [tensors = std::move(tensors), produce = std::move(produce)] {
+  uint64_t bytes = 0;
+  for (size_t t : tensors) bytes += sink_->nbytes(t);
+  units_.push_back({std::move(label), std::move(format), bytes, [tensors = std::move(tensors), produce = std::move(produce)] {
                       Payloads payloads = produce();
                       std::vector<OutPiece> out;
                       for (size_t i = 0; i < tensors.size(); ++i) out.push_back({tensors[i], 0, std::move(payloads.at(i))});

@@ -41,7 +41,7 @@ class ShardedSafetensorsSink final : public TensorSink {
   uint64_t total_bytes() const override { return total_; }
   void open(const std::string& dir) override;
   void write(size_t tensor, uint64_t offset, std::span<const uint8_t> bytes) override;
-  void close() override;
+  void close(PayloadPolicy policy) override;
 
  private:
   struct Tensor {

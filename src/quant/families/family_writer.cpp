@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <unordered_map>
 
 #include "quant/families/checkpoint_writer.h"
 #include "quant/families/tensor_binder.h"
@@ -59,14 +60,66 @@ WriteSummary run_write_plan(WritePlan plan, const std::string& dir, const Quanti
       plan.sink->write(piece.tensor, piece.offset, piece.bytes);
       bytes += piece.bytes.size();
     }
+    if (bytes != unit.bytes) {
+      throw Error(Where{dir, unit.label, ""}, "internal: the unit wrote " + std::to_string(bytes) + " bytes, its layout says " +
+                                                  std::to_string(unit.bytes));
+    }
     summary.bytes += bytes;
     if (options.progress) options.progress(UnitDone{i + 1, plan.units.size(), unit.label, unit.format, bytes});
   }
-  plan.sink->close();
+  plan.sink->close(PayloadPolicy::kWhole);
   write_config_files(dir, plan.config_doc);
   for (const auto& [name, text] : plan.files) write_text_file((fs::path(dir) / name).string(), text);
   if (plan.finish) plan.finish(dir);
   return summary;
+}
+
+WriteSummary write_family_headers(FamilyId family, const FloatSource& source, const Json& config_doc, const std::string& dir,
+                                  TensorFiles tensors) {
+  WritePlan plan = write_plan(family, source, config_doc, QuantizeOptions{});
+  if (plan.finish) {
+    throw Error(Where{dir, "", "--family"}, std::string("a header-only ") + family_name(family) +
+                                                " checkpoint cannot be written: its files are cut from written payloads");
+  }
+  fs::create_directories(dir);
+  if (tensors == TensorFiles::kHeadersOnly) {
+    plan.sink->open(dir);
+    plan.sink->close(PayloadPolicy::kHeadersOnly);
+  }
+  write_config_files(dir, plan.config_doc);
+  for (const auto& [name, text] : plan.files) write_text_file((fs::path(dir) / name).string(), text);
+  return {plan.units.size(), plan.sink->size(), plan.sink->total_bytes()};
+}
+
+Json without_quantization_config(Json doc) {
+  doc.erase("quantization_config");
+  if (doc.contains("text_config") && doc["text_config"].is_object()) doc["text_config"].erase("quantization_config");
+  return doc;
+}
+
+Footprint layout_footprint(FamilyId family, const FloatSource& source, const Json& config_doc) {
+  const WritePlan plan = write_plan(family, source, config_doc, QuantizeOptions{});
+  Footprint out;
+  out.family = family_name(family);
+  out.from_layout = true;
+  std::unordered_map<std::string, size_t> param_of;  // unit label → parameter index
+  for (size_t i = 0; i < source.params().size(); ++i) {
+    const ParamSpec& spec = source.params()[i];
+    out.params.push_back({spec, 0, ""});
+    if (spec.kind != ParamKind::ExpertBank) {
+      param_of.emplace(unit_label(spec), i);
+      continue;
+    }
+    for (uint64_t e = 0; e < spec.shape[0]; ++e) param_of.emplace(unit_label(spec, static_cast<int64_t>(e)), i);
+  }
+  for (const WriteUnit& unit : plan.units) {
+    const auto it = param_of.find(unit.label);
+    if (it == param_of.end()) throw Error(Where{"", unit.label, ""}, "internal: a write unit of no parameter");
+    ParamFootprint& p = out.params[it->second];
+    p.bytes += unit.bytes;
+    if (p.format.empty()) p.format = unit.format;
+  }
+  return out;
 }
 
 WriteSummary write_family(FamilyId family, const FloatSource& source, const Json& config_doc, const std::string& dir,

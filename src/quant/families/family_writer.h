@@ -16,10 +16,12 @@
 #include <vector>
 
 #include "io/json.h"
+#include "io/positional_file.h"
 #include "io/safetensors.h"
 #include "quant/families/family.h"
 #include "quant/families/float_source.h"
 #include "quant/families/quantize_options.h"
+#include "quant/plan/footprint.h"
 
 namespace k3 {
 
@@ -33,7 +35,8 @@ class TensorSink {
   virtual uint64_t total_bytes() const = 0;             // of all declared payloads
   virtual void open(const std::string& dir) = 0;        // creates the files, writes their headers
   virtual void write(size_t tensor, uint64_t offset, std::span<const uint8_t> bytes) = 0;
-  virtual void close() = 0;                             // every payload written whole, else throws
+  // Every payload written whole, else throws (kWhole); kHeadersOnly leaves unwritten payloads as holes.
+  virtual void close(PayloadPolicy policy) = 0;
 };
 
 // Output bytes for declared tensor `tensor`, at `offset` inside its payload.
@@ -47,6 +50,7 @@ struct OutPiece {
 struct WriteUnit {
   std::string label;   // the module: "model.layers.3.self_attn.q_proj", "…experts.5.w1"
   std::string format;  // what it is stored as: "BF16", "NVFP4", "FP8_PB_WO", "q4_K", …
+  uint64_t bytes = 0;  // the payload bytes produce() returns (run_write_plan checks it)
   std::function<std::vector<OutPiece>()> produce;
 };
 
@@ -70,6 +74,26 @@ struct WriteSummary {
 // (`config_doc` plus the family's quantization config), generation_config.json, the family's files.
 WriteSummary write_family(FamilyId family, const FloatSource& source, const Json& config_doc, const std::string& dir,
                           const QuantizeOptions& options = {});
+
+// The config document without its quantization_config (top level, or under text_config as in the
+// K3 release): what a family's writer is given, since each writes its own.
+Json without_quantization_config(Json config_doc);
+
+// Lays out the checkpoint write_family would write — config files, every tensor file with its full
+// header, at its full size — without computing or writing any payload: payload bytes stay holes
+// that read as zero (sparse files take no disk space for them). For planning at real sizes
+// (`k3 check`, placement) from a config alone. Refuses families whose files are derived from
+// written payloads (the ExpertPack). Returns the tensors declared and their payload bytes.
+// Policy kHeadersOnly; kNone writes the config files alone (what `k3 check --devices` lays a
+// config-only directory out from).
+enum class TensorFiles { kHeadersOnly, kNone };
+WriteSummary write_family_headers(FamilyId family, const FloatSource& source, const Json& config_doc, const std::string& dir,
+                                  TensorFiles tensors = TensorFiles::kHeadersOnly);
+
+// What each parameter of `source` weighs in the checkpoint write_family would write (the units'
+// bytes, summed per parameter; a parameter the family folds into another weighs nothing), without
+// computing a payload: the footprint of a config alone.
+Footprint layout_footprint(FamilyId family, const FloatSource& source, const Json& config_doc);
 
 // Runs a plan a family's writer laid out (write_family does both).
 WriteSummary run_write_plan(WritePlan plan, const std::string& dir, const QuantizeOptions& options = {});

@@ -21,6 +21,13 @@ std::vector<float> MasterSource::read(const ParamSpec& spec, int64_t expert) con
   return std::vector<float>(first, first + static_cast<std::ptrdiff_t>(per));
 }
 
+ShapeOnlySource::ShapeOnlySource(K3Config config)
+    : config_(std::move(config)), params_(parameter_inventory(config_)) {}
+
+std::vector<float> ShapeOnlySource::read(const ParamSpec& spec, int64_t) const {
+  throw Error(Where{"", spec.name, ""}, "a header-only layout has no values");
+}
+
 CheckpointSource::CheckpointSource(const std::string& dir) : ckpt_(open_checkpoint_dir(dir)) {
   if (ckpt_.family != FamilyId::Bf16) {
     throw Error(Where{dir, "", ""}, std::string("is a ") + family_name(ckpt_.family) +

@@ -39,6 +39,20 @@ class MasterSource final : public FloatSource {
   const MasterWeights& master_;
 };
 
+// A model's shapes without values: what a header-only checkpoint is laid out from
+// (write_family_headers). read() throws: nothing may ask for a value.
+class ShapeOnlySource final : public FloatSource {
+ public:
+  explicit ShapeOnlySource(K3Config config);
+  const K3Config& config() const override { return config_; }
+  const std::vector<ParamSpec>& params() const override { return params_; }
+  std::vector<float> read(const ParamSpec& spec, int64_t expert = -1) const override;
+
+ private:
+  K3Config config_;
+  std::vector<ParamSpec> params_;
+};
+
 // A dense float checkpoint directory (the bf16 family: BF16/F16/F32 safetensors, sharded or not,
 // with config.json), read through its load plan; each tensor's mapped pages are given back once it
 // is read. Opening throws k3::Error (one line) for a directory of another family (already quantized,

@@ -74,8 +74,8 @@ class GgufSplitSink final : public TensorSink {
     const Tensor& t = tensors_.at(tensor);
     files_.at(t.shard).write(t.index, offset, bytes);
   }
-  void close() override {
-    for (auto& f : files_) f.close();
+  void close(PayloadPolicy policy) override {
+    for (auto& f : files_) f.close(policy);
   }
 
   const std::vector<std::string>& paths() const { return paths_; }
@@ -132,7 +132,7 @@ class GgufPlanBuilder {
       // *_res_score = norm ⊙ proj (the matching norm parameter is "<same prefix>_norm.weight").
       const ParamSpec norm = src.spec(spec.name.substr(0, spec.name.size() - std::string("_proj.weight").size()) + "_norm.weight");
       const size_t id = sink_->declare(name, GgmlType::F32, {spec.numel()});
-      return add_unit(spec, "f32", [&src, spec, norm, id] {
+      return add_unit(spec, "f32", sink_->nbytes(id), [&src, spec, norm, id] {
         const std::vector<float> p = src.read(spec), n = src.read(norm);
         std::vector<float> product(p.size());
         for (size_t i = 0; i < p.size(); ++i) product[i] = n[i] * p[i];
@@ -141,7 +141,7 @@ class GgufPlanBuilder {
     }
     if (is_a_log(spec)) {
       const size_t id = sink_->declare(name, GgmlType::F32, {spec.numel()});
-      return add_unit(spec, "f32", [&src, spec, id] {
+      return add_unit(spec, "f32", sink_->nbytes(id), [&src, spec, id] {
         std::vector<float> v = src.read(spec);
         for (float& x : v) x = -std::exp(x);
         return whole(id, quantize_tensor(GgmlType::F32, v, v.size()));
@@ -152,13 +152,13 @@ class GgufPlanBuilder {
     const Shape ne = reversed(spec.kind == ParamKind::Conv ? squeezed(spec.shape) : spec.shape);
     const size_t id = sink_->declare(name, type, ne);
     if (spec.kind != ParamKind::ExpertBank) {
-      return add_unit(spec, std::string(ggml_type_name(type)), [&src, spec, id, type, ne] { return whole(id, quantize_tensor(type, src.read(spec), ne[0])); });
+      return add_unit(spec, std::string(ggml_type_name(type)), sink_->nbytes(id), [&src, spec, id, type, ne] { return whole(id, quantize_tensor(type, src.read(spec), ne[0])); });
     }
     bank_of_.emplace(spec.name, id);
     const uint64_t per_expert = sink_->nbytes(id) / spec.shape[0];
     for (uint64_t e = 0; e < spec.shape[0]; ++e) {
       const int64_t ex = static_cast<int64_t>(e);
-      units_.push_back({unit_label(spec, ex), std::string(ggml_type_name(type)), [&src, spec, ex, id, type, ne, per_expert] {
+      units_.push_back({unit_label(spec, ex), std::string(ggml_type_name(type)), per_expert, [&src, spec, ex, id, type, ne, per_expert] {
                           std::vector<OutPiece> out;
                           out.push_back({id, static_cast<uint64_t>(ex) * per_expert, quantize_tensor(type, src.read(spec, ex), ne[0])});
                           return out;
@@ -176,8 +176,8 @@ class GgufPlanBuilder {
   }
 
  private:
-  void add_unit(const ParamSpec& spec, const std::string& format, std::function<std::vector<OutPiece>()> produce) {
-    units_.push_back({unit_label(spec), format, std::move(produce)});
+  void add_unit(const ParamSpec& spec, const std::string& format, uint64_t bytes, std::function<std::vector<OutPiece>()> produce) {
+    units_.push_back({unit_label(spec), format, bytes, std::move(produce)});
   }
 
   // The kv_b split (spec §5.5): k_b[h][c][d] = kv_b[h·(dn+dv) + d][c], v_b[h][j][c] = kv_b[h·(dn+dv) + dn + j][c].
@@ -187,7 +187,7 @@ class GgufPlanBuilder {
     const size_t k_id = sink_->declare(k_name, GgmlType::Q4_0, {dn, rkv, heads});
     const size_t v_id = sink_->declare(v_name, GgmlType::Q2_K, {rkv, dv, heads});
     const FloatSource& src = src_;
-    add_unit(spec, "q4_0+q2_K", [&src, spec, heads, dn, dv, rkv, k_id, v_id] {
+    add_unit(spec, "q4_0+q2_K", sink_->nbytes(k_id) + sink_->nbytes(v_id), [&src, spec, heads, dn, dv, rkv, k_id, v_id] {
       const std::vector<float> w = src.read(spec);
       std::vector<float> k(heads * rkv * dn), v(heads * dv * rkv);
       for (uint64_t h = 0; h < heads; ++h) {

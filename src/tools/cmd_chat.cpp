@@ -1,5 +1,5 @@
 // `k3 chat --model DIR [--messages FILE.json] [--max-tokens N] [sampling flags as k3 generate]
-// [--show-special] [--threads N]`: renders the conversation in the checkpoint's chat format (Kimi-K3
+// [--show-special] [--grammar FILE | --json-schema FILE] [--threads N]`: renders the conversation in the checkpoint's chat format (Kimi-K3
 // XTML for model_type kimi_k3, the Kimi-Linear format otherwise) with the generation prompt,
 // generates, streams the reply's reasoning and content to stdout as they are decoded, then prints the
 // parsed assistant message as one JSON line. The reply is parsed from the generated tokens less the
@@ -21,6 +21,7 @@
 #include "io/file.h"
 #include "tools/chat_parse.h"
 #include "tools/cli.h"
+#include "tools/grammar_args.h"
 #include "tools/model_args.h"
 
 namespace k3::cli {
@@ -61,7 +62,12 @@ chat::ParsedMessage stream_turn(const ChatModel& m, const std::vector<int64_t>& 
   return parser.message();
 }
 
-chat::ParsedMessage chat_turn(const ChatModel& m, const chat::Request& request, const GenerateOptions& g) {
+// One turn; a reply constrained by --grammar / --json-schema or the request's response_format /
+// tool_choice follows its grammar (a fresh matcher per turn).
+chat::ParsedMessage chat_turn(const ChatModel& m, chat::Request request, GenerateOptions g, const GrammarArgs& grammar) {
+  if (const grammar::CompiledGrammarPtr reply = reply_grammar(grammar, request, m.k3_format, m.tokenizer, m.engine)) {
+    g.constraint = grammar_constraint(reply, m.engine);
+  }
   const auto segments = m.k3_format ? chat::render_k3(request) : chat::render_kimi_linear(request);
   const std::vector<uint32_t> ids = chat::encode(m.tokenizer, segments);
   const std::vector<int64_t> prompt(ids.begin(), ids.end());
@@ -96,6 +102,7 @@ Registered add_chat(CLI::App& app) {
     std::string messages;
     bool show_special = false;
     ChatParseArgs parse;
+    GrammarArgs grammar;
   };
   auto opt = std::make_shared<Options>();
   opt->generation.max_tokens = 512;
@@ -104,7 +111,8 @@ Registered add_chat(CLI::App& app) {
   add_generation_args(cmd, opt->generation);
   cmd->add_option("--messages", opt->messages, "request JSON file (messages array or {\"messages\": ...})");
   auto* show = cmd->add_flag("--show-special", opt->show_special, "stream the raw reply, special tokens (markers, EOS) included");
-  add_chat_parse_args(cmd, opt->parse, {cmd->get_option("--messages"), show});
+  add_grammar_args(cmd, opt->grammar);
+  add_chat_parse_args(cmd, opt->parse, {cmd->get_option("--messages"), show, cmd->get_option("--grammar"), cmd->get_option("--json-schema")});
   return {cmd, [opt] {
             if (!opt->parse.file.empty()) return run_chat_parse(opt->parse, opt->model.model);
             GenerateOptions g = generation_options(opt->generation);
@@ -117,7 +125,7 @@ Registered add_chat(CLI::App& app) {
             const Tokenizer tokenizer = load_tokenizer(opt->model.model, engine.config().vocab_size);
             const ChatModel m{engine, tokenizer, engine.config().model_type == ModelType::kKimiK3, opt->show_special};
             if (request) {
-              chat_turn(m, *request, g);
+              chat_turn(m, *request, g, opt->grammar);
               return 0;
             }
             chat::Request conversation;
@@ -130,7 +138,7 @@ Registered add_chat(CLI::App& app) {
               user.role = "user";
               user.content.push_back(line);
               conversation.messages.push_back(std::move(user));
-              conversation.messages.push_back(as_message(chat_turn(m, conversation, g)));
+              conversation.messages.push_back(as_message(chat_turn(m, conversation, g, opt->grammar)));
             }
             return 0;
           }};

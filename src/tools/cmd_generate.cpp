@@ -1,5 +1,6 @@
 // `k3 generate --model DIR (--ids 1,2,3 | --prompt TEXT) --max-tokens N [--greedy | --temperature T
-// [--top-p P] [--top-k K] [--seed S]] [--ignore-eos] [--show-special] [--json] [--threads N]`: prints
+// [--top-p P] [--top-k K] [--seed S]] [--ignore-eos] [--show-special] [--grammar FILE | --json-schema
+// FILE] [--json] [--threads N]`: prints
 // the generated ids (one line, space-separated), or with --prompt the generated text, decoded as it
 // streams, without the added tokens' names unless --show-special (docs/cli.md); with --json a last
 // line with one JSON object: the ids (and "text", as streamed, with --prompt) and the prefill /
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/cli.h"
+#include "tools/grammar_args.h"
 #include "tools/model_args.h"
 
 namespace k3::cli {
@@ -22,6 +24,7 @@ Registered add_generate(CLI::App& app) {
     GenerationArgs generation;
     bool json = false;
     bool show_special = false;
+    GrammarArgs grammar;
   };
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("generate", "Generate tokens from a prompt of token ids or text");
@@ -29,9 +32,15 @@ Registered add_generate(CLI::App& app) {
   add_generation_args(cmd, opt->generation);
   cmd->add_flag("--json", opt->json, "print one JSON object with ids and timings");
   cmd->add_flag("--show-special", opt->show_special, "with --prompt: keep special tokens (markers, EOS) in the text");
+  add_grammar_args(cmd, opt->grammar);
   return {cmd, [opt] {
             GenerateOptions g = generation_options(opt->generation);
             LoadedModel m = load_model(opt->model, g.max_tokens);
+            if (opt->grammar.given()) {
+              std::optional<Tokenizer> own;  // --ids: the vocabulary only for the grammar
+              if (!m.tokenizer) own.emplace(load_tokenizer(opt->model.model, m.engine->config().vocab_size));
+              g.constraint = grammar_constraint(text_grammar(opt->grammar, m.tokenizer ? *m.tokenizer : *own, *m.engine), *m.engine);
+            }
             g.on_prefill = terminal_prefill_progress();
             std::string text;
             std::optional<StreamDecoder> decoder;

@@ -63,6 +63,7 @@ std::optional<g::Grammar> content_of(const Request& request, const std::optional
   if (!js.is_object()) throw Error(Where{"", "", "response_format.json_schema"}, "expected an object");
   if (js.contains("schema")) return schema_grammar(js["schema"], "response_format.json_schema.schema");
   if (js.contains("json_schema")) return schema_grammar(js["json_schema"], "response_format.json_schema.json_schema");
+  if (js.empty()) throw Error(Where{"", "", "response_format.json_schema.schema"}, "missing: the schema the reply follows");
   return schema_grammar(js, "response_format.json_schema");
 }
 

@@ -122,7 +122,7 @@ TEST(ResponsesRequest, ReasoningItemsAndOptions) {
   EXPECT_EQ(named.chat.chat.tool_choice, "required");
   ASSERT_EQ(named.chat.chat.tools.size(), 1u);
   EXPECT_EQ(named.chat.chat.tools[0]["function"]["name"], "b");
-  // text.format text is accepted; a json_schema is flattened into the chat form (then refused there).
+  // text.format text is accepted; a json_schema is flattened into the chat form.
   EXPECT_EQ(responses(R"({"input":"hi","text":{"format":{"type":"text"},"verbosity":"low"}})").chat.chat.response_format,
             Json::parse(R"({"type":"text"})"));
 }
@@ -182,8 +182,7 @@ TEST(ResponsesRequest, RefusesNamingTheResponsesField) {
                   {R"("input":"x","max_output_tokens":)" + std::to_string(over), "max_output_tokens", 400, "context_length_exceeded"},
                   {R"("input":"x","reasoning":{"effort":"medium"})", "reasoning.effort"},
                   {R"("input":"x","reasoning":"high")", "reasoning"},
-                  {R"("input":"x","text":{"format":{"type":"json_object"}})", "text.format"},
-                  {R"("input":"x","text":{"format":{"type":"json_schema","name":"n","schema":{}}})", "text.format"},
+                  {R"("input":"x","text":{"format":{"type":"json_schema","name":"n","schema":{"type":"number","multipleOf":2}}})", "text.format.schema"},
                   {R"("input":"x","text":{"format":{"type":"xml"}})", "text.format"},
                   {R"("input":"x","text":{"format":{}})", "text.format.type"},
                   {R"("input":"x","temperature":3)", "temperature"},

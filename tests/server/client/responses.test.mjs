@@ -180,7 +180,7 @@ for (const arch of ['kimi-k3', 'kimi-linear']) {
         [{ input: 'x', max_output_tokens: -1 }, 'max_output_tokens'],
         [{ input: 'x', tools: [{ type: 'web_search' }] }, 'tools[0].type'],
         [{ input: 'x', reasoning: { effort: 'extreme' } }, 'reasoning.effort'],
-        [{ input: 'x', text: { format: { type: 'json_object' } } }, 'text.format'],
+        [{ input: 'x', text: { format: { type: 'json_schema', name: 'n', schema: { type: 'number', multipleOf: 2 } } } }, 'text.format.schema'],
         [{ input: 'x', metadata: { a: 1 } }, 'metadata.a'],
         [{ input: 'x', background: true }, 'background'],
       ];

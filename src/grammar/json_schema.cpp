@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "grammar/json_schema_detail.h"
 #include "io/json.h"
+#include "tokenizer/utf8.h"
 
 namespace k3::grammar {
 
@@ -398,7 +399,7 @@ class Translator {
       size_t j = i;
       while (j < e && keys[j].size() > d && keys[j][d] == c) ++j;
       std::string text;
-      utf8_append(text, c);
+      utf8::append(text, c);
       alts.push_back(seq({lit(text), exclusion(keys, i, j, d + 1)}));
       taken.push_back({c, c});
       i = j;
@@ -417,24 +418,6 @@ class Translator {
     }
     if (!others.empty()) alts.push_back(seq({cls(others), free_rest}));
     return alt(std::move(alts));
-  }
-
-  static void utf8_append(std::string& out, char32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
   }
 
   // ---- arrays ----------------------------------------------------------------------------

@@ -30,7 +30,7 @@ g::Expr embed(g::Grammar& into, const g::Grammar& sub, const std::string& prefix
 // A JSON Schema's grammar, its errors renamed to `field`.
 g::Grammar schema_grammar(const Json& schema, const std::string& field) {
   try {
-    return g::json_schema_to_grammar(g::OrderedJson::parse(schema.dump()));
+    return g::json_schema_to_grammar(schema);  // chat::Json is the ordered JSON the translator takes
   } catch (const Error& e) {
     throw Error(Where{"", "", field}, e.detail());
   }

@@ -56,7 +56,7 @@ grammar::CompiledGrammarPtr reply_grammar(const GrammarArgs& args, chat::Request
   if (!args.grammar.empty()) content = from_file(args.grammar, [&] { return grammar::parse_gbnf(read_whole_file(args.grammar)); });
   if (!args.json_schema.empty()) {
     const grammar::OrderedJson schema = schema_file(args.json_schema);
-    request.response_format = chat::Json{{"type", "json_schema"}, {"json_schema", {{"name", "schema"}, {"schema", chat::Json::parse(schema.dump())}}}};
+    request.response_format = chat::Json{{"type", "json_schema"}, {"json_schema", {{"name", "schema"}, {"schema", schema}}}};
   }
   const std::string& source = args.grammar.empty() ? args.json_schema : args.grammar;
   const std::optional<grammar::Grammar> reply = from_file(source, [&] {

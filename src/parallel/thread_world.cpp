@@ -12,6 +12,11 @@
 
 namespace k3 {
 
+// memcpy that accepts the null data() of an empty span (memcpy itself must not be given null).
+static void copy_bytes(std::byte* to, const void* from, size_t bytes) {
+  if (bytes != 0) std::memcpy(to, from, bytes);
+}
+
 // What a rank publishes for the collective in progress.
 struct Published {
   const void* send = nullptr;
@@ -99,7 +104,7 @@ class ThreadWorld::Rank final : public Communicator {
       fail("all_gather", "receives " + std::to_string(recv.size()) + " bytes for " + std::to_string(s_.size) + " ranks of " +
                              std::to_string(send.size()));
     }
-    for (int q = 0; q < s_.size; ++q) std::memcpy(recv.data() + static_cast<size_t>(q) * send.size(), slot(q).send, send.size());
+    for (int q = 0; q < s_.size; ++q) copy_bytes(recv.data() + static_cast<size_t>(q) * send.size(), slot(q).send, send.size());
     s_.meet(rank_, "all_gather");
   }
 
@@ -121,7 +126,7 @@ class ThreadWorld::Rank final : public Communicator {
       }
       size_t offset = 0;
       for (int r = 0; r < rank_; ++r) offset += p.send_counts[static_cast<size_t>(r)];
-      std::memcpy(recv.data() + at, static_cast<const std::byte*>(p.send) + offset, recv_counts[static_cast<size_t>(q)]);
+      copy_bytes(recv.data() + at, static_cast<const std::byte*>(p.send) + offset, recv_counts[static_cast<size_t>(q)]);
       at += recv_counts[static_cast<size_t>(q)];
     }
     s_.meet(rank_, "all_to_all_v");
@@ -132,7 +137,7 @@ class ThreadWorld::Rank final : public Communicator {
     publish(data.data(), data.size());
     s_.meet(rank_, "broadcast");
     same_sizes("broadcast");
-    if (rank_ != root) std::memcpy(data.data(), slot(root).send, data.size());
+    if (rank_ != root) copy_bytes(data.data(), slot(root).send, data.size());
     s_.meet(rank_, "broadcast");
   }
 

@@ -85,16 +85,42 @@ bool Matcher::is_completed() const {
   return true;
 }
 
-size_t Matcher::min_remaining_bytes() const {
-  if (terminated_) return 0;
+size_t Matcher::min_remaining_bytes() const { return terminated_ ? 0 : fewest_bytes_to_end(entries_); }
+
+size_t Matcher::fewest_bytes_to_end(std::span<const uint32_t> entries) const {
   const FlatGrammar& g = grammar_->flat();
   size_t best = SIZE_MAX;
-  for (const uint32_t entry : entries_) {
+  for (const uint32_t entry : entries) {
     size_t sum = 0;
     for (uint32_t q = entry & kIdMask; q != kComplete && q != kNoNode; q = pool_[q].parent) sum += g.min_bytes[pool_[q].pos];
     best = std::min(best, sum);
   }
   return best;
+}
+
+std::optional<Matcher::Lookahead> Matcher::look_ahead(uint32_t token_id) {
+  if (terminated_ || token_id >= grammar_->vocab().size()) return std::nullopt;
+  const size_t pool_before = pool_.size();
+  std::optional<Lookahead> left;
+  if (grammar_->vocab().is_special(token_id)) {
+    const uint32_t t = stepper_.special_terminal(token_id);
+    if (t != UINT32_MAX) {
+      buf_.assign(entries_.begin(), entries_.end());
+      stepper_.advance(buf_, 0, buf_.size(), t, pool_);
+      if (buf_.size() > entries_.size()) {
+        left = Lookahead{false, fewest_bytes_to_end(std::span(buf_).subspan(entries_.size()))};
+      }
+    }
+  } else {
+    const std::string_view bytes = grammar_->vocab().bytes(token_id);
+    std::vector<uint32_t>& next = scratch_ids_;
+    if (!bytes.empty() && advance_bytes(bytes, next)) left = Lookahead{false, fewest_bytes_to_end(next)};
+  }
+  pool_.resize(pool_before);
+  if (!left && std::find(options_.stop_ids.begin(), options_.stop_ids.end(), token_id) != options_.stop_ids.end() && can_end()) {
+    left = Lookahead{true, 0};
+  }
+  return left;
 }
 
 bool Matcher::advance_bytes(std::string_view bytes, std::vector<uint32_t>& out) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -52,11 +53,19 @@ class Matcher {
   // Fewest bytes (a special token counts 1) that would let the grammar end: a guide for forcing
   // completion near a length limit.
   size_t min_remaining_bytes() const;
+  // What accepting `token_id` would lead to, or nullopt when it is not allowed now. Leaves the
+  // state as it is.
+  struct Lookahead {
+    bool terminates = false;   // a stop id that would end the match
+    size_t min_remaining_bytes = 0;  // of the state after it (0 when it terminates)
+  };
+  std::optional<Lookahead> look_ahead(uint32_t token_id);
 
   const CompiledGrammar& grammar() const { return *grammar_; }
 
  private:
   bool advance_bytes(std::string_view bytes, std::vector<uint32_t>& out);
+  size_t fewest_bytes_to_end(std::span<const uint32_t> entries) const;
   void commit(std::vector<uint32_t> entries, bool terminated, size_t pool_before);
   void compact();
 

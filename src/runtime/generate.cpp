@@ -66,7 +66,7 @@ GenerateResult generate(Engine& engine, const std::vector<int64_t>& prompt, cons
     if (!options.constraint) return {};
     std::future<void> f = std::async(engine.samples_on_device() ? std::launch::async : std::launch::deferred, [&] {
       allowed.assign(static_cast<size_t>((engine.config().vocab_size + 31) / 32), 0u);
-      options.constraint->allowed_tokens(allowed);
+      options.constraint->allowed_tokens(allowed, options.max_tokens - static_cast<int64_t>(r.ids.size()));
     });
     if (!engine.samples_on_device()) f.wait();
     return f;
@@ -78,8 +78,14 @@ GenerateResult generate(Engine& engine, const std::vector<int64_t>& prompt, cons
   t0 = std::chrono::steady_clock::now();
   while (true) {
     if (mask.valid()) mask.get();
-    const int64_t next = sampler.next(out.front().logits, allowed);
-    if (options.constraint) options.constraint->accept(next);
+    int64_t next;
+    if (options.constraint) {
+      next = sample_within_budget(sampler, out.front().logits, allowed, *options.constraint,
+                                  options.max_tokens - static_cast<int64_t>(r.ids.size()));
+      options.constraint->accept(next);
+    } else {
+      next = sampler.next(out.front().logits, allowed);
+    }
     r.ids.push_back(next);
     if (options.on_token) options.on_token(next);
     if (options.stop_at_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) {

@@ -69,6 +69,12 @@ RowSampling Sampler::device_row() {
 }
 
 int64_t Sampler::next(std::span<const float> logits, std::span<const uint32_t> allowed) {
+  const int64_t id = draw(logits, allowed);
+  observe(id);
+  return id;
+}
+
+int64_t Sampler::draw(std::span<const float> logits, std::span<const uint32_t> allowed) {
   if (!penalized() && allowed.empty()) return choose(logits);
   penalized_.assign(logits.begin(), logits.end());
   for (const auto& [id, count] : counts_) {
@@ -85,9 +91,7 @@ int64_t Sampler::next(std::span<const float> logits, std::span<const uint32_t> a
     }
     if (!any) throw Error(Where{"", "", "allowed"}, "the token mask allows no token");
   }
-  const int64_t id = choose(penalized_);
-  if (penalized()) ++counts_[id];
-  return id;
+  return choose(penalized_);
 }
 
 int64_t Sampler::choose(std::span<const float> logits) {

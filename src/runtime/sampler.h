@@ -54,6 +54,9 @@ class Sampler {
   // next, e.g. a grammar's mask): the other tokens are never picked. Throws k3::Error when it
   // allows none.
   int64_t next(std::span<const float> logits, std::span<const uint32_t> allowed = {});
+  // next() without counting the id: the caller may refuse it, and reports the id it keeps with
+  // observe().
+  int64_t draw(std::span<const float> logits, std::span<const uint32_t> allowed = {});
   // Counts an id the caller chose itself (a forced token, or a pick made on the device) as generated.
   void observe(int64_t id);
   // The next pick for an executor that samples where the logits are (backend/executor.h): these

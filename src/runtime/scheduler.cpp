@@ -35,6 +35,8 @@ struct Scheduler::Request {
       : id(id), spec(std::move(s)), sink(std::move(k)), sampler(spec.sampling) {}
   int64_t prompt_tokens() const { return static_cast<int64_t>(spec.prompt.size()); }
   bool prefilling() const { return prefilled < prompt_tokens(); }
+  // Tokens the reply may still have, the one sampled next included.
+  int64_t tokens_left() const { return spec.max_tokens - static_cast<int64_t>(generated.size()); }
   // Whether the step running `tokens` more tokens ends at the frontier, where a token is sampled.
   bool samples_after(int64_t tokens) const {
     if (prefilling()) return prefilled + tokens == prompt_tokens() && generated.empty();
@@ -299,15 +301,21 @@ void Scheduler::after_step(Request& r, const StepResult& result, int64_t ran) {
     token.id = result.picked;
     r.sampler.observe(token.id);
   } else {
-    token.id = r.sampler.next(result.logits, r.allowed);
-    if (r.spec.constraint) r.spec.constraint->accept(token.id);
+    if (r.spec.constraint) {
+      token.id = sample_within_budget(r.sampler, result.logits, r.allowed, *r.spec.constraint, r.tokens_left());
+      r.spec.constraint->accept(token.id);
+    } else {
+      token.id = r.sampler.next(result.logits, r.allowed);
+    }
   }
   if (r.spec.top_logprobs >= 0) token.logprobs = logprobs_of(result.logits, token.id, r.spec.top_logprobs);
   token.stop = std::find(r.spec.stop_token_ids.begin(), r.spec.stop_token_ids.end(), token.id) != r.spec.stop_token_ids.end();
   r.generated.push_back(token.id);
   const bool more = r.sink->on_token(token);
   if (token.stop || !more) {
-    finish(r, FinishReason::kStop);
+    // A constrained reply that had to close early to fit max_tokens was cut by the length limit.
+    const bool steered = token.stop && r.spec.constraint && r.spec.constraint->budget_steered();
+    finish(r, steered ? FinishReason::kLength : FinishReason::kStop);
   } else if (static_cast<int64_t>(r.generated.size()) >= r.spec.max_tokens) {
     finish(r, FinishReason::kLength);
   }
@@ -375,7 +383,7 @@ bool Scheduler::step_once() {
   const auto fill_masks = [&constrained, words] {
     for (Request* r : constrained) {
       r->allowed.assign(words, 0u);
-      r->spec.constraint->allowed_tokens(r->allowed);
+      r->spec.constraint->allowed_tokens(r->allowed, r->tokens_left());
     }
   };
   std::future<void> masks;

@@ -222,7 +222,16 @@ void Server::completion(const HttpRequest& request, const std::shared_ptr<HttpEx
   for (int i = 0; i < common.n; ++i) {
     const GenerationParams g = choice_params(common.gen, i);
     specs.push_back({g.prompt, g.max_tokens, g.sampling, g.stop_token_ids, g.top_logprobs, std::nullopt});
-    if (constrained) specs.back().constraint = std::make_shared<GrammarConstraint>(constrained, engine_->config().tokens.eos);
+    if (!constrained) continue;
+    auto constraint = std::make_shared<GrammarConstraint>(constrained, engine_->config().tokens.eos);
+    if (constraint->tokens_needed() > g.max_tokens) {
+      const char* field = path == "/v1/responses" ? "max_output_tokens" : "max_tokens";
+      throw ApiError(400,
+                     std::string(field) + " " + std::to_string(g.max_tokens) + " is below the " +
+                         std::to_string(constraint->tokens_needed()) + " tokens of the shortest reply the requested format allows",
+                     field);
+    }
+    specs.back().constraint = std::move(constraint);
   }
   auto job = std::make_shared<CompletionJob>(std::move(setup), *tokenizer_, exchange, metrics_,
                                              [this](const JobSummary& s) { log(s); });

@@ -66,7 +66,7 @@ chat::ParsedMessage stream_turn(const ChatModel& m, const std::vector<int64_t>& 
 // tool_choice follows its grammar (a fresh matcher per turn).
 chat::ParsedMessage chat_turn(const ChatModel& m, chat::Request request, GenerateOptions g, const GrammarArgs& grammar) {
   if (const grammar::CompiledGrammarPtr reply = reply_grammar(grammar, request, m.k3_format, m.tokenizer, m.engine)) {
-    g.constraint = grammar_constraint(reply, m.engine);
+    g.constraint = grammar_constraint(reply, m.engine, g.max_tokens);
   }
   const auto segments = m.k3_format ? chat::render_k3(request) : chat::render_kimi_linear(request);
   const std::vector<uint32_t> ids = chat::encode(m.tokenizer, segments);

@@ -39,7 +39,7 @@ Registered add_generate(CLI::App& app) {
             if (opt->grammar.given()) {
               std::optional<Tokenizer> own;  // --ids: the vocabulary only for the grammar
               if (!m.tokenizer) own.emplace(load_tokenizer(opt->model.model, m.engine->config().vocab_size));
-              g.constraint = grammar_constraint(text_grammar(opt->grammar, m.tokenizer ? *m.tokenizer : *own, *m.engine), *m.engine);
+              g.constraint = grammar_constraint(text_grammar(opt->grammar, m.tokenizer ? *m.tokenizer : *own, *m.engine), *m.engine, g.max_tokens);
             }
             g.on_prefill = terminal_prefill_progress();
             std::string text;

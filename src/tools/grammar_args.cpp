@@ -66,8 +66,15 @@ grammar::CompiledGrammarPtr reply_grammar(const GrammarArgs& args, chat::Request
   return from_file(source, [&] { return grammar::compile_gbnf(reply->to_gbnf(), vocabulary(tokenizer, engine)); });
 }
 
-std::shared_ptr<TokenConstraint> grammar_constraint(const grammar::CompiledGrammarPtr& grammar, const Engine& engine) {
-  return std::make_shared<GrammarConstraint>(grammar, engine.config().tokens.eos);
+std::shared_ptr<TokenConstraint> grammar_constraint(const grammar::CompiledGrammarPtr& grammar, const Engine& engine,
+                                                    int64_t max_tokens) {
+  auto constraint = std::make_shared<GrammarConstraint>(grammar, engine.config().tokens.eos);
+  if (constraint->tokens_needed() > max_tokens) {
+    throw Error(Where{"", "", "--max-tokens"}, std::to_string(max_tokens) + " is below the " +
+                                                 std::to_string(constraint->tokens_needed()) +
+                                                 " tokens of the shortest text the grammar allows");
+  }
+  return constraint;
 }
 
 }  // namespace k3::cli

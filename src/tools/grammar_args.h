@@ -34,7 +34,9 @@ grammar::CompiledGrammarPtr text_grammar(const GrammarArgs& args, const Tokenize
 // of the request, with --grammar as its content. nullptr when nothing constrains the reply.
 grammar::CompiledGrammarPtr reply_grammar(const GrammarArgs& args, chat::Request& request, bool k3_format,
                                           const Tokenizer& tokenizer, const Engine& engine);
-// A fresh matcher of `grammar` ending at the engine's EOS ids.
-std::shared_ptr<TokenConstraint> grammar_constraint(const grammar::CompiledGrammarPtr& grammar, const Engine& engine);
+// A fresh matcher of `grammar` ending at the engine's EOS ids; throws k3::Error naming --max-tokens
+// when the shortest text the grammar allows does not fit in max_tokens.
+std::shared_ptr<TokenConstraint> grammar_constraint(const grammar::CompiledGrammarPtr& grammar, const Engine& engine,
+                                                    int64_t max_tokens);
 
 }  // namespace k3::cli

@@ -20,7 +20,7 @@ using test::Collector;
 class ModularConstraint final : public TokenConstraint {
  public:
   ModularConstraint(int64_t vocab, int64_t modulus) : vocab_(vocab), modulus_(modulus) {}
-  void allowed_tokens(std::span<uint32_t> allowed) override {
+  void allowed_tokens(std::span<uint32_t> allowed, int64_t) override {
     ++masks;
     const int64_t want = static_cast<int64_t>(accepted.size()) % modulus_;
     for (int64_t id = 0; id < vocab_; ++id) {

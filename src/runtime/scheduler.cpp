@@ -310,12 +310,11 @@ void Scheduler::after_step(Request& r, const StepResult& result, int64_t ran) {
   }
   if (r.spec.top_logprobs >= 0) token.logprobs = logprobs_of(result.logits, token.id, r.spec.top_logprobs);
   token.stop = std::find(r.spec.stop_token_ids.begin(), r.spec.stop_token_ids.end(), token.id) != r.spec.stop_token_ids.end();
+  token.closed_to_fit = token.stop && r.spec.constraint && r.spec.constraint->budget_steered();
   r.generated.push_back(token.id);
   const bool more = r.sink->on_token(token);
   if (token.stop || !more) {
-    // A constrained reply that had to close early to fit max_tokens was cut by the length limit.
-    const bool steered = token.stop && r.spec.constraint && r.spec.constraint->budget_steered();
-    finish(r, steered ? FinishReason::kLength : FinishReason::kStop);
+    finish(r, token.closed_to_fit ? FinishReason::kLength : FinishReason::kStop);
   } else if (static_cast<int64_t>(r.generated.size()) >= r.spec.max_tokens) {
     finish(r, FinishReason::kLength);
   }

@@ -62,6 +62,9 @@ struct GeneratedToken {
   int64_t id = 0;
   std::optional<TokenLogprobs> logprobs;  // when the request asked for them
   bool stop = false;                      // one of stop_token_ids (the request ends with it)
+  // A stop that a constraint brought forward to fit max_tokens (TokenConstraint::budget_steered):
+  // the reply is complete but was cut by the length limit.
+  bool closed_to_fit = false;
 };
 
 // What the loop reports back for one request, on the loop's thread. Keep it short: it runs between steps.

@@ -92,7 +92,7 @@ void CompletionJob::on_token(size_t index, const GeneratedToken& token, bool& mo
     metrics_.inter_token_latency.observe(seconds_between(last_token_[index], now));
   }
   last_token_[index] = now;
-  send_update(index, outputs_[index].feed(token.id, token.logprobs ? &*token.logprobs : nullptr));
+  send_update(index, outputs_[index].feed(token.id, token.logprobs ? &*token.logprobs : nullptr, token.closed_to_fit));
   if (outputs_[index].finished()) more = false;
 }
 

@@ -86,6 +86,19 @@ TEST_F(CliGrammar, BadFilesAndFlagsAreOneLineErrors) {
   EXPECT_EQ(r.code, 2) << r.err;
   r = test::run_k3("chat --model " + path("model") + " --grammar " + path("missing.gbnf"));
   EXPECT_EQ(r.code, 2) << r.err;
+  // "no please" and EOS: 10 tokens at the least.
+  r = test::run_k3("generate" + model + " --grammar " + path("yes_no.gbnf"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("'--max-tokens': 4 is below the 10 tokens"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+// A budget that the sampled text would overrun: it closes early, on the shortest valid ending.
+TEST_F(CliGrammar, TextEndsCompleteWithinMaxTokens) {
+  const test::CliResult r = test::run_k3("generate --model " + path("model") + " --prompt x --max-tokens 10 --json --temperature 1 --seed 5 --grammar " +
+                                         path("yes_no.gbnf"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')), "no please");
 }
 
 }  // namespace

@@ -239,14 +239,14 @@ ChoiceOutput::~ChoiceOutput() = default;
 ChoiceOutput::ChoiceOutput(ChoiceOutput&&) noexcept = default;
 ChoiceOutput& ChoiceOutput::operator=(ChoiceOutput&&) noexcept = default;
 
-ChoiceUpdate ChoiceOutput::feed(int64_t id, const TokenLogprobs* logprobs) {
+ChoiceUpdate ChoiceOutput::feed(int64_t id, const TokenLogprobs* logprobs, bool closed_to_fit) {
   State& s = *s_;
   if (finished()) throw std::logic_error("ChoiceOutput::feed after the choice finished");
   ++s.tokens;
   ChoiceUpdate u;
   const auto& stops = s.config.stop_token_ids;
   if (std::find(stops.begin(), stops.end(), id) != stops.end()) {
-    s.end("stop", std::nullopt, u, /*stop_token=*/true);
+    s.end(closed_to_fit ? "length" : "stop", std::nullopt, u, /*stop_token=*/true);
     return u;
   }
   const size_t start = s.decoded.size();

@@ -66,7 +66,9 @@ class ChoiceOutput {
   ChoiceOutput& operator=(ChoiceOutput&&) noexcept;
 
   // A generated token; `logprobs` (of that token) is required when the config asks for logprobs.
-  ChoiceUpdate feed(int64_t id, const TokenLogprobs* logprobs = nullptr);
+  // `closed_to_fit`: a stop token that a constraint brought forward to fit max_tokens (the finish
+  // reason is "length").
+  ChoiceUpdate feed(int64_t id, const TokenLogprobs* logprobs = nullptr, bool closed_to_fit = false);
   // Ends the choice from outside (e.g. "length" at the context limit, "abort"): flushes what was
   // held back. A held-back stop string prefix is released as text.
   ChoiceUpdate finish(const std::string& reason);

@@ -179,9 +179,10 @@ for (const arch of ['kimi-k3', 'kimi-linear']) {
         ] });
       assert.equal(second.choices[0].message.role, 'assistant');
       assert.ok(second.usage.prompt_tokens > first.usage.prompt_tokens);
-      const named = await client.chat.completions.create({ model: name(), max_tokens: 4, temperature: 0, tools,
+      const named = await client.chat.completions.create({ model: name(), max_tokens: 300, temperature: 0, tools,
         tool_choice: { type: 'function', function: { name: 'get_weather' } }, messages: [{ role: 'user', content: 'Paris?' }] });
       assert.equal(named.object, 'chat.completion');
+      assert.deepEqual(named.choices[0].message.tool_calls.map((c) => c.function.name), ['get_weather']);
     });
 
     test('tokenize and detokenize round trip', async () => {

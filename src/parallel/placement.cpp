@@ -102,8 +102,9 @@ Placement plan_placement(const Footprint& fp, const K3Config& c, const Machine& 
     gpu.node = g / p.tp;
     gpu.rank = g % p.tp;
     gpu.group_bytes.assign(kParamGroups, 0);
-    gpu.experts = E / G + (g < E % G ? 1 : 0);
-    gpu.first_expert = g * (E / G) + std::min(g, E % G);
+    const ExpertRange range = expert_range(E, G, g);
+    gpu.first_expert = range.first;
+    gpu.experts = range.count;
     p.gpus.push_back(gpu);
   }
   for (const ParamFootprint& f : fp.params) {

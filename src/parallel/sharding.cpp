@@ -1,5 +1,6 @@
 #include "parallel/sharding.h"
 
+#include <algorithm>
 #include <string_view>
 
 #include "core/error.h"
@@ -102,6 +103,17 @@ uint64_t shard_bytes(uint64_t bytes, Split split, int64_t t, int64_t rank) {
   if (split != Split::kRows && split != Split::kColumns) return bytes;
   const uint64_t n = static_cast<uint64_t>(t), r = static_cast<uint64_t>(rank);
   return bytes / n + (r < bytes % n ? 1 : 0);
+}
+
+ExpertRange expert_range(int64_t experts, int64_t ranks, int64_t rank) {
+  const int64_t per = experts / ranks, extra = experts % ranks;
+  return {rank * per + std::min(rank, extra), per + (rank < extra ? 1 : 0)};
+}
+
+int64_t expert_owner(int64_t expert, int64_t experts, int64_t ranks) {
+  const int64_t per = experts / ranks, extra = experts % ranks;
+  const int64_t in_larger = extra * (per + 1);  // experts of the ranks that own one more
+  return expert < in_larger ? expert / (per + 1) : extra + (expert - in_larger) / per;
 }
 
 }  // namespace k3

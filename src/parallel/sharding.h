@@ -31,6 +31,15 @@ struct ShardRule {
 // parameter when no rule covers it (a new parameter must get a rule, never a silent default).
 ShardRule shard_rule(const ParamSpec& spec);
 
+// The routed experts of every MoE layer that EP rank `rank` of `ranks` owns: the contiguous range
+// [first, first + count), the first experts % ranks ranks one expert more.
+struct ExpertRange {
+  int64_t first = 0, count = 0;
+};
+ExpertRange expert_range(int64_t experts, int64_t ranks, int64_t rank);
+// The rank whose expert_range holds `expert`.
+int64_t expert_owner(int64_t expert, int64_t experts, int64_t ranks);
+
 // Stored bytes of TP rank `rank`'s share of a parameter of `bytes` under `split` among t ranks (the
 // whole for replicated ones): bytes / t, the first bytes % t ranks one more, so shares sum to bytes.
 uint64_t shard_bytes(uint64_t bytes, Split split, int64_t t, int64_t rank);

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/forward.h"
 #include "core/error.h"
+#include "parallel/sharding.h"
 #include "runtime/block_pool.h"
 
 namespace k3 {
@@ -36,12 +37,18 @@ std::vector<int64_t> mla_index(const K3Config& c) {
   return index;
 }
 
+// An expert-parallel rank's routed experts (every expert without ranks).
+std::optional<ExpertRange> my_experts(const K3Config& config, const Communicator* ranks) {
+  if (!ranks || !config.moe) return std::nullopt;
+  return expert_range(config.moe->num_experts, ranks->size(), ranks->rank());
+}
+
 class CpuExecutor final : public Executor {
  public:
   CpuExecutor(const K3Config& config, const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& linear,
-              const CacheGeometry& geometry)
-      : config_(config), geometry_(geometry), weights_(bind_weights(config, plan, files, linear)),
-        backend_(make_cpu_backend()),
+              const CacheGeometry& geometry, Communicator* expert_ranks)
+      : config_(config), geometry_(geometry), weights_(bind_weights(config, plan, files, linear, my_experts(config, expert_ranks))),
+        backend_(make_cpu_backend(expert_ranks)),
         pages_(geometry.kv_blocks, geometry.block_tokens, config.mla.kv_lora_rank + config.mla.qk_rope_head_dim,
                mla_index(config)),
         slots_(geometry.state_slots), snapshots_(static_cast<size_t>(geometry.snapshot_slots)) {}
@@ -124,8 +131,9 @@ CacheGeometry cpu_cache_geometry(const K3Config& c, const CpuCacheOptions& o) {
 }
 
 std::unique_ptr<Executor> make_cpu_executor(const K3Config& config, const LoadPlan& plan, PlanFiles& files,
-                                            const cpu::LinearOptions& linear, const CpuCacheOptions& caches) {
-  return std::make_unique<CpuExecutor>(config, plan, files, linear, cpu_cache_geometry(config, caches));
+                                            const cpu::LinearOptions& linear, const CpuCacheOptions& caches,
+                                            Communicator* expert_ranks) {
+  return std::make_unique<CpuExecutor>(config, plan, files, linear, cpu_cache_geometry(config, caches), expert_ranks);
 }
 
 }  // namespace k3

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu_linear.h"
 #include "backend/executor.h"
+#include "parallel/communicator.h"
 
 namespace k3 {
 
@@ -23,7 +24,9 @@ struct CpuCacheOptions {
 // The geometry a CPU executor of this model gets for `options`.
 CacheGeometry cpu_cache_geometry(const K3Config& config, const CpuCacheOptions& options);
 
+// `expert_ranks` (may be null): the ranks the routed experts are divided among (make_cpu_backend).
 std::unique_ptr<Executor> make_cpu_executor(const K3Config& config, const LoadPlan& plan, PlanFiles& files,
-                                            const cpu::LinearOptions& linear, const CpuCacheOptions& caches);
+                                            const cpu::LinearOptions& linear, const CpuCacheOptions& caches,
+                                            Communicator* expert_ranks = nullptr);
 
 }  // namespace k3

@@ -39,6 +39,9 @@ void require_finite_logits(std::span<const float> logits, int64_t vocab, int64_t
 
 void Engine::check_options(const EngineOptions& options) {
   if (options.threads < 0) throw Error(Where{"", "", "threads"}, "must be ≥ 0 (0 = all cores)");
+  if (options.expert_ranks && options.executor) {
+    throw Error(Where{"", "", "expert_ranks"}, "expert parallelism over in-process ranks runs on the CPU executor only");
+  }
   if (options.threads > max_engine_threads()) {
     throw Error(Where{"", "", "threads"}, std::to_string(options.threads) + " is more than " +
                                               std::to_string(max_engine_threads()) + " (" +
@@ -71,7 +74,8 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
   adopt_executor(options.executor ? options.executor(config_, *plan_, *files_)
                                   : make_cpu_executor(config_, *plan_, *files_, options.linear,
                                                       {options.max_sequences, options.kv_blocks, options.snapshot_slots,
-                                                       options.max_context}));
+                                                       options.max_context},
+                                                      options.expert_ranks));
 }
 
 Engine::Engine(const K3Config& config, std::unique_ptr<Executor> executor, const EngineOptions& options)

@@ -45,6 +45,9 @@ struct EngineOptions {
   int64_t prefill_chunk = kPrefillChunk;  // prompt tokens per prefill step (runtime/generate.h prefill())
   cpu::LinearOptions linear;
   ExecutorFactory executor;  // empty: the CPU executor
+  // CPU executor: the ranks its routed experts are divided among (backend/cpu/expert_parallel.h);
+  // one Engine per rank, every rank making the same calls in the same order. Null: all experts here.
+  Communicator* expert_ranks = nullptr;
 };
 
 struct SequenceInput {

@@ -13,6 +13,7 @@
 #include "model/config.h"
 #include "model/state.h"
 #include "backend/cpu/weights.h"
+#include "parallel/communicator.h"
 
 namespace k3 {
 
@@ -51,6 +52,8 @@ class Backend {
   virtual void mlp(const K3Config& config, const MlpWeights& w, const Tensor& x, Tensor& out) = 0;
 };
 
-std::unique_ptr<Backend> make_cpu_backend();
+// `expert_ranks`: when given, the routed experts of every MoE layer are divided among its ranks,
+// each rank running the same calls (backend/cpu/expert_parallel.h); it must outlive the backend.
+std::unique_ptr<Backend> make_cpu_backend(Communicator* expert_ranks = nullptr);
 
 }  // namespace k3

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "parallel/communicator.h"
 
 namespace k3::cpu {
 
@@ -49,7 +50,10 @@ struct MoeBuffers {
 
 class BlockOps {
  public:
-  BlockOps(const K3Config& config, std::span<const SeqSlice> slices) : c_(config), slices_(slices) {}
+  // `expert_ranks`: the ranks the routed experts are divided among (backend/cpu/expert_parallel.h);
+  // null: every expert here.
+  BlockOps(const K3Config& config, std::span<const SeqSlice> slices, Communicator* expert_ranks = nullptr)
+      : c_(config), slices_(slices), expert_ranks_(expert_ranks) {}
 
   struct Scope {};
   Scope scope() const { return {}; }
@@ -78,6 +82,7 @@ class BlockOps {
  private:
   const K3Config& c_;
   std::span<const SeqSlice> slices_;
+  Communicator* expert_ranks_;
 };
 
 }  // namespace k3::cpu

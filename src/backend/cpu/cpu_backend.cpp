@@ -8,6 +8,8 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
+  explicit CpuBackend(Communicator* expert_ranks) : expert_ranks_(expert_ranks) {}
+
   void embed(const Floats& table, std::span<const int64_t> ids, Tensor& out) override {
     const int64_t hidden = out.cols;
     for (size_t t = 0; t < ids.size(); ++t) {
@@ -29,12 +31,17 @@ class CpuBackend final : public Backend {
            Tensor& out) override {
     cpu::mla_mixer(config, layer, w, x, slices, out);
   }
-  void moe(const K3Config& config, const MoeWeights& w, const Tensor& x, Tensor& out) override { cpu::moe(config, w, x, out); }
+  void moe(const K3Config& config, const MoeWeights& w, const Tensor& x, Tensor& out) override {
+    cpu::moe(config, w, x, out, expert_ranks_);
+  }
   void mlp(const K3Config& config, const MlpWeights& w, const Tensor& x, Tensor& out) override { cpu::mlp(config, w, x, out); }
+
+ private:
+  Communicator* expert_ranks_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend(Communicator* expert_ranks) { return std::make_unique<CpuBackend>(expert_ranks); }
 
 }  // namespace k3

@@ -12,6 +12,7 @@
 #include <numeric>
 
 #include "backend/cpu/block_ops.h"
+#include "backend/cpu/expert_parallel.h"
 #include "model/blocks.h"
 
 namespace k3::cpu {
@@ -103,6 +104,7 @@ void BlockOps::route(const Tensor& logits, const Floats& bias, Routing& routing)
 }
 
 void BlockOps::routed_experts(int64_t, const MoeWeights& w, const Tensor& z, const Routing& routing, Tensor& routed) const {
+  if (expert_ranks_ && expert_ranks_->size() > 1) return routed_experts_across(c_, w, z, routing, routed, *expert_ranks_);
   const MoeConfig& m = *c_.moe;
   // Tokens per expert, with their routing weights.
   std::vector<std::vector<std::pair<int64_t, float>>> assigned(static_cast<size_t>(m.num_experts));
@@ -128,8 +130,8 @@ void mlp(const K3Config& config, const MlpWeights& w, const Tensor& x, Tensor& o
   mlp_block(ops, w, x, out);
 }
 
-void moe(const K3Config& config, const MoeWeights& w, const Tensor& x, Tensor& out) {
-  BlockOps ops(config, {});
+void moe(const K3Config& config, const MoeWeights& w, const Tensor& x, Tensor& out, Communicator* expert_ranks) {
+  BlockOps ops(config, {}, expert_ranks);
   moe_block(ops, config.rms_norm_eps, 0, w, x, out);
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "backend/cpu/backend.h"
+#include "parallel/communicator.h"
 
 namespace k3::cpu {
 
@@ -43,7 +44,8 @@ struct Route {
 };
 std::vector<Route> route(const MoeConfig& m, const float* logits, const Floats& bias);
 
-void moe(const K3Config& config, const MoeWeights& w, const Tensor& x, Tensor& out);
+// `expert_ranks`: the ranks the routed experts are divided among (expert_parallel.h); null: all here.
+void moe(const K3Config& config, const MoeWeights& w, const Tensor& x, Tensor& out, Communicator* expert_ranks = nullptr);
 void mlp(const K3Config& config, const MlpWeights& w, const Tensor& x, Tensor& out);
 
 }  // namespace k3::cpu

@@ -7,8 +7,8 @@ namespace {
 
 class Binder {
  public:
-  Binder(const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& options)
-      : plan_(plan), files_(files), options_(options) {}
+  Binder(const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& options, std::optional<ExpertRange> experts)
+      : plan_(plan), files_(files), options_(options), experts_(experts) {}
 
   Linear linear(const std::string& name, int64_t expert = -1) {
     const size_t i = index(name);
@@ -21,9 +21,13 @@ class Binder {
     return materialize(plan_.bindings[i], plan_.params[i], files_);
   }
 
+  // Every expert of the bank, or only those of the range (the others null).
   std::vector<Linear> experts(const std::string& name, int64_t count) {
     std::vector<Linear> out;
-    for (int64_t e = 0; e < count; ++e) out.push_back(linear(name, e));
+    for (int64_t e = 0; e < count; ++e) {
+      const bool mine = !experts_ || (e >= experts_->first && e < experts_->first + experts_->count);
+      out.push_back(mine ? linear(name, e) : nullptr);
+    }
     return out;
   }
 
@@ -37,6 +41,7 @@ class Binder {
   const LoadPlan& plan_;
   PlanFiles& files_;
   cpu::LinearOptions options_;
+  std::optional<ExpertRange> experts_;
 };
 
 // AttnRes score vector c = norm.weight ⊙ proj.weight[0] (spec §3.1).
@@ -123,12 +128,13 @@ void split_kv_b(const std::vector<float>& kv_b, const MlaConfig& m, std::vector<
   }
 }
 
-ModelWeights bind_weights(const K3Config& config, const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& options) {
+ModelWeights bind_weights(const K3Config& config, const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& options,
+                          std::optional<ExpertRange> experts) {
   if (!plan.ok()) {
     throw Error(plan.problems.front().where, "the load plan has " + std::to_string(plan.problems.size()) +
                                                  " problem(s), first: " + plan.problems.front().message);
   }
-  Binder b(plan, files, options);
+  Binder b(plan, files, options, experts);
   ModelWeights w;
   w.embed = b.floats("model.embed_tokens.weight");
   const bool attn_res = config.attn_res_block_size.has_value();

@@ -7,11 +7,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/cpu/cpu_linear.h"
 #include "model/config.h"
 #include "model/weight_tree.h"
+#include "parallel/sharding.h"
 #include "quant/plan/load_plan.h"
 #include "quant/plan/materialize.h"
 
@@ -49,8 +51,9 @@ using ModelWeights = WeightTree<CpuHandles>;
 void split_kv_b(const std::vector<float>& kv_b, const MlaConfig& m, std::vector<float>& w_uk, std::vector<float>& w_uv);
 
 // Binds every parameter of a plan without problems. `files` must outlive the weights (kernels may
-// keep views into mapped checkpoint bytes).
+// keep views into mapped checkpoint bytes). With `experts`, only that range of every routed expert
+// bank is bound, the others left null: an expert-parallel rank's share (expert_parallel.h).
 ModelWeights bind_weights(const K3Config& config, const LoadPlan& plan, PlanFiles& files,
-                          const cpu::LinearOptions& options = {});
+                          const cpu::LinearOptions& options = {}, std::optional<ExpertRange> experts = std::nullopt);
 
 }  // namespace k3

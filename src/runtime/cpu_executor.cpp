@@ -120,7 +120,8 @@ CacheGeometry cpu_cache_geometry(const K3Config& c, const CpuCacheOptions& o) {
                   sizeof(float);
   g.state_slots = o.max_sequences > 0 ? o.max_sequences : kCpuDefaultSequences;
   const int64_t context = o.max_context > 0 ? o.max_context : c.max_position_embeddings.value_or(kFallbackContext);
-  const uint64_t budget = static_cast<uint64_t>(static_cast<double>(available_memory()) * kCpuCacheMemoryShare);
+  const uint64_t budget = static_cast<uint64_t>(static_cast<double>(available_memory()) * kCpuCacheMemoryShare) /
+                          static_cast<uint64_t>(std::max<int64_t>(1, o.memory_shares));
   const auto capped = [&](int64_t want, uint64_t each) {
     if (each == 0 || budget == 0) return want;
     return std::max<int64_t>(1, std::min<int64_t>(want, static_cast<int64_t>(budget / each)));

@@ -19,6 +19,7 @@ inline constexpr double kCpuCacheMemoryShare = 0.5;
 struct CpuCacheOptions {
   int64_t max_sequences = 0, kv_blocks = 0, snapshot_slots = 0;
   int64_t max_context = 0;  // 0 = the model's max_position_embeddings
+  int64_t memory_shares = 1;  // executors dividing the default caches' memory budget among them
 };
 
 // The geometry a CPU executor of this model gets for `options`.

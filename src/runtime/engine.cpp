@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "runtime/cpu_executor.h"
+#include "runtime/expert_parallel_executor.h"
 
 namespace k3 {
 
@@ -42,6 +43,13 @@ void Engine::check_options(const EngineOptions& options) {
   if (options.expert_ranks && options.executor) {
     throw Error(Where{"", "", "expert_ranks"}, "expert parallelism over in-process ranks runs on the CPU executor only");
   }
+  if (options.expert_parallel < 1 || options.expert_parallel > kMaxExpertParallel) {
+    throw Error(Where{"", "", "expert_parallel"}, "must be in [1, " + std::to_string(kMaxExpertParallel) + "], got " +
+                                                      std::to_string(options.expert_parallel));
+  }
+  if (options.expert_parallel > 1 && (options.executor || options.expert_ranks)) {
+    throw Error(Where{"", "", "expert_parallel"}, "in-process expert parallelism runs on the CPU executor only, on its own ranks");
+  }
   if (options.threads > max_engine_threads()) {
     throw Error(Where{"", "", "threads"}, std::to_string(options.threads) + " is more than " +
                                               std::to_string(max_engine_threads()) + " (" +
@@ -71,11 +79,14 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
   config_ = *ckpt.config;
   plan_ = std::make_unique<LoadPlan>(plan_checkpoint(ckpt));
   files_ = std::make_unique<PlanFiles>(*plan_);
-  adopt_executor(options.executor ? options.executor(config_, *plan_, *files_)
-                                  : make_cpu_executor(config_, *plan_, *files_, options.linear,
-                                                      {options.max_sequences, options.kv_blocks, options.snapshot_slots,
-                                                       options.max_context},
-                                                      options.expert_ranks));
+  const CpuCacheOptions caches{options.max_sequences, options.kv_blocks, options.snapshot_slots, options.max_context};
+  if (options.executor) {
+    adopt_executor(options.executor(config_, *plan_, *files_));
+  } else if (options.expert_parallel > 1) {
+    adopt_executor(make_expert_parallel_cpu_executor(config_, *plan_, *files_, options.linear, caches, options.expert_parallel));
+  } else {
+    adopt_executor(make_cpu_executor(config_, *plan_, *files_, options.linear, caches, options.expert_ranks));
+  }
 }
 
 Engine::Engine(const K3Config& config, std::unique_ptr<Executor> executor, const EngineOptions& options)

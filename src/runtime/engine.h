@@ -32,6 +32,9 @@ int max_engine_threads();
 // state carries over), which bounds the activations' memory and lets a caller report progress.
 inline constexpr int64_t kPrefillChunk = 256;
 
+// In-process expert-parallel ranks at most (EngineOptions::expert_parallel).
+inline constexpr int kMaxExpertParallel = 64;
+
 struct EngineOptions {
   int threads = 0;  // OpenMP threads; 0 = all cores; at most max_engine_threads()
   int64_t max_context = 0;  // tokens per sequence; 0 = no limit
@@ -48,6 +51,9 @@ struct EngineOptions {
   // CPU executor: the ranks its routed experts are divided among (backend/cpu/expert_parallel.h);
   // one Engine per rank, every rank making the same calls in the same order. Null: all experts here.
   Communicator* expert_ranks = nullptr;
+  // CPU executor: > 1 divides the routed experts among that many in-process ranks behind this one
+  // engine (runtime/expert_parallel_executor.h); results are bit-identical to 1.
+  int expert_parallel = 1;
 };
 
 struct SequenceInput {

@@ -21,9 +21,10 @@ struct EngineRun {
 };
 
 // Two sequences prefilled together, three batched decode steps, then a sampled generation.
-EngineRun run_engine(const std::string& dir, Communicator* expert_ranks) {
+EngineRun run_engine(const std::string& dir, Communicator* expert_ranks, int expert_parallel = 1) {
   EngineOptions o;
-  o.threads = 1;
+  o.threads = expert_ranks ? 1 : 2;
+  o.expert_parallel = expert_parallel;
   o.max_sequences = 4;
   o.max_context = 256;
   o.expert_ranks = expert_ranks;
@@ -72,6 +73,20 @@ TEST_P(ExpertParallel, EveryRankCountGivesTheOneRankLogitsBitForBit) {
   }
 }
 
+// The same ranks behind one Engine (EngineOptions::expert_parallel), as the CLI and the server run them.
+TEST_P(ExpertParallel, OneEngineOverInProcessRanksGivesTheOneRankLogitsBitForBit) {
+  const test::TinyCheckpoint tiny = test::make_tiny_conditioned(FamilyId::Bf16, GetParam(), 23);
+  const EngineRun alone = run_engine(tiny.dir, nullptr);
+  for (int ranks : {2, 5}) {
+    const EngineRun got = run_engine(tiny.dir, nullptr, ranks);
+    ASSERT_EQ(got.logits.size(), alone.logits.size());
+    for (size_t s = 0; s < alone.logits.size(); ++s) {
+      EXPECT_EQ(got.logits[s], alone.logits[s]) << ranks << " ranks, output " << s;
+    }
+    EXPECT_EQ(got.generated, alone.generated) << ranks << " ranks";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(BothArchitectures, ExpertParallel, ::testing::Values(TinyArch::KimiK3, TinyArch::KimiLinear),
                          [](const auto& info) { return info.param == TinyArch::KimiK3 ? "KimiK3" : "KimiLinear"; });
 
@@ -89,6 +104,29 @@ TEST(ExpertRanges, PartitionEveryExpertInOrder) {
       }
       EXPECT_EQ(next, experts);
     }
+  }
+}
+
+TEST(ExpertParallelOptions, OutOfRangeOrCombinedWithADeviceIsRefused) {
+  const test::TinyCheckpoint tiny = test::make_tiny_conditioned(FamilyId::Bf16, TinyArch::KimiK3, 22);
+  for (int ranks : {0, -1, kMaxExpertParallel + 1}) {
+    EngineOptions o;
+    o.expert_parallel = ranks;
+    try {
+      Engine e(tiny.dir, o);
+      ADD_FAILURE() << ranks << " accepted";
+    } catch (const Error& err) {
+      EXPECT_EQ(err.where().field, "expert_parallel");
+    }
+  }
+  EngineOptions o;
+  o.expert_parallel = 2;
+  o.executor = [](const K3Config&, const LoadPlan&, PlanFiles&) -> std::unique_ptr<Executor> { return nullptr; };
+  try {
+    Engine e(tiny.dir, o);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.where().field, "expert_parallel");
   }
 }
 

@@ -74,6 +74,18 @@ TEST(CliPeerFixture, SamplingIsDeterministicForASeed) {
   EXPECT_EQ(a.out, b.out);
 }
 
+// The routed experts divided among in-process ranks: the same sampled tokens (bit-identical logits).
+TEST(CliPeerFixture, ExpertParallelGivesTheSameSamples) {
+  const std::string args = "generate --model " + peer("ckpt") + " --ids 360,96,364 --max-tokens 8 --temperature 0.8 --seed 3 --ignore-eos";
+  const test::CliResult one = test::run_k3(args), four = test::run_k3(args + " --expert-parallel 4");
+  ASSERT_EQ(one.code, 0) << one.err;
+  ASSERT_EQ(four.code, 0) << four.err;
+  EXPECT_EQ(four.out, one.out);
+  const test::CliResult bad = test::run_k3(args + " --expert-parallel 0");
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--expert-parallel"), std::string::npos) << bad.err;
+}
+
 TEST(CliErrors, BadIdsAndFlagsGiveOneLine) {
   const std::string model = " --model " + peer("ckpt");
   struct Case {

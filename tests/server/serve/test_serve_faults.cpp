@@ -148,6 +148,23 @@ TEST_P(ServeByArch, StreamedCompletionsAreWellFramedSse) {
   expect_healthy(*p);
 }
 
+// `--expert-parallel 3` (the routed experts divided among three in-process ranks) serves the same
+// sampled choices as one rank: the logits are bit-identical.
+TEST_P(ServeByArch, ExpertParallelServesTheSameChoices) {
+  const std::string body = "{\"model\":\"" + model_name(GetParam()) +
+                           "\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":16,"
+                           "\"temperature\":1,\"seed\":4,\"n\":3}";
+  std::vector<Json> choices;
+  for (const char* ranks : {"1", "3"}) {
+    auto p = serve(GetParam(), {"--expert-parallel", ranks});
+    const RawClient::Response r = http_request(p->port(), "POST", "/v1/chat/completions", body, kKey);
+    ASSERT_EQ(r.status, 200) << r.body << p->stderr_text();
+    choices.push_back(Json::parse(r.body)["choices"]);
+  }
+  EXPECT_EQ(choices[1], choices[0]);
+  EXPECT_EQ(choices[0].size(), 3u);
+}
+
 // A long stream whose client goes away after a few events: every choice is cancelled and its
 // blocks and slot come back (with the prefix cache off, no block stays used at all).
 TEST_P(ServeByArch, DisconnectMidStreamReleasesEverything) {

@@ -102,25 +102,28 @@ std::optional<Matcher::Lookahead> Matcher::look_ahead(uint32_t token_id) {
   if (terminated_ || token_id >= grammar_->vocab().size()) return std::nullopt;
   const size_t pool_before = pool_.size();
   std::optional<Lookahead> left;
-  if (grammar_->vocab().is_special(token_id)) {
-    const uint32_t t = stepper_.special_terminal(token_id);
-    if (t != UINT32_MAX) {
-      buf_.assign(entries_.begin(), entries_.end());
-      stepper_.advance(buf_, 0, buf_.size(), t, pool_);
-      if (buf_.size() > entries_.size()) {
-        left = Lookahead{false, fewest_bytes_to_end(std::span(buf_).subspan(entries_.size()))};
-      }
-    }
-  } else {
-    const std::string_view bytes = grammar_->vocab().bytes(token_id);
-    std::vector<uint32_t>& next = scratch_ids_;
-    if (!bytes.empty() && advance_bytes(bytes, next)) left = Lookahead{false, fewest_bytes_to_end(next)};
-  }
+  if (advance_token(token_id, scratch_ids_)) left = Lookahead{false, fewest_bytes_to_end(scratch_ids_)};
   pool_.resize(pool_before);
-  if (!left && std::find(options_.stop_ids.begin(), options_.stop_ids.end(), token_id) != options_.stop_ids.end() && can_end()) {
-    left = Lookahead{true, 0};
-  }
+  if (!left && is_stop(token_id) && can_end()) left = Lookahead{true, 0};
   return left;
+}
+
+bool Matcher::is_stop(uint32_t token_id) const {
+  return std::find(options_.stop_ids.begin(), options_.stop_ids.end(), token_id) != options_.stop_ids.end();
+}
+
+bool Matcher::advance_token(uint32_t token_id, std::vector<uint32_t>& out) {
+  if (!grammar_->vocab().is_special(token_id)) {
+    const std::string_view bytes = grammar_->vocab().bytes(token_id);
+    return !bytes.empty() && advance_bytes(bytes, out);
+  }
+  const uint32_t t = stepper_.special_terminal(token_id);
+  if (t == UINT32_MAX) return false;
+  buf_.assign(entries_.begin(), entries_.end());
+  stepper_.advance(buf_, 0, buf_.size(), t, pool_);
+  if (buf_.size() == entries_.size()) return false;
+  out.assign(buf_.begin() + static_cast<ptrdiff_t>(entries_.size()), buf_.end());
+  return true;
 }
 
 bool Matcher::advance_bytes(std::string_view bytes, std::vector<uint32_t>& out) {
@@ -141,30 +144,15 @@ bool Matcher::accept(uint32_t token_id) {
   if (terminated_ || token_id >= grammar_->vocab().size()) return false;
   const size_t pool_before = pool_.size();
   std::vector<uint32_t> next;
-  if (grammar_->vocab().is_special(token_id)) {
-    const uint32_t t = stepper_.special_terminal(token_id);
-    if (t != UINT32_MAX) {
-      buf_.assign(entries_.begin(), entries_.end());
-      stepper_.advance(buf_, 0, buf_.size(), t, pool_);
-      if (buf_.size() > entries_.size()) {
-        next.assign(buf_.begin() + static_cast<ptrdiff_t>(entries_.size()), buf_.end());
-        commit(std::move(next), false, pool_before);
-        return true;
-      }
-    }
-  } else {
-    const std::string_view bytes = grammar_->vocab().bytes(token_id);
-    if (!bytes.empty() && advance_bytes(bytes, next)) {
-      commit(std::move(next), false, pool_before);
-      return true;
-    }
-    pool_.resize(pool_before);
-  }
-  if (std::find(options_.stop_ids.begin(), options_.stop_ids.end(), token_id) != options_.stop_ids.end() && can_end()) {
-    commit(entries_, true, pool_before);
+  if (advance_token(token_id, next)) {
+    commit(std::move(next), false, pool_before);
     return true;
   }
   pool_.resize(pool_before);
+  if (is_stop(token_id) && can_end()) {
+    commit(entries_, true, pool_before);
+    return true;
+  }
   return false;
 }
 

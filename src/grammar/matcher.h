@@ -65,6 +65,10 @@ class Matcher {
 
  private:
   bool advance_bytes(std::string_view bytes, std::vector<uint32_t>& out);
+  // The entries after an ordinary or special token (not a stop), its nodes added to the pool;
+  // false when the grammar refuses it.
+  bool advance_token(uint32_t token_id, std::vector<uint32_t>& out);
+  bool is_stop(uint32_t token_id) const;
   size_t fewest_bytes_to_end(std::span<const uint32_t> entries) const;
   void commit(std::vector<uint32_t> entries, bool terminated, size_t pool_before);
   void compact();

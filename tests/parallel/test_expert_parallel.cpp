@@ -107,42 +107,34 @@ TEST(ExpertRanges, PartitionEveryExpertInOrder) {
   }
 }
 
-TEST(ExpertParallelOptions, OutOfRangeOrCombinedWithADeviceIsRefused) {
-  const test::TinyCheckpoint tiny = test::make_tiny_conditioned(FamilyId::Bf16, TinyArch::KimiK3, 22);
-  for (int ranks : {0, -1, kMaxExpertParallel + 1}) {
-    EngineOptions o;
-    o.expert_parallel = ranks;
-    try {
-      Engine e(tiny.dir, o);
-      ADD_FAILURE() << ranks << " accepted";
-    } catch (const Error& err) {
-      EXPECT_EQ(err.where().field, "expert_parallel");
-    }
-  }
-  EngineOptions o;
-  o.expert_parallel = 2;
-  o.executor = [](const K3Config&, const LoadPlan&, PlanFiles&) -> std::unique_ptr<Executor> { return nullptr; };
+// The field an Engine's refusal of `o` names ("accepted" when it does not refuse).
+std::string refused_field(const std::string& dir, const EngineOptions& o) {
   try {
-    Engine e(tiny.dir, o);
-    ADD_FAILURE() << "accepted";
+    Engine e(dir, o);
+    return "accepted";
   } catch (const Error& err) {
-    EXPECT_EQ(err.where().field, "expert_parallel");
+    return err.where().field;
   }
 }
 
-TEST(ExpertParallelOptions, ADeviceExecutorIsRefused) {
+TEST(ExpertParallelOptions, OutOfRangeOrWithADeviceExecutorIsRefused) {
   const test::TinyCheckpoint tiny = test::make_tiny_conditioned(FamilyId::Bf16, TinyArch::KimiK3, 22);
+  const ExecutorFactory device = [](const K3Config&, const LoadPlan&, PlanFiles&) -> std::unique_ptr<Executor> { return nullptr; };
+  for (int ranks : {0, -1, kMaxExpertParallel + 1}) {
+    EngineOptions o;
+    o.expert_parallel = ranks;
+    EXPECT_EQ(refused_field(tiny.dir, o), "expert_parallel") << ranks;
+  }
+  EngineOptions o;
+  o.expert_parallel = 2;
+  o.executor = device;
+  EXPECT_EQ(refused_field(tiny.dir, o), "expert_parallel");
   ThreadWorld world(1);
   world.run([&](Communicator& comm) {
-    EngineOptions o;
-    o.expert_ranks = &comm;
-    o.executor = [](const K3Config&, const LoadPlan&, PlanFiles&) -> std::unique_ptr<Executor> { return nullptr; };
-    try {
-      Engine e(tiny.dir, o);
-      ADD_FAILURE() << "accepted";
-    } catch (const Error& err) {
-      EXPECT_EQ(err.where().field, "expert_ranks");
-    }
+    EngineOptions ranked;
+    ranked.expert_ranks = &comm;
+    ranked.executor = device;
+    EXPECT_EQ(refused_field(tiny.dir, ranked), "expert_ranks");
   });
 }
 

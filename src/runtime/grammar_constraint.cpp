@@ -43,7 +43,7 @@ int64_t GrammarConstraint::tokens_needed() const {
 
 void GrammarConstraint::allowed_tokens(std::span<uint32_t> allowed, int64_t tokens_left) {
   matcher_.fill_mask(allowed);
-  if (tokens_left <= tokens_needed() + kClosingSlack) keep_fitting(allowed, tokens_left);
+  if (tokens_left - kClosingSlack <= tokens_needed()) keep_fitting(allowed, tokens_left);
 }
 
 bool GrammarConstraint::fits(int64_t id, int64_t tokens_left) {

@@ -41,6 +41,12 @@ int64_t GrammarConstraint::tokens_needed() const {
   return bytes >= static_cast<size_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(bytes) + 1;
 }
 
+void GrammarConstraint::require_budget(int64_t max_tokens, const std::string& field) const {
+  if (tokens_needed() <= max_tokens) return;
+  throw Error(Where{"", "", field}, std::to_string(max_tokens) + " is below the " + std::to_string(tokens_needed()) +
+                                        " tokens of the shortest reply the grammar allows");
+}
+
 void GrammarConstraint::allowed_tokens(std::span<uint32_t> allowed, int64_t tokens_left) {
   matcher_.fill_mask(allowed);
   if (tokens_left - kClosingSlack <= tokens_needed()) keep_fitting(allowed, tokens_left);

@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "grammar/matcher.h"
@@ -34,6 +35,8 @@ class GrammarConstraint final : public TokenConstraint {
 
   // The fewest tokens a complete reply still needs, the stop token included (0 once ended).
   int64_t tokens_needed() const;
+  // Throws k3::Error naming `field` when max_tokens is below tokens_needed(): no valid reply fits.
+  void require_budget(int64_t max_tokens, const std::string& field) const;
 
  private:
   grammar::Matcher matcher_;

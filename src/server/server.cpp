@@ -224,12 +224,11 @@ void Server::completion(const HttpRequest& request, const std::shared_ptr<HttpEx
     specs.push_back({g.prompt, g.max_tokens, g.sampling, g.stop_token_ids, g.top_logprobs, std::nullopt});
     if (!constrained) continue;
     auto constraint = std::make_shared<GrammarConstraint>(constrained, engine_->config().tokens.eos);
-    if (constraint->tokens_needed() > g.max_tokens) {
-      const char* field = path == "/v1/responses" ? "max_output_tokens" : "max_tokens";
-      throw ApiError(400,
-                     std::string(field) + " " + std::to_string(g.max_tokens) + " is below the " +
-                         std::to_string(constraint->tokens_needed()) + " tokens of the shortest reply the requested format allows",
-                     field);
+    const std::string field = path == "/v1/responses" ? "max_output_tokens" : "max_tokens";
+    try {
+      constraint->require_budget(g.max_tokens, field);
+    } catch (const Error& e) {
+      throw ApiError(400, field + " " + e.detail(), field);
     }
     specs.back().constraint = std::move(constraint);
   }

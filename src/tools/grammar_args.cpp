@@ -69,11 +69,7 @@ grammar::CompiledGrammarPtr reply_grammar(const GrammarArgs& args, chat::Request
 std::shared_ptr<TokenConstraint> grammar_constraint(const grammar::CompiledGrammarPtr& grammar, const Engine& engine,
                                                     int64_t max_tokens) {
   auto constraint = std::make_shared<GrammarConstraint>(grammar, engine.config().tokens.eos);
-  if (constraint->tokens_needed() > max_tokens) {
-    throw Error(Where{"", "", "--max-tokens"}, std::to_string(max_tokens) + " is below the " +
-                                                 std::to_string(constraint->tokens_needed()) +
-                                                 " tokens of the shortest text the grammar allows");
-  }
+  constraint->require_budget(max_tokens, "--max-tokens");
   return constraint;
 }
 

@@ -32,6 +32,13 @@ struct MlpBuffers {
 
 using Routing = std::vector<std::vector<Route>>;  // per token, its picks
 
+// routed[c] += weight · y[c]: one expert's output added to a token's routed sum. The one-rank loop
+// and expert parallelism (expert_parallel.cpp) both add through it, in ascending expert order, so
+// their sums have the same bits.
+inline void add_weighted_row(const float* y, float weight, float* routed, int64_t width) {
+  for (int64_t c = 0; c < width; ++c) routed[c] += weight * y[c];
+}
+
 // Built in place (moe_buffers returns it as a prvalue): `routed` refers to `out`, or without a
 // latent up-projection to the block's own sum.
 struct MoeBuffers {

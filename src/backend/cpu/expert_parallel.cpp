@@ -9,9 +9,11 @@
 namespace k3::cpu {
 namespace {
 
-// One pick of a token sent to the rank owning its expert.
+// One of my tokens' picks, sent to the rank owning its expert (which receives only the expert id
+// and the token's row).
 struct Pick {
   int64_t token, expert;
+  float weight;
 };
 
 template <typename T>
@@ -48,31 +50,28 @@ void routed_experts_across(const K3Config& config, const MoeWeights& w, const Te
 
   // 1. Dispatch: my tokens' picks, grouped by the rank owning the expert.
   std::vector<std::vector<Pick>> sent(static_cast<size_t>(n));
-  std::vector<std::vector<float>> weights_sent(static_cast<size_t>(n));
   for (int64_t t = first_token; t < end_token; ++t) {
     for (const Route& r : routing[static_cast<size_t>(t)]) {
-      const size_t q = static_cast<size_t>(expert_owner(r.expert, m.num_experts, n));
-      sent[q].push_back({t, r.expert});
-      weights_sent[q].push_back(r.weight);
+      sent[static_cast<size_t>(expert_owner(r.expert, m.num_experts, n))].push_back({t, r.expert, r.weight});
     }
   }
   std::vector<size_t> picks_to(static_cast<size_t>(n));
-  std::vector<Pick> pick_buf;
+  std::vector<int64_t> experts_out;
   std::vector<float> row_buf;
   for (size_t q = 0; q < sent.size(); ++q) {
     picks_to[q] = sent[q].size();
     for (const Pick& p : sent[q]) {
-      pick_buf.push_back(p);
+      experts_out.push_back(p.expert);
       row_buf.insert(row_buf.end(), z.row(p.token), z.row(p.token) + D);
     }
   }
   const std::vector<size_t> picks_from = exchange_counts(ranks, picks_to);
   size_t received = 0;
   for (size_t c : picks_from) received += c;
-  std::vector<Pick> picks_in(received);
+  std::vector<int64_t> experts_in(received);
   std::vector<float> rows_in(received * static_cast<size_t>(D));
-  ranks.all_to_all_v(bytes_of(pick_buf), byte_counts(picks_to, sizeof(Pick)), bytes_of(picks_in),
-                     byte_counts(picks_from, sizeof(Pick)));
+  ranks.all_to_all_v(bytes_of(experts_out), byte_counts(picks_to, sizeof(int64_t)), bytes_of(experts_in),
+                     byte_counts(picks_from, sizeof(int64_t)));
   ranks.all_to_all_v(bytes_of(row_buf), byte_counts(picks_to, sizeof(float) * D), bytes_of(rows_in),
                      byte_counts(picks_from, sizeof(float) * D));
 
@@ -80,7 +79,7 @@ void routed_experts_across(const K3Config& config, const MoeWeights& w, const Te
   std::vector<float> out_rows(received * static_cast<size_t>(D));
   const ExpertRange mine = expert_range(m.num_experts, n, me);
   std::vector<std::vector<size_t>> by_expert(static_cast<size_t>(mine.count));
-  for (size_t i = 0; i < received; ++i) by_expert[static_cast<size_t>(picks_in[i].expert - mine.first)].push_back(i);
+  for (size_t i = 0; i < received; ++i) by_expert[static_cast<size_t>(experts_in[i] - mine.first)].push_back(i);
   for (int64_t k = 0; k < mine.count; ++k) {
     const std::vector<size_t>& rows = by_expert[static_cast<size_t>(k)];
     if (rows.empty()) continue;
@@ -92,7 +91,7 @@ void routed_experts_across(const K3Config& config, const MoeWeights& w, const Te
   }
 
   // 3. Combine: the outputs go back to the tokens' ranks, in the order their picks were sent.
-  std::vector<float> back(pick_buf.size() * static_cast<size_t>(D));
+  std::vector<float> back(experts_out.size() * static_cast<size_t>(D));
   ranks.all_to_all_v(bytes_of(out_rows), byte_counts(picks_from, sizeof(float) * D), bytes_of(back),
                      byte_counts(picks_to, sizeof(float) * D));
   struct Contribution {
@@ -104,18 +103,15 @@ void routed_experts_across(const K3Config& config, const MoeWeights& w, const Te
   size_t at = 0;
   for (size_t q = 0; q < sent.size(); ++q) {
     for (size_t i = 0; i < sent[q].size(); ++i, ++at) {
-      per_token[static_cast<size_t>(sent[q][i].token - first_token)].push_back(
-          {sent[q][i].expert, weights_sent[q][i], &back[at * D]});
+      const Pick& p = sent[q][i];
+      per_token[static_cast<size_t>(p.token - first_token)].push_back({p.expert, p.weight, &back[at * D]});
     }
   }
   // Ascending expert order per token: the one-rank loop's order of additions.
   for (int64_t t = first_token; t < end_token; ++t) {
     std::vector<Contribution>& parts = per_token[static_cast<size_t>(t - first_token)];
     std::sort(parts.begin(), parts.end(), [](const Contribution& a, const Contribution& b) { return a.expert < b.expert; });
-    float* r = routed.row(t);
-    for (const Contribution& part : parts) {
-      for (int64_t c = 0; c < D; ++c) r[c] += part.weight * part.y[c];
-    }
+    for (const Contribution& part : parts) add_weighted_row(part.y, part.weight, routed.row(t), D);
   }
 
   // 4. Every rank gets every token's routed sum (blocks padded to the largest token range).

@@ -118,9 +118,7 @@ void BlockOps::routed_experts(int64_t, const MoeWeights& w, const Tensor& z, con
     for (size_t i = 0; i < tokens.size(); ++i) std::copy_n(z.row(tokens[i].first), z.cols, in.row(static_cast<int64_t>(i)));
     gated_mlp(c_.activation, *w.experts.w1[e], *w.experts.w3[e], *w.experts.w2[e], in, y);
     for (size_t i = 0; i < tokens.size(); ++i) {
-      float* r = routed.row(tokens[i].first);
-      const float* yi = y.row(static_cast<int64_t>(i));
-      for (int64_t c = 0; c < z.cols; ++c) r[c] += tokens[i].second * yi[c];
+      add_weighted_row(y.row(static_cast<int64_t>(i)), tokens[i].second, routed.row(tokens[i].first), z.cols);
     }
   }
 }

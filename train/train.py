@@ -62,14 +62,16 @@ def collate(examples, device, length=None):
 
 
 @torch.no_grad()
-def greedy_accuracy(model, is_k3, examples, device, max_new=48):
-    """Exact-match accuracy of greedy replies (no cache: a full forward per step, batched)."""
+def greedy_accuracy(model, is_k3, examples, device):
+    """Exact-match accuracy of greedy replies (no cache: a full forward per step, batched); each reply
+    may run to the longest expected reply, its end marker included."""
     prompts, answers = [], []
     for prompt, answer in examples:
         s = tasks.render(is_k3, [(prompt, answer)])
         start = s.loss.index(1)
         prompts.append(s.ids[:start])
         answers.append(s.ids[start:])
+    max_new = max(len(a) for a in answers)
     B, L = len(prompts), max(len(p) for p in prompts) + max_new
     ids = torch.full((B, L), tasks.PAD, dtype=torch.long, device=device)
     lengths = torch.tensor([len(p) for p in prompts], device=device)

@@ -86,7 +86,7 @@ std::string json_schema_body(const Json& response_format) {
          dump_json(sorted_keys(schema), JsonStyle::kCompact) + "\n```";
 }
 
-std::string argument_type(const Json& v) {
+std::string value_argument_type(const Json& v) {
   if (v.is_boolean()) return "boolean";
   if (v.is_null()) return "null";
   if (v.is_number()) return "number";
@@ -115,7 +115,7 @@ void assistant_body(Segments& s, const Message& m, bool thinking) {
       close(s, "json");
     } else {
       for (const auto& [key, value] : call.arguments.items()) {
-        open(s, "argument", {{"key", key}, {"type", argument_type(value)}});
+        open(s, "argument", {{"key", key}, {"type", value_argument_type(value)}});
         s.text(value.is_string() ? value.get<std::string>() : dump_json(value, JsonStyle::kPython));
         close(s, "argument");
       }

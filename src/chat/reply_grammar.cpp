@@ -89,7 +89,7 @@ std::vector<Tool> tools_of(const Request& request) {
 
 // The XTML argument type of a property schema (spec §5.4), when it has one plain JSON type and,
 // for strings, no pattern, format or length bounds (raw strings cannot carry them). "" otherwise.
-std::string argument_type(const Json& p) {
+std::string schema_argument_type(const Json& p) {
   if (!p.is_object()) return "";
   if (p.contains("enum") || p.contains("const")) {
     const Json values = p.contains("enum") ? p["enum"] : Json::array({p["const"]});
@@ -128,13 +128,13 @@ class K3Builder {
     const Json props = params.is_object() && params.contains("properties") ? params["properties"] : Json::object();
     bool argument_form = props.is_object();
     if (argument_form) {
-      for (const auto& [key, p] : props.items()) argument_form = argument_form && !argument_type(p).empty();
+      for (const auto& [key, p] : props.items()) argument_form = argument_form && !schema_argument_type(p).empty();
     }
     if (argument_form) {
       const Json required = params.value("required", Json::array());
       size_t k = 0;
       for (const auto& [key, p] : props.items()) {
-        const std::string type = argument_type(p);
+        const std::string type = schema_argument_type(p);
         g::Expr value = type == "string" ? raw_string(p) : embed(g_, schema_grammar(p, tool.field + ".properties." + key), prefix + std::to_string(k) + "-");
         g::Expr arg = g::seq({open_tag("argument key=\"" + escape_attribute(key) + "\" type=\"" + type + "\""), std::move(value), close_tag("argument")});
         bool is_required = false;

@@ -15,8 +15,6 @@ using gguf_detail::kAlignmentKey;
 using gguf_detail::kMagic;
 using gguf_detail::kMaxDims;
 
-std::string u64s(uint64_t v) { return std::to_string(v); }
-
 class Bytes {
  public:
   template <class T>
@@ -54,8 +52,8 @@ class Bytes {
     const uint64_t held = size != 0 ? a.packed.size() / size
                           : a.elem_type == GgufType::STRING ? a.string_ends.size() : a.arrays.size();
     if (held != a.count || (size != 0 && a.packed.size() % size != 0)) {
-      throw Error(Where{"", "", key}, "array of " + std::string(gguf_type_name(a.elem_type)) + " holds " + u64s(held) +
-                                          " elements but says " + u64s(a.count));
+      throw Error(Where{"", "", key}, "array of " + std::string(gguf_type_name(a.elem_type)) + " holds " + std::to_string(held) +
+                                          " elements but says " + std::to_string(a.count));
     }
     put<uint32_t>(static_cast<uint32_t>(a.elem_type));
     put<uint64_t>(a.count);
@@ -153,7 +151,7 @@ void GgufWriter::add_tensor(const std::string& name, GgmlType type, std::vector<
   }
   const uint64_t nbytes = checked_nbytes(name, type, ne);
   if (nbytes != data.size()) {
-    throw Error(where, "data has " + u64s(data.size()) + " bytes, the shape needs " + u64s(nbytes));
+    throw Error(where, "data has " + std::to_string(data.size()) + " bytes, the shape needs " + std::to_string(nbytes));
   }
   tensors_.push_back({name, type, std::move(ne), std::vector<uint8_t>(data.begin(), data.end())});
 }

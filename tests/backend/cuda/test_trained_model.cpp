@@ -2,7 +2,11 @@
 // GPU against the CPU engine. A trained model does not amplify rounding the way random weights do,
 // so the bounds are tight:
 //  - bf16: the GPU's logits within 2e-2 of the CPU's float logits (max |diff| over max |logit|) at
-//    every position of real prompts;
+//    every position the model was trained to predict: the reply, from the prompt's last token on.
+//    The prompt's other positions are not trained (the loss is on replies only), and there the model
+//    is ill-conditioned: on the CPU alone, rounding every linear's input to bf16 moves one logit of a
+//    recall prompt by 0.31 of the largest (measured; 4e-3 elsewhere, 3.6e-3 on replies). They are
+//    reported, not bounded;
 //  - every family, quantized from the model by the quantize writers: the GPU's greedy token agrees
 //    with the CPU's on ≥ 99 % of the positions of the CPU's greedy replies to the eval prompts
 //    (teacher-forced along those replies), and the GPU's eval accuracy is within one point of the CPU's.
@@ -69,17 +73,21 @@ TEST(TrainedModelOnGpu, Bf16LogitsWithinTheBoundOfTheCpuFloatLogits) {
   const eval::ChatFormat format = eval::chat_format_of(cpu.config());
   eval::EvalOptions options;
   options.n = 4;
-  double worst = 0;
+  double worst_reply = 0, worst_any = 0;
   for (const eval::Example& e : eval::make_eval_examples(options)) {
-    // The prompt and the trained reply: positions inside the answer too.
     std::vector<int64_t> ids = eval::prompt_ids(tokenizer, format, e.prompt);
+    const size_t prompt_tokens = ids.size();
     for (uint32_t id : tokenizer.encode(eval::trained_reply(format, e.answer), Specials::kAll)) ids.push_back(id);
-    const double err = k3::test::relative_max_error(k3::test::prefill_logits(gpu, ids), k3::test::prefill_logits(cpu, ids));
-    worst = std::max(worst, err);
+    const std::vector<float> on_gpu = k3::test::prefill_logits(gpu, ids), on_cpu = k3::test::prefill_logits(cpu, ids);
+    const size_t vocab = on_cpu.size() / ids.size(), first = (prompt_tokens - 1) * vocab;
+    worst_any = std::max(worst_any, k3::test::relative_max_error(on_gpu, on_cpu));
+    worst_reply = std::max(worst_reply, k3::test::relative_max_error(std::vector<float>(on_gpu.begin() + first, on_gpu.end()),
+                                                                     std::vector<float>(on_cpu.begin() + first, on_cpu.end())));
   }
-  std::printf("[ trained kimi-k3 bf16 ] GPU vs CPU float logits: max |diff| / max |logit| = %.2e (bound %.0e)\n", worst,
-              kBf16LogitBound);
-  EXPECT_LT(worst, kBf16LogitBound);
+  std::printf("[ trained kimi-k3 bf16 ] GPU vs CPU float logits, max |diff| / max |logit|: %.2e on the replies (bound %.0e), "
+              "%.2e over every position\n",
+              worst_reply, kBf16LogitBound, worst_any);
+  EXPECT_LT(worst_reply, kBf16LogitBound);
 }
 
 class TrainedFamilyOnGpu : public ::testing::TestWithParam<FamilyId> {};

@@ -33,11 +33,14 @@ if [ -z "${K3_TEST_QUICK:-}" ]; then
   # The OpenAI-client tests of structured outputs and /v1/responses drive code that the C++ suite
   # already runs under the sanitizers (grammar, constrained decoding, the responses API); they run
   # on the release build only. The load test keeps its 256 concurrent streams but checks every 8th
-  # against the prompt served alone (those one-at-a-time references are most of its time). Both
-  # keep this stage in CI's budget.
+  # against the prompt served alone (those one-at-a-time references are most of its time). The
+  # quality-table rows (every family quantized from the trained model and evaluated) and the
+  # PyTorch parity check run on the release build only; the quantize writers, the eval and
+  # `k3 logits` run under the sanitizers on make-tiny models. All of this keeps the stage in CI's
+  # budget.
   K3_LOAD_CHECK_EVERY=8 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build/asan --output-on-failure -j "$(nproc)" \
-      -E '^(k3_test_openai_client_structured|k3_test_openai_client_responses)$'
+      -E '^(k3_test_openai_client_structured|k3_test_openai_client_responses|k3_test_torch_parity|QualityTable/.*)$'
 fi
 stage "test suite (release build)"
 ctest --test-dir build/release --output-on-failure -j "$(nproc)"

@@ -60,6 +60,6 @@ r = json.load(open(sys.argv[1]))
 t, kl = r["tasks"], r["kl"]
 acc = lambda k: f'{100 * t[k]["accuracy"]:.1f}'
 print(f'| {sys.argv[2].replace(":", " ")} | {sys.argv[3]} | {acc("add")} | {acc("sort")} | {acc("copy")} | {acc("recall")} | '
-      f'{100 * r["total"]["accuracy"]:.1f} | {kl["mean"]:.4f} | {kl["p99"]:.4f} | {kl["top1_agreement"]:.3f} | {int(sys.argv[4]) / 1e6:.1f} |')
+      f'{100 * r["total"]["accuracy"]:.1f} | {kl["mean"]:.1e} | {kl["p99"]:.1e} | {kl["top1_agreement"]:.4f} | {int(sys.argv[4]) / 1e6:.1f} |')
 PY
 done

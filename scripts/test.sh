@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: install packages, build, then
-#   1. short libFuzzer runs of every parser (K3_FUZZ_SECONDS each, default 20),
+#   1. short libFuzzer runs of every parser (K3_FUZZ_SECONDS each, default 10),
 #   2. the suite under AddressSanitizer + UndefinedBehaviorSanitizer,
 #   3. the suite on the release build (CUDA tests skip without a GPU).
 # Set K3_TEST_QUICK=1 to run only step 3.
@@ -26,7 +26,7 @@ if [ -z "${K3_TEST_QUICK:-}" ]; then
   stage "fuzz build"
   scripts/build.sh fuzz
   stage "fuzz runs"
-  scripts/fuzz.sh "${K3_FUZZ_SECONDS:-20}"
+  scripts/fuzz.sh "${K3_FUZZ_SECONDS:-10}"
   stage "ASan+UBSan build"
   scripts/build.sh asan
   stage "test suite under ASan+UBSan"

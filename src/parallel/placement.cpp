@@ -102,7 +102,7 @@ Placement plan_placement(const Footprint& fp, const K3Config& c, const Machine& 
     gpu.node = g / p.tp;
     gpu.rank = g % p.tp;
     gpu.group_bytes.assign(kParamGroups, 0);
-    const ExpertRange range = expert_range(E, G, g);
+    const IndexRange range = split_range(E, G, g);
     gpu.first_expert = range.first;
     gpu.experts = range.count;
     p.gpus.push_back(gpu);

@@ -105,15 +105,15 @@ uint64_t shard_bytes(uint64_t bytes, Split split, int64_t t, int64_t rank) {
   return bytes / n + (r < bytes % n ? 1 : 0);
 }
 
-ExpertRange expert_range(int64_t experts, int64_t ranks, int64_t rank) {
-  const int64_t per = experts / ranks, extra = experts % ranks;
-  return {rank * per + std::min(rank, extra), per + (rank < extra ? 1 : 0)};
+IndexRange split_range(int64_t n, int64_t parts, int64_t part) {
+  const int64_t per = n / parts, extra = n % parts;
+  return {part * per + std::min(part, extra), per + (part < extra ? 1 : 0)};
 }
 
-int64_t expert_owner(int64_t expert, int64_t experts, int64_t ranks) {
-  const int64_t per = experts / ranks, extra = experts % ranks;
-  const int64_t in_larger = extra * (per + 1);  // experts of the ranks that own one more
-  return expert < in_larger ? expert / (per + 1) : extra + (expert - in_larger) / per;
+int64_t split_owner(int64_t index, int64_t n, int64_t parts) {
+  const int64_t per = n / parts, extra = n % parts;
+  const int64_t in_larger = extra * (per + 1);  // indices of the parts that hold one more
+  return index < in_larger ? index / (per + 1) : extra + (index - in_larger) / per;
 }
 
 }  // namespace k3

@@ -31,14 +31,16 @@ struct ShardRule {
 // parameter when no rule covers it (a new parameter must get a rule, never a silent default).
 ShardRule shard_rule(const ParamSpec& spec);
 
-// The routed experts of every MoE layer that EP rank `rank` of `ranks` owns: the contiguous range
-// [first, first + count), the first experts % ranks ranks one expert more.
-struct ExpertRange {
+// Part `part` of `parts` of n consecutive indices (rank `part`'s experts of every MoE layer under EP,
+// its heads, channels or vocabulary entries under TP): the contiguous range [first, first + count),
+// the first n % parts parts one index more. A part may be empty (more parts than indices).
+struct IndexRange {
   int64_t first = 0, count = 0;
+  int64_t end() const { return first + count; }
 };
-ExpertRange expert_range(int64_t experts, int64_t ranks, int64_t rank);
-// The rank whose expert_range holds `expert`.
-int64_t expert_owner(int64_t expert, int64_t experts, int64_t ranks);
+IndexRange split_range(int64_t n, int64_t parts, int64_t part);
+// The part whose split_range holds `index`.
+int64_t split_owner(int64_t index, int64_t n, int64_t parts);
 
 // Stored bytes of TP rank `rank`'s share of a parameter of `bytes` under `split` among t ranks (the
 // whole for replicated ones): bytes / t, the first bytes % t ranks one more, so shares sum to bytes.

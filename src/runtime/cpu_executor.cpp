@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/cpu/forward.h"
+#include "backend/cpu/tensor_parallel.h"
 #include "core/error.h"
 #include "parallel/sharding.h"
 #include "runtime/block_pool.h"
@@ -38,17 +39,32 @@ std::vector<int64_t> mla_index(const K3Config& c) {
 }
 
 // An expert-parallel rank's routed experts (every expert without ranks).
-std::optional<ExpertRange> my_experts(const K3Config& config, const Communicator* ranks) {
+std::optional<IndexRange> my_experts(const K3Config& config, const Communicator* ranks) {
   if (!ranks || !config.moe) return std::nullopt;
-  return expert_range(config.moe->num_experts, ranks->size(), ranks->rank());
+  return split_range(config.moe->num_experts, ranks->size(), ranks->rank());
+}
+
+// The config a rank's blocks run with: its share of the heads under tensor parallelism.
+K3Config rank_config(const K3Config& config, const Communicator* tensor) {
+  return tensor ? cpu::tensor_parallel_config(config, tensor->size(), tensor->rank()) : config;
+}
+
+// The weights of a rank: its routed experts (expert parallelism), its share of the rest (tensor parallelism).
+ModelWeights bind_rank_weights(const K3Config& config, const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& linear,
+                               ParallelRanks ranks) {
+  ModelWeights w = bind_weights(config, plan, files, linear, my_experts(config, ranks.experts));
+  if (ranks.tensor) cpu::shard_tensor_parallel(config, w, *ranks.tensor);
+  return w;
 }
 
 class CpuExecutor final : public Executor {
  public:
+  // `config` is the model's; the blocks run with rank_config(config) (the per-sequence state follows it).
   CpuExecutor(const K3Config& config, const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& linear,
-              const CacheGeometry& geometry, Communicator* expert_ranks)
-      : config_(config), geometry_(geometry), weights_(bind_weights(config, plan, files, linear, my_experts(config, expert_ranks))),
-        backend_(make_cpu_backend(expert_ranks)),
+              const CacheGeometry& geometry, ParallelRanks ranks)
+      : config_(rank_config(config, ranks.tensor)), vocab_(config.vocab_size), ranks_(ranks), geometry_(geometry),
+        weights_(bind_rank_weights(config, plan, files, linear, ranks)),
+        backend_(make_cpu_backend(config, ranks)),
         pages_(geometry.kv_blocks, geometry.block_tokens, config.mla.kv_lora_rank + config.mla.qk_rope_head_dim,
                mla_index(config)),
         slots_(geometry.state_slots), snapshots_(static_cast<size_t>(geometry.snapshot_slots)) {}
@@ -73,6 +89,23 @@ class CpuExecutor final : public Executor {
   }
 
   Tensor run(std::span<const int64_t> ids, std::span<const BatchSlice> slices, std::span<const int64_t> logit_rows) override {
+    const Tensor logits = local_logits(ids, slices, logit_rows);
+    return ranks_.tensor ? cpu::gather_columns(*ranks_.tensor, logits, vocab_) : logits;
+  }
+  std::vector<int64_t> run_argmax(std::span<const int64_t> ids, std::span<const BatchSlice> slices,
+                                  std::span<const int64_t> logit_rows) override {
+    if (!ranks_.tensor) return argmax_rows(local_logits(ids, slices, logit_rows));
+    return cpu::argmax_vocab_split(*ranks_.tensor, local_logits(ids, slices, logit_rows), vocab_);
+  }
+
+  void save_snapshot(int64_t sequence, int32_t snapshot) override { snapshot_slot(snapshot) = running_.at(sequence).state.kda; }
+  void restore_snapshot(int64_t sequence, int32_t snapshot) override {
+    running_.at(sequence).state.kda = snapshot_slot(snapshot);
+  }
+
+ private:
+  // The forward call; under tensor parallelism the logits of this rank's vocabulary share.
+  Tensor local_logits(std::span<const int64_t> ids, std::span<const BatchSlice> slices, std::span<const int64_t> logit_rows) {
     std::vector<SeqSlice> seq;
     for (const BatchSlice& s : slices) {
       SequenceState& state = running_.at(s.sequence).state;
@@ -82,12 +115,6 @@ class CpuExecutor final : public Executor {
     return forward(config_, weights_, *backend_, ids, seq, logit_rows);
   }
 
-  void save_snapshot(int64_t sequence, int32_t snapshot) override { snapshot_slot(snapshot) = running_.at(sequence).state.kda; }
-  void restore_snapshot(int64_t sequence, int32_t snapshot) override {
-    running_.at(sequence).state.kda = snapshot_slot(snapshot);
-  }
-
- private:
   std::vector<KdaLayerState>& snapshot_slot(int32_t id) {
     if (id < 0 || static_cast<size_t>(id) >= snapshots_.size()) throw Error("snapshot slot " + std::to_string(id) + " outside the pool");
     return snapshots_[static_cast<size_t>(id)];
@@ -97,7 +124,9 @@ class CpuExecutor final : public Executor {
     int32_t slot = -1;
     SequenceState state;
   };
-  const K3Config config_;
+  const K3Config config_;  // the rank's (rank_config)
+  const int64_t vocab_;
+  const ParallelRanks ranks_;
   const CacheGeometry geometry_;
   ModelWeights weights_;
   std::unique_ptr<Backend> backend_;
@@ -133,8 +162,9 @@ CacheGeometry cpu_cache_geometry(const K3Config& c, const CpuCacheOptions& o) {
 
 std::unique_ptr<Executor> make_cpu_executor(const K3Config& config, const LoadPlan& plan, PlanFiles& files,
                                             const cpu::LinearOptions& linear, const CpuCacheOptions& caches,
-                                            Communicator* expert_ranks) {
-  return std::make_unique<CpuExecutor>(config, plan, files, linear, cpu_cache_geometry(config, caches), expert_ranks);
+                                            ParallelRanks ranks) {
+  const CacheGeometry geometry = cpu_cache_geometry(rank_config(config, ranks.tensor), caches);
+  return std::make_unique<CpuExecutor>(config, plan, files, linear, geometry, ranks);
 }
 
 }  // namespace k3

@@ -6,7 +6,7 @@
 
 #include "backend/cpu/cpu_linear.h"
 #include "backend/executor.h"
-#include "parallel/communicator.h"
+#include "parallel/ranks.h"
 
 namespace k3 {
 
@@ -25,9 +25,11 @@ struct CpuCacheOptions {
 // The geometry a CPU executor of this model gets for `options`.
 CacheGeometry cpu_cache_geometry(const K3Config& config, const CpuCacheOptions& options);
 
-// `expert_ranks` (may be null): the ranks the routed experts are divided among (make_cpu_backend).
+// `ranks`: the ranks this executor is one of, and what they divide (make_cpu_backend): the routed
+// experts (backend/cpu/expert_parallel.h), the rest (backend/cpu/tensor_parallel.h). Every rank
+// makes the same calls; each returns the whole logits (gathered) and the same greedy picks.
 std::unique_ptr<Executor> make_cpu_executor(const K3Config& config, const LoadPlan& plan, PlanFiles& files,
                                             const cpu::LinearOptions& linear, const CpuCacheOptions& caches,
-                                            Communicator* expert_ranks = nullptr);
+                                            ParallelRanks ranks = {});
 
 }  // namespace k3

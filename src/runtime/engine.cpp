@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "runtime/cpu_executor.h"
-#include "runtime/expert_parallel_executor.h"
+#include "runtime/parallel_executor.h"
 
 namespace k3 {
 
@@ -40,15 +40,14 @@ void require_finite_logits(std::span<const float> logits, int64_t vocab, int64_t
 
 void Engine::check_options(const EngineOptions& options) {
   if (options.threads < 0) throw Error(Where{"", "", "threads"}, "must be ≥ 0 (0 = all cores)");
-  if (options.expert_ranks && options.executor) {
-    throw Error(Where{"", "", "expert_ranks"}, "expert parallelism over in-process ranks runs on the CPU executor only");
+  const bool ranks_given = options.ranks.tensor || options.ranks.experts;
+  if (ranks_given && options.executor) {
+    throw Error(Where{"", "", "ranks"}, "tensor and expert parallelism over in-process ranks run on the CPU executor only");
   }
-  if (options.expert_parallel < 1 || options.expert_parallel > kMaxExpertParallel) {
-    throw Error(Where{"", "", "expert_parallel"}, "must be in [1, " + std::to_string(kMaxExpertParallel) + "], got " +
-                                                      std::to_string(options.expert_parallel));
-  }
-  if (options.expert_parallel > 1 && (options.executor || options.expert_ranks)) {
-    throw Error(Where{"", "", "expert_parallel"}, "in-process expert parallelism runs on the CPU executor only, on its own ranks");
+  check_parallel_layout({options.tensor_parallel, options.expert_parallel}, "tensor_parallel", "expert_parallel");
+  if ((options.tensor_parallel > 1 || options.expert_parallel > 1) && (options.executor || ranks_given)) {
+    throw Error(Where{"", "", options.tensor_parallel > 1 ? "tensor_parallel" : "expert_parallel"},
+                "in-process parallelism runs on the CPU executor only, on its own ranks");
   }
   if (options.threads > max_engine_threads()) {
     throw Error(Where{"", "", "threads"}, std::to_string(options.threads) + " is more than " +
@@ -82,10 +81,11 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
   const CpuCacheOptions caches{options.max_sequences, options.kv_blocks, options.snapshot_slots, options.max_context};
   if (options.executor) {
     adopt_executor(options.executor(config_, *plan_, *files_));
-  } else if (options.expert_parallel > 1) {
-    adopt_executor(make_expert_parallel_cpu_executor(config_, *plan_, *files_, options.linear, caches, options.expert_parallel));
+  } else if (options.tensor_parallel > 1 || options.expert_parallel > 1) {
+    adopt_executor(make_parallel_cpu_executor(config_, *plan_, *files_, options.linear, caches,
+                                              {options.tensor_parallel, options.expert_parallel}));
   } else {
-    adopt_executor(make_cpu_executor(config_, *plan_, *files_, options.linear, caches, options.expert_ranks));
+    adopt_executor(make_cpu_executor(config_, *plan_, *files_, options.linear, caches, options.ranks));
   }
 }
 

@@ -32,9 +32,6 @@ int max_engine_threads();
 // state carries over), which bounds the activations' memory and lets a caller report progress.
 inline constexpr int64_t kPrefillChunk = 256;
 
-// In-process expert-parallel ranks at most (EngineOptions::expert_parallel).
-inline constexpr int kMaxExpertParallel = 64;
-
 struct EngineOptions {
   int threads = 0;  // OpenMP threads; 0 = all cores; at most max_engine_threads()
   int64_t max_context = 0;  // tokens per sequence; 0 = no limit
@@ -48,11 +45,15 @@ struct EngineOptions {
   int64_t prefill_chunk = kPrefillChunk;  // prompt tokens per prefill step (runtime/generate.h prefill())
   cpu::LinearOptions linear;
   ExecutorFactory executor;  // empty: the CPU executor
-  // CPU executor: the ranks its routed experts are divided among (backend/cpu/expert_parallel.h);
-  // one Engine per rank, every rank making the same calls in the same order. Null: all experts here.
-  Communicator* expert_ranks = nullptr;
-  // CPU executor: > 1 divides the routed experts among that many in-process ranks behind this one
-  // engine (runtime/expert_parallel_executor.h); results are bit-identical to 1.
+  // CPU executor: the ranks this engine is one of (parallel/ranks.h): its routed experts divided
+  // among ranks.experts (backend/cpu/expert_parallel.h), the rest among ranks.tensor
+  // (backend/cpu/tensor_parallel.h); one Engine per rank, every rank making the same calls in the
+  // same order. Null members: that part is all here.
+  ParallelRanks ranks;
+  // CPU executor: above 1, the tensor-parallel part divided among `tensor_parallel` in-process ranks
+  // and the routed experts among `expert_parallel` (a layout check_parallel_layout accepts) behind
+  // this one engine (runtime/parallel_executor.h); results are bit-identical to 1 rank.
+  int tensor_parallel = 1;
   int expert_parallel = 1;
 };
 

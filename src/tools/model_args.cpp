@@ -38,10 +38,15 @@ void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input) {
   cmd->add_option("--threads", args.threads, "CPU threads (default: all cores)")
       ->check(integer_in(0, max_engine_threads(),
                          "at most " + std::to_string(kMaxThreadsPerHardwareThread) + " × the hardware threads"));
+  cmd->add_option("--tensor-parallel", args.tensor_parallel,
+                  "CPU: divide the heads, channels and vocabulary among N in-process ranks (values exchanged "
+                  "by all-gather); results are bit-identical to 1")
+      ->check(integer_in(1, kMaxParallelRanks));
   cmd->add_option("--expert-parallel", args.expert_parallel,
                   "CPU: divide the routed experts among N in-process ranks (each binds its share; tokens reach "
-                  "them by all-to-all); results are bit-identical to 1")
-      ->check(integer_in(1, kMaxExpertParallel));
+                  "them by all-to-all); with --tensor-parallel T, N is the number of ranks, a multiple of T; "
+                  "results are bit-identical to 1")
+      ->check(integer_in(1, kMaxParallelRanks));
   cmd->add_option("--activations", args.activations,
                   "activation numerics: weight-only (float activations, default), checkpoint (the "
                   "checkpoint's contract: NVFP4 W4A4 with its input_scale, FP8 e4m3 activations; on CUDA the "
@@ -274,7 +279,12 @@ EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
     throw Error(Where{"", "", "--max-sequences"}, "sizes the CUDA state slots: it needs --device cuda");
   }
   options.max_context = context_limit(args, config, device >= 0);
+  check_parallel_layout({args.tensor_parallel, args.expert_parallel}, "--tensor-parallel", "--expert-parallel");
+  options.tensor_parallel = args.tensor_parallel;
   options.expert_parallel = args.expert_parallel;
+  if (device >= 0 && args.tensor_parallel > 1) {
+    throw Error(Where{"", "", "--tensor-parallel"}, "divides the model among CPU ranks: it needs the CPU backend");
+  }
   if (device >= 0 && args.expert_parallel > 1) {
     throw Error(Where{"", "", "--expert-parallel"}, "divides the experts among CPU ranks: it needs the CPU backend");
   }

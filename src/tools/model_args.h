@@ -25,6 +25,7 @@ struct ModelArgs {
   std::string ids;
   std::optional<std::string> prompt;  // --prompt TEXT
   int threads = 0;                    // 0 = all cores
+  int tensor_parallel = 1;            // in-process tensor-parallel ranks (CPU)
   int expert_parallel = 1;            // in-process expert-parallel ranks (CPU)
   std::string activations = "weight-only";  // --activations weight-only|checkpoint|bf16 (CPU numerics)
   std::string device = "cpu";         // --device cpu | cuda | cuda:N

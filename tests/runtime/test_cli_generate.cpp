@@ -74,16 +74,25 @@ TEST(CliPeerFixture, SamplingIsDeterministicForASeed) {
   EXPECT_EQ(a.out, b.out);
 }
 
-// The routed experts divided among in-process ranks: the same sampled tokens (bit-identical logits).
-TEST(CliPeerFixture, ExpertParallelGivesTheSameSamples) {
+// The model divided among in-process ranks (experts, tensors, both): the same sampled tokens
+// (bit-identical logits).
+TEST(CliPeerFixture, ParallelLayoutsGiveTheSameSamples) {
   const std::string args = "generate --model " + peer("ckpt") + " --ids 360,96,364 --max-tokens 8 --temperature 0.8 --seed 3 --ignore-eos";
-  const test::CliResult one = test::run_k3(args), four = test::run_k3(args + " --expert-parallel 4");
+  const test::CliResult one = test::run_k3(args);
   ASSERT_EQ(one.code, 0) << one.err;
-  ASSERT_EQ(four.code, 0) << four.err;
-  EXPECT_EQ(four.out, one.out);
-  const test::CliResult bad = test::run_k3(args + " --expert-parallel 0");
-  EXPECT_EQ(bad.code, 2) << bad.err;
-  EXPECT_NE(bad.err.find("--expert-parallel"), std::string::npos) << bad.err;
+  for (const char* layout : {" --expert-parallel 4", " --tensor-parallel 3", " --tensor-parallel 2 --expert-parallel 4"}) {
+    const test::CliResult got = test::run_k3(args + layout);
+    ASSERT_EQ(got.code, 0) << layout << ": " << got.err;
+    EXPECT_EQ(got.out, one.out) << layout;
+  }
+  for (const char* flag : {"--expert-parallel", "--tensor-parallel"}) {
+    const test::CliResult bad = test::run_k3(args + " " + flag + " 0");
+    EXPECT_EQ(bad.code, 2) << bad.err;
+    EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;
+  }
+  const test::CliResult uneven = test::run_k3(args + " --tensor-parallel 2 --expert-parallel 3");
+  EXPECT_EQ(uneven.code, 1) << uneven.err;
+  EXPECT_NE(uneven.err.find("'--expert-parallel': 3 is not a multiple of --tensor-parallel 2"), std::string::npos) << uneven.err;
 }
 
 TEST(CliErrors, BadIdsAndFlagsGiveOneLine) {

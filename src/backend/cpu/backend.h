@@ -13,7 +13,7 @@
 #include "model/config.h"
 #include "model/state.h"
 #include "backend/cpu/weights.h"
-#include "parallel/communicator.h"
+#include "parallel/ranks.h"
 
 namespace k3 {
 
@@ -52,8 +52,11 @@ class Backend {
   virtual void mlp(const K3Config& config, const MlpWeights& w, const Tensor& x, Tensor& out) = 0;
 };
 
-// `expert_ranks`: when given, the routed experts of every MoE layer are divided among its ranks,
-// each rank running the same calls (backend/cpu/expert_parallel.h); it must outlive the backend.
-std::unique_ptr<Backend> make_cpu_backend(Communicator* expert_ranks = nullptr);
+// `ranks` (each must outlive the backend): with `ranks.experts`, the routed experts of every MoE
+// layer are divided among its ranks (backend/cpu/expert_parallel.h); with `ranks.tensor`, the
+// embedding table given to embed() holds this rank's vocabulary rows of `config`'s vocabulary
+// (backend/cpu/tensor_parallel.h). Every rank makes the same calls.
+std::unique_ptr<Backend> make_cpu_backend(const K3Config& config, ParallelRanks ranks);
+std::unique_ptr<Backend> make_cpu_backend();  // one rank
 
 }  // namespace k3

@@ -2,15 +2,17 @@
 #include <cstring>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/tensor_parallel.h"
 
 namespace k3 {
 namespace {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(Communicator* expert_ranks) : expert_ranks_(expert_ranks) {}
+  CpuBackend(int64_t vocab, ParallelRanks ranks) : vocab_(vocab), ranks_(ranks) {}
 
   void embed(const Floats& table, std::span<const int64_t> ids, Tensor& out) override {
+    if (ranks_.tensor) return cpu::embed_vocab_split(*ranks_.tensor, table, vocab_, ids, out);
     const int64_t hidden = out.cols;
     for (size_t t = 0; t < ids.size(); ++t) {
       std::memcpy(out.row(static_cast<int64_t>(t)), table.data() + ids[t] * hidden, sizeof(float) * hidden);
@@ -32,16 +34,21 @@ class CpuBackend final : public Backend {
     cpu::mla_mixer(config, layer, w, x, slices, out);
   }
   void moe(const K3Config& config, const MoeWeights& w, const Tensor& x, Tensor& out) override {
-    cpu::moe(config, w, x, out, expert_ranks_);
+    cpu::moe(config, w, x, out, ranks_.experts);
   }
   void mlp(const K3Config& config, const MlpWeights& w, const Tensor& x, Tensor& out) override { cpu::mlp(config, w, x, out); }
 
  private:
-  Communicator* expert_ranks_;
+  int64_t vocab_;
+  ParallelRanks ranks_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(Communicator* expert_ranks) { return std::make_unique<CpuBackend>(expert_ranks); }
+std::unique_ptr<Backend> make_cpu_backend(const K3Config& config, ParallelRanks ranks) {
+  return std::make_unique<CpuBackend>(config.vocab_size, ranks);
+}
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(0, ParallelRanks{}); }
 
 }  // namespace k3

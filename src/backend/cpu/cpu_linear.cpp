@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -34,9 +35,34 @@ int64_t row_chunk(int64_t rows) {
   return std::max<int64_t>(16, (per + 15) / 16 * 16);
 }
 
+// Rows [first, first + count) of a matrix shared with others: every call forwards to the whole
+// matrix with the rows shifted.
+class RowSliceMatrix final : public WeightMatrix {
+ public:
+  RowSliceMatrix(std::shared_ptr<const WeightMatrix> whole, int64_t first, int64_t count)
+      : WeightMatrix(count, whole->cols(), whole->isa()), whole_(std::move(whole)), first_(first) {}
+  void prepare(const float* x, int64_t m, PreparedActivations& a) const override { whole_->prepare(x, m, a); }
+  void dot_rows(const PreparedActivations& a, int64_t r0, int64_t r1, float* y, int64_t ldy) const override {
+    // The whole matrix writes y[t·ldy + r] for its absolute rows r: hand it y shifted back by first_
+    // (an address computed as an integer, only ever dereferenced inside y).
+    float* shifted = reinterpret_cast<float*>(reinterpret_cast<uintptr_t>(y) - static_cast<uintptr_t>(first_) * sizeof(float));
+    whole_->dot_rows(a, first_ + r0, first_ + r1, shifted, ldy);
+  }
+  void decode_rows(int64_t r0, int64_t r1, float* out) const override { whole_->decode_rows(first_ + r0, first_ + r1, out); }
+  float output_scale() const override { return whole_->output_scale(); }
+  uint64_t weight_bytes() const override {
+    return whole_->rows() == 0 ? 0 : whole_->weight_bytes() / static_cast<uint64_t>(whole_->rows()) * static_cast<uint64_t>(rows());
+  }
+  std::string kernel_name() const override { return whole_->kernel_name(); }
+
+ private:
+  std::shared_ptr<const WeightMatrix> whole_;
+  int64_t first_;
+};
+
 class KernelLinear final : public CpuLinear {
  public:
-  explicit KernelLinear(std::unique_ptr<WeightMatrix> w) : CpuLinear(w->rows(), w->cols()), w_(std::move(w)) {}
+  explicit KernelLinear(std::shared_ptr<const WeightMatrix> w) : CpuLinear(w->rows(), w->cols()), w_(std::move(w)) {}
 
   void forward(const float* x, int64_t m, float* y) const override {
     forward_accumulators(x, m, y);
@@ -76,9 +102,14 @@ class KernelLinear final : public CpuLinear {
   }
   uint64_t weight_bytes() const override { return w_->weight_bytes(); }
   std::string kernel_name() const override { return w_->kernel_name(); }
+  std::unique_ptr<CpuLinear> rows_view(int64_t first, int64_t count) const override {
+    auto view = std::make_unique<KernelLinear>(std::make_shared<RowSliceMatrix>(w_, first, count));
+    view->set_origin(scheme(), bytes_location());
+    return view;
+  }
 
  private:
-  std::unique_ptr<WeightMatrix> w_;
+  std::shared_ptr<const WeightMatrix> w_;
 };
 
 }  // namespace
@@ -129,6 +160,11 @@ class Bf16InputLinear final : public CpuLinear {
   float output_scale() const override { return inner_->output_scale(); }
   uint64_t weight_bytes() const override { return inner_->weight_bytes(); }
   std::string kernel_name() const override { return inner_->kernel_name() + "+bf16-inputs"; }
+  std::unique_ptr<CpuLinear> rows_view(int64_t first, int64_t count) const override {
+    auto view = std::make_unique<Bf16InputLinear>(inner_->rows_view(first, count));
+    view->set_origin(scheme(), bytes_location());
+    return view;
+  }
   const CpuLinear& inner() const { return *inner_; }
 
  private:
@@ -162,6 +198,9 @@ class ObservedLinear final : public CpuLinear {
   float output_scale() const override { return inner_->output_scale(); }
   uint64_t weight_bytes() const override { return inner_->weight_bytes(); }
   std::string kernel_name() const override { return inner_->kernel_name(); }
+  std::unique_ptr<CpuLinear> rows_view(int64_t first, int64_t count) const override {
+    return std::make_unique<ObservedLinear>(inner_->rows_view(first, count), observer_, param_, expert_);
+  }
 
  private:
   std::unique_ptr<CpuLinear> inner_;

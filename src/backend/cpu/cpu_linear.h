@@ -66,6 +66,10 @@ class CpuLinear {
   // Bytes of weight read by one forward() (for bandwidth rooflines).
   virtual uint64_t weight_bytes() const = 0;
   virtual std::string kernel_name() const = 0;
+  // Rows [first, first + count) as a linear of their own (tensor parallelism's row splits): the same
+  // kernel over the same bytes, shared with this one, each output row computed as this linear
+  // computes it (dot_rows and decode_rows take absolute rows), so its values have the same bits.
+  virtual std::unique_ptr<CpuLinear> rows_view(int64_t first, int64_t count) const = 0;
 
   // The scheme the weight was bound from (Dense for float weights made in memory) and where its
   // bytes live; make_cpu_linear records both.

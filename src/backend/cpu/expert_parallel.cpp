@@ -52,7 +52,7 @@ void routed_experts_across(const K3Config& config, const MoeWeights& w, const Te
   std::vector<std::vector<Pick>> sent(static_cast<size_t>(n));
   for (int64_t t = first_token; t < end_token; ++t) {
     for (const Route& r : routing[static_cast<size_t>(t)]) {
-      sent[static_cast<size_t>(expert_owner(r.expert, m.num_experts, n))].push_back({t, r.expert, r.weight});
+      sent[static_cast<size_t>(split_owner(r.expert, m.num_experts, n))].push_back({t, r.expert, r.weight});
     }
   }
   std::vector<size_t> picks_to(static_cast<size_t>(n));
@@ -77,7 +77,7 @@ void routed_experts_across(const K3Config& config, const MoeWeights& w, const Te
 
   // 2. My experts over the rows they received; outputs in the order the rows came.
   std::vector<float> out_rows(received * static_cast<size_t>(D));
-  const ExpertRange mine = expert_range(m.num_experts, n, me);
+  const IndexRange mine = split_range(m.num_experts, n, me);
   std::vector<std::vector<size_t>> by_expert(static_cast<size_t>(mine.count));
   for (size_t i = 0; i < received; ++i) by_expert[static_cast<size_t>(experts_in[i] - mine.first)].push_back(i);
   for (int64_t k = 0; k < mine.count; ++k) {

@@ -1,5 +1,5 @@
 // Expert parallelism on the CPU backend: the routed experts of every MoE layer divided among the
-// ranks of a Communicator (parallel/sharding.h expert_range), every rank running the same forward
+// ranks of a Communicator (parallel/sharding.h split_range), every rank running the same forward
 // pass over the same tokens (attention and the rest replicated).
 //
 // Per MoE layer: rank r owns the tokens [r·T/n, (r+1)·T/n) of the call for the exchange. It sends

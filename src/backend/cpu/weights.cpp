@@ -7,7 +7,7 @@ namespace {
 
 class Binder {
  public:
-  Binder(const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& options, std::optional<ExpertRange> experts)
+  Binder(const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& options, std::optional<IndexRange> experts)
       : plan_(plan), files_(files), options_(options), experts_(experts) {}
 
   Linear linear(const std::string& name, int64_t expert = -1) {
@@ -41,7 +41,7 @@ class Binder {
   const LoadPlan& plan_;
   PlanFiles& files_;
   cpu::LinearOptions options_;
-  std::optional<ExpertRange> experts_;
+  std::optional<IndexRange> experts_;
 };
 
 // AttnRes score vector c = norm.weight ⊙ proj.weight[0] (spec §3.1).
@@ -129,7 +129,7 @@ void split_kv_b(const std::vector<float>& kv_b, const MlaConfig& m, std::vector<
 }
 
 ModelWeights bind_weights(const K3Config& config, const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& options,
-                          std::optional<ExpertRange> experts) {
+                          std::optional<IndexRange> experts) {
   if (!plan.ok()) {
     throw Error(plan.problems.front().where, "the load plan has " + std::to_string(plan.problems.size()) +
                                                  " problem(s), first: " + plan.problems.front().message);

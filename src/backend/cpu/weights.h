@@ -54,6 +54,6 @@ void split_kv_b(const std::vector<float>& kv_b, const MlaConfig& m, std::vector<
 // keep views into mapped checkpoint bytes). With `experts`, only that range of every routed expert
 // bank is bound, the others left null: an expert-parallel rank's share (expert_parallel.h).
 ModelWeights bind_weights(const K3Config& config, const LoadPlan& plan, PlanFiles& files,
-                          const cpu::LinearOptions& options = {}, std::optional<ExpertRange> experts = std::nullopt);
+                          const cpu::LinearOptions& options = {}, std::optional<IndexRange> experts = std::nullopt);
 
 }  // namespace k3

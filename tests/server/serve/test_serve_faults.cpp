@@ -148,20 +148,22 @@ TEST_P(ServeByArch, StreamedCompletionsAreWellFramedSse) {
   expect_healthy(*p);
 }
 
-// `--expert-parallel 3` (the routed experts divided among three in-process ranks) serves the same
-// sampled choices as one rank: the logits are bit-identical.
-TEST_P(ServeByArch, ExpertParallelServesTheSameChoices) {
+// The model divided among in-process ranks (`--expert-parallel 3`; `--tensor-parallel 2` within
+// `--expert-parallel 4`) serves the same sampled choices as one rank: the logits are bit-identical.
+TEST_P(ServeByArch, ParallelLayoutsServeTheSameChoices) {
   const std::string body = "{\"model\":\"" + model_name(GetParam()) +
                            "\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":16,"
                            "\"temperature\":1,\"seed\":4,\"n\":3}";
   std::vector<Json> choices;
-  for (const char* ranks : {"1", "3"}) {
-    auto p = serve(GetParam(), {"--expert-parallel", ranks});
+  for (const std::vector<std::string>& layout : std::vector<std::vector<std::string>>{
+           {"--expert-parallel", "1"}, {"--expert-parallel", "3"}, {"--tensor-parallel", "2", "--expert-parallel", "4"}}) {
+    auto p = serve(GetParam(), layout);
     const RawClient::Response r = http_request(p->port(), "POST", "/v1/chat/completions", body, kKey);
     ASSERT_EQ(r.status, 200) << r.body << p->stderr_text();
     choices.push_back(Json::parse(r.body)["choices"]);
   }
   EXPECT_EQ(choices[1], choices[0]);
+  EXPECT_EQ(choices[2], choices[0]);
   EXPECT_EQ(choices[0].size(), 3u);
 }
 

@@ -1,0 +1,24 @@
+// Tensor and expert parallelism over in-process ranks as one Executor (EngineOptions::tensor_parallel,
+// expert_parallel): a ThreadWorld of layout.world() CPU executors, each binding its share
+// (parallel/ranks.h: the tensor-parallel part over groups of layout.tensor consecutive ranks, the
+// routed experts over all layout.experts ranks). Every call runs on every rank — the forward calls on
+// one thread per rank at once, the state calls rank after rank — and returns rank 0's result, which
+// every rank computes with the same bits. The engine, the scheduler and the server above it are
+// unchanged; the caches are one per rank (each keeps its heads' KDA state and the whole latent cache).
+#pragma once
+
+#include <memory>
+
+#include "backend/executor.h"
+#include "parallel/ranks.h"
+#include "runtime/cpu_executor.h"
+
+namespace k3 {
+
+// `caches` as for make_cpu_executor; the default sizes share the memory budget among the ranks.
+// `layout` must pass check_parallel_layout.
+std::unique_ptr<Executor> make_parallel_cpu_executor(const K3Config& config, const LoadPlan& plan, PlanFiles& files,
+                                                     const cpu::LinearOptions& linear, CpuCacheOptions caches,
+                                                     ParallelLayout layout);
+
+}  // namespace k3

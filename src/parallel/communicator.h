@@ -34,6 +34,9 @@ class Communicator {
                             std::span<const size_t> recv_counts) = 0;
   // Every rank's `data` becomes root's.
   virtual void broadcast(std::span<std::byte> data, int root) = 0;
+  // broadcast() whose non-root ranks wait for root without the world's timeout: a worker waiting
+  // for its leader's next call while the leader is idle. A failure of the world still ends the wait.
+  virtual void broadcast_untimed(std::span<std::byte> data, int root) = 0;
   virtual void barrier() = 0;
   // Marks the world failed: every rank's pending and later collectives throw, naming `reason`.
   virtual void abort(const std::string& reason) = 0;

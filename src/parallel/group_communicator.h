@@ -25,6 +25,8 @@ class GroupCommunicator final : public Communicator {
   void all_to_all_v(std::span<const std::byte> send, std::span<const size_t> send_counts, std::span<std::byte> recv,
                     std::span<const size_t> recv_counts) override;
   void broadcast(std::span<std::byte> data, int root) override;
+  // Timed: a group is never the world a worker waits on.
+  void broadcast_untimed(std::span<std::byte> data, int root) override { broadcast(data, root); }
   void barrier() override { parent_.barrier(); }
   void abort(const std::string& reason) override { parent_.abort(reason); }
 

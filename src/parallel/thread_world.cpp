@@ -47,8 +47,9 @@ struct ThreadWorld::Shared {
   }
   [[noreturn]] void throw_failed() const { throw Error("parallel world failed: " + reason); }
 
-  // A barrier that fails the world after `timeout`, and throws once the world has failed.
-  void meet(int rank, const char* what) {
+  // A barrier that fails the world after `timeout` (unless `untimed`), and throws once the world
+  // has failed.
+  void meet(int rank, const char* what, bool untimed = false) {
     std::unique_lock lock(mutex);
     if (failed) throw_failed();
     const uint64_t gen = generation;
@@ -58,7 +59,10 @@ struct ThreadWorld::Shared {
       cv.notify_all();
       return;
     }
-    if (!cv.wait_for(lock, timeout, [&] { return generation != gen || failed; })) {
+    const auto done = [&] { return generation != gen || failed; };
+    if (untimed) {
+      cv.wait(lock, done);
+    } else if (!cv.wait_for(lock, timeout, done)) {
       failed = true;
       reason = "rank " + std::to_string(rank) + " waited " + std::to_string(timeout.count()) + " ms in " + what +
                " for the other ranks";
@@ -132,19 +136,21 @@ class ThreadWorld::Rank final : public Communicator {
     s_.meet(rank_, "all_to_all_v");
   }
 
-  void broadcast(std::span<std::byte> data, int root) override {
-    if (root < 0 || root >= s_.size) fail("broadcast", "root " + std::to_string(root) + " is not a rank");
-    publish(data.data(), data.size());
-    s_.meet(rank_, "broadcast");
-    same_sizes("broadcast");
-    if (rank_ != root) copy_bytes(data.data(), slot(root).send, data.size());
-    s_.meet(rank_, "broadcast");
-  }
+  void broadcast(std::span<std::byte> data, int root) override { broadcast_from(data, root, false); }
+  void broadcast_untimed(std::span<std::byte> data, int root) override { broadcast_from(data, root, true); }
 
   void barrier() override { s_.meet(rank_, "barrier"); }
   void abort(const std::string& reason) override { s_.fail("rank " + std::to_string(rank_) + ": " + reason); }
 
  private:
+  void broadcast_from(std::span<std::byte> data, int root, bool untimed) {
+    if (root < 0 || root >= s_.size) fail("broadcast", "root " + std::to_string(root) + " is not a rank");
+    publish(data.data(), data.size());
+    s_.meet(rank_, "broadcast", untimed && rank_ != root);
+    same_sizes("broadcast");
+    if (rank_ != root) copy_bytes(data.data(), slot(root).send, data.size());
+    s_.meet(rank_, "broadcast");
+  }
   const Published& slot(int q) const { return s_.slots[static_cast<size_t>(q)]; }
   void publish(const void* send, size_t bytes, std::span<const size_t> counts = {}) {
     s_.slots[static_cast<size_t>(rank_)] = Published{send, bytes, counts};

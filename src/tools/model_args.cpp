@@ -13,6 +13,7 @@
 #include "model/known_configs.h"
 #include "quant/families/family.h"
 #include "tools/flag_checks.h"
+#include "tools/launched_ranks.h"
 
 #ifdef K3_HAVE_CUDA
 #include "backend/cuda/executor/cuda_model.h"
@@ -47,6 +48,9 @@ void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input) {
                   "them by all-to-all); with --tensor-parallel T, N is the number of ranks, a multiple of T; "
                   "results are bit-identical to 1")
       ->check(integer_in(1, kMaxParallelRanks));
+  cmd->add_option("--rank-timeout", args.rank_timeout,
+                  "under mpirun: seconds a rank waits for the others in a collective before the job fails")
+      ->check(CLI::Range(0.1, 86400.0));
   cmd->add_option("--activations", args.activations,
                   "activation numerics: weight-only (float activations, default), checkpoint (the "
                   "checkpoint's contract: NVFP4 W4A4 with its input_scale, FP8 e4m3 activations; on CUDA the "
@@ -302,6 +306,7 @@ EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
     throw Error(Where{"", "", "--device"}, "this k3 was built without the CUDA backend (configure with -DK3_CUDA=ON)");
 #endif
   }
+  join_launched_ranks(args, options);
   return options;
 }
 

@@ -27,6 +27,7 @@ struct ModelArgs {
   int threads = 0;                    // 0 = all cores
   int tensor_parallel = 1;            // in-process tensor-parallel ranks (CPU)
   int expert_parallel = 1;            // in-process expert-parallel ranks (CPU)
+  double rank_timeout = 60;           // --rank-timeout: seconds a rank under mpirun waits in a collective
   std::string activations = "weight-only";  // --activations weight-only|checkpoint|bf16 (CPU numerics)
   std::string device = "cpu";         // --device cpu | cuda | cuda:N
   std::string gpu_memory = "90%";     // --gpu-memory: the CUDA arena

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <optional>
 
 #include "backend/cpu/tensor_parallel.h"
 #include "collective_checks.h"
@@ -18,6 +19,7 @@
 #include "parallel/sharding.h"
 #include "parallel/thread_world.h"
 #include "runtime/generate.h"
+#include "runtime/rank_calls.h"
 
 namespace k3 {
 namespace {
@@ -29,9 +31,10 @@ struct EngineRun {
 
 // Two sequences prefilled together, three batched decode steps, then a sampled and a greedy
 // generation. `ranks`: this engine is one rank of a world; `layout`: the engine runs its own ranks.
-EngineRun run_engine(const std::string& dir, ParallelRanks ranks = {}, ParallelLayout layout = {}) {
-  EngineOptions o;
-  o.threads = ranks.tensor || ranks.experts ? 1 : 2;
+EngineRun run_engine(const std::string& dir, ParallelRanks ranks = {}, ParallelLayout layout = {},
+                     std::optional<EngineOptions> options = std::nullopt) {
+  EngineOptions o = options.value_or(EngineOptions{});
+  if (!options) o.threads = ranks.tensor || ranks.experts ? 1 : 2;
   o.tensor_parallel = layout.tensor;
   o.expert_parallel = layout.experts;
   o.max_sequences = 4;
@@ -121,6 +124,59 @@ TEST_P(TensorParallel, TimesExpertParallelGivesTheOneRankLogitsBitForBit) {
                                       ParallelLayout{8, 1}}) {
     expect_same_run(run_engine(tiny.dir, {}, layout), alone,
                     "TP " + std::to_string(layout.tensor) + " × EP " + std::to_string(layout.experts));
+  }
+}
+
+// One engine over ranks that are not its own threads (runtime/rank_calls.h, as `mpirun -np N k3 …`
+// runs): rank 0's engine over a leader executor, the other ranks following its calls. TP 2 × EP 4
+// over four ranks gives the one-rank logits bit for bit.
+TEST_P(TensorParallel, LeaderAndFollowersGiveTheOneRankLogitsBitForBit) {
+  const test::TinyCheckpoint tiny = test::make_tiny_conditioned(FamilyId::Bf16, GetParam(), 28);
+  const EngineRun alone = run_engine(tiny.dir);
+  ThreadWorld world(4);
+  EngineRun led;
+  world.run([&](Communicator& c) {
+    GroupCommunicator group(c, 2);
+    const ParallelRanks ranks{&group, &c};
+    const CpuCacheOptions caches{4, 0, 0, 256};
+    if (c.rank() == 0) {
+      EngineOptions o;
+      o.threads = 1;
+      o.max_sequences = 4;
+      o.max_context = 256;
+      o.executor = [&](const K3Config& config, const LoadPlan& plan, PlanFiles& files) {
+        agree_on_model(c, model_fingerprint(config, plan, "TP 2 × EP 4"));
+        return make_leader_executor(make_cpu_executor(config, plan, files, {}, caches, ranks), c);
+      };
+      led = run_engine(tiny.dir, {}, {}, o);
+      return;
+    }
+    const LoadPlan plan = plan_checkpoint(tiny.dir);
+    PlanFiles files(plan);
+    const K3Config config = *open_checkpoint_dir(tiny.dir).config;
+    agree_on_model(c, model_fingerprint(config, plan, "TP 2 × EP 4"));
+    const std::unique_ptr<Executor> local = make_cpu_executor(config, plan, files, {}, caches, ranks);
+    follow_calls(*local, c);
+  });
+  expect_same_run(led, alone, "leader and followers");
+}
+
+// Ranks about to load different models (here: different flags) fail together, naming the ranks.
+TEST(RankCalls, RanksThatWouldLoadDifferentModelsFailTogether) {
+  const test::TinyCheckpoint tiny = test::make_tiny_conditioned(FamilyId::Bf16, TinyArch::KimiK3, 29);
+  const LoadPlan plan = plan_checkpoint(tiny.dir);
+  const K3Config config = *open_checkpoint_dir(tiny.dir).config;
+  ThreadWorld world(3);
+  std::vector<std::string> errors(3);
+  world.run([&](Communicator& c) {
+    try {
+      agree_on_model(c, model_fingerprint(config, plan, c.rank() == 2 ? "activations bf16" : "activations weight-only"));
+    } catch (const Error& e) {
+      errors[static_cast<size_t>(c.rank())] = e.what();
+    }
+  });
+  for (const std::string& e : errors) {
+    EXPECT_NE(e.find("rank(s) 2 would load a different model, plan or layout than rank 0"), std::string::npos) << e;
   }
 }
 

@@ -40,7 +40,7 @@ MpiWorld::MpiWorld(std::chrono::milliseconds timeout) : timeout_(timeout) {
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
@@ -65,7 +65,7 @@ void MpiWorld::abort(const std::string& reason) {
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
-void MpiWorld::wait(void* handle, const char* what) {
+void MpiWorld::wait(void* handle, const char* what, bool untimed) {
   if (failed_) fail("an earlier collective failed");
   MPI_Request* request = static_cast<MPI_Request*>(handle);
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
@@ -74,7 +74,7 @@ void MpiWorld::wait(void* handle, const char* what) {
     int done = 0;
     MPI_Test(request, &done, MPI_STATUS_IGNORE);
     if (done) return;
-    if (std::chrono::steady_clock::now() > deadline) {
+    if (!untimed && std::chrono::steady_clock::now() > deadline) {
       fail("rank " + std::to_string(rank_) + " waited " + std::to_string(timeout_.count()) + " ms in " + what +
            " for the other ranks");
     }
@@ -160,6 +160,13 @@ void MpiWorld::broadcast(std::span<std::byte> data, int root) {
   MPI_Request request;
   MPI_Ibcast(data.data(), checked_int(data.size(), "broadcast"), MPI_BYTE, root, MPI_COMM_WORLD, &request);
   wait(&request, "broadcast");
+}
+
+void MpiWorld::broadcast_untimed(std::span<std::byte> data, int root) {
+  if (root < 0 || root >= size_) fail("broadcast: root " + std::to_string(root) + " is not a rank");
+  MPI_Request request;
+  MPI_Ibcast(data.data(), checked_int(data.size(), "broadcast"), MPI_BYTE, root, MPI_COMM_WORLD, &request);
+  wait(&request, "broadcast", rank_ != root);
 }
 
 void MpiWorld::barrier() {

@@ -2,7 +2,9 @@
 // collectives of CPU ranks (GPU ranks use NCCL, with MPI only for the bootstrap). Every wait polls
 // with a deadline, so a rank that stops calling fails the others within the timeout; a rank that
 // dies is reported by mpirun, which then ends the job. Sums are done locally in rank order after
-// gathering the ranks' values, so every rank gets the same bits as with in-process ranks.
+// gathering the ranks' values, so every rank gets the same bits as with in-process ranks. MPI is
+// called from one thread at a time, not necessarily the main one (MPI_THREAD_SERIALIZED: a server
+// runs its engine on a scheduler thread).
 #pragma once
 
 #include <chrono>
@@ -31,12 +33,14 @@ class MpiWorld final : public Communicator {
   void all_to_all_v(std::span<const std::byte> send, std::span<const size_t> send_counts, std::span<std::byte> recv,
                     std::span<const size_t> recv_counts) override;
   void broadcast(std::span<std::byte> data, int root) override;
+  void broadcast_untimed(std::span<std::byte> data, int root) override;
   void barrier() override;
   void abort(const std::string& reason) override;
 
  private:
   // Waits for the request `handle` (an MPI_Request) until the deadline; fails the world on timeout.
-  void wait(void* handle, const char* what);
+  // Untimed: waits until it completes (a dead rank is ended by mpirun with the job).
+  void wait(void* handle, const char* what, bool untimed = false);
   [[noreturn]] void fail(const std::string& why);
 
   std::chrono::milliseconds timeout_;

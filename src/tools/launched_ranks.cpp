@@ -1,0 +1,115 @@
+#include "tools/launched_ranks.h"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "core/error.h"
+#include "parallel/group_communicator.h"
+#include "runtime/rank_calls.h"
+
+#ifdef K3_HAVE_MPI
+#include "parallel/mpi/mpi_world.h"
+#endif
+
+namespace k3::cli {
+namespace {
+
+// The world size mpirun gave this process (1 when not launched by it).
+int launched_world_size() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  }
+  return 1;
+}
+
+#ifdef K3_HAVE_MPI
+
+// mpirun ends the surviving ranks of a failed job with SIGTERM: each says so before it goes.
+char g_terminated_line[128];
+extern "C" void say_terminated(int) {
+  const ssize_t ignored = ::write(STDERR_FILENO, g_terminated_line, std::strlen(g_terminated_line));
+  (void)ignored;
+  ::_exit(1);
+}
+
+// What every rank must agree on beyond the checkpoint: the layout and the numerics flags.
+std::string rank_settings(const ModelArgs& args) {
+  return "tensor " + std::to_string(args.tensor_parallel) + " experts " + std::to_string(args.expert_parallel) +
+         " activations " + args.activations;
+}
+
+// Cache sizes every rank uses: rank 0's defaults (they depend on its host's memory).
+CpuCacheOptions agreed_caches(Communicator& world, const K3Config& config, const EngineOptions& options) {
+  const CpuCacheOptions asked{options.max_sequences, options.kv_blocks, options.snapshot_slots, options.max_context};
+  const CacheGeometry g = cpu_cache_geometry(config, asked);
+  const CacheSizes sizes = leader_cache_sizes(world, {g.kv_blocks, g.state_slots, g.snapshot_slots});
+  return {sizes.state_slots, sizes.kv_blocks, sizes.snapshot_slots, options.max_context};
+}
+
+// A worker rank: loads its share, follows rank 0 and ends the process.
+[[noreturn]] void follow(const ModelArgs& args, const EngineOptions& options, Communicator& world, ParallelRanks ranks) {
+  int code = 0;
+  try {
+    const CheckpointDir ckpt = open_checkpoint_dir(args.model);
+    if (!ckpt.config) throw Error(Where{ckpt.path("config.json"), "", ""}, "a model directory needs config.json");
+    const LoadPlan plan = plan_checkpoint(ckpt);
+    PlanFiles files(plan);
+    agree_on_model(world, model_fingerprint(*ckpt.config, plan, rank_settings(args)));
+    const CpuCacheOptions caches = agreed_caches(world, *ckpt.config, options);
+    const std::unique_ptr<Executor> local = make_cpu_executor(*ckpt.config, plan, files, options.linear, caches, ranks);
+    follow_calls(*local, world);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "k3: rank %d: error: %s\n", world.rank(), e.what());
+    code = 1;
+  }
+  std::exit(code);  // the world's destructor (at exit) finalizes MPI, or aborts the job after a failure
+}
+
+#endif
+
+}  // namespace
+
+void join_launched_ranks(const ModelArgs& args, EngineOptions& options) {
+  const int size = launched_world_size();
+  if (size <= 1) return;
+#ifdef K3_HAVE_MPI
+  const ParallelLayout layout{args.tensor_parallel, args.expert_parallel};
+  if (layout.world() != size) {
+    throw Error(Where{"", "", "--tensor-parallel"}, "mpirun started " + std::to_string(size) + " ranks, but --tensor-parallel " +
+                                                        std::to_string(layout.tensor) + " and --expert-parallel " +
+                                                        std::to_string(layout.experts) + " use " +
+                                                        std::to_string(layout.world()));
+  }
+  if (options.executor) throw Error(Where{"", "", "--device"}, "ranks under mpirun run on the CPU backend");
+  static MpiWorld world(std::chrono::milliseconds(static_cast<int64_t>(args.rank_timeout * 1000)));
+  static std::unique_ptr<GroupCommunicator> group;
+  ParallelRanks ranks;
+  if (layout.tensor > 1) {
+    if (layout.tensor < size) group = std::make_unique<GroupCommunicator>(world, layout.tensor);
+    ranks.tensor = group ? static_cast<Communicator*>(group.get()) : &world;
+  }
+  if (layout.experts > 1) ranks.experts = &world;
+  std::snprintf(g_terminated_line, sizeof g_terminated_line,
+                "k3: rank %d of %d: ended by mpirun: another rank of the job failed or was killed\n", world.rank(), size);
+  std::signal(SIGTERM, say_terminated);
+  options.tensor_parallel = options.expert_parallel = 1;  // the ranks are processes, not threads
+  if (world.rank() != 0) follow(args, options, world, ranks);
+  const std::string settings = rank_settings(args);
+  options.executor = [ranks, settings, options](const K3Config& config, const LoadPlan& plan, PlanFiles& files) {
+    agree_on_model(world, model_fingerprint(config, plan, settings));
+    const CpuCacheOptions caches = agreed_caches(world, config, options);
+    return make_leader_executor(make_cpu_executor(config, plan, files, options.linear, caches, ranks), world);
+  };
+#else
+  (void)options;
+  throw Error(Where{"", "", "mpirun"}, "started " + std::to_string(size) + " ranks, but this k3 was built without MPI "
+                                       "(install libopenmpi-dev and reconfigure)");
+#endif
+}
+
+}  // namespace k3::cli

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "parallel/communicator.h"
+#include "parallel/expert_placement.h"
 
 namespace k3 {
 
@@ -16,6 +17,10 @@ inline constexpr int kMaxParallelRanks = 64;
 
 struct ParallelLayout {
   int tensor = 1, experts = 1;
+  // With experts > 1: the routing histogram the experts are placed from, `redundant_experts` extra
+  // copies per rank (parallel/expert_placement.h); null: the contiguous split.
+  const RoutingHistogram* expert_histogram = nullptr;
+  int redundant_experts = 0;
   int world() const { return tensor > experts ? tensor : experts; }
 };
 
@@ -26,6 +31,10 @@ void check_parallel_layout(const ParallelLayout& layout, const std::string& tens
 struct ParallelRanks {
   Communicator* tensor = nullptr;   // the ranks the tensor-parallel part is divided among
   Communicator* experts = nullptr;  // the ranks the routed experts are divided among
+  // Which of `experts`' ranks holds which expert; null: the contiguous split (split_range).
+  const ExpertPlacement* placement = nullptr;
+  // When set, every routed pick of the forward passes is counted here (by one rank of a world).
+  RoutingHistogram* routing_record = nullptr;
 };
 
 }  // namespace k3

@@ -39,9 +39,15 @@ std::vector<int64_t> mla_index(const K3Config& c) {
 }
 
 // An expert-parallel rank's routed experts (every expert without ranks).
-std::optional<IndexRange> my_experts(const K3Config& config, const Communicator* ranks) {
-  if (!ranks || !config.moe) return std::nullopt;
-  return split_range(config.moe->num_experts, ranks->size(), ranks->rank());
+ExpertFilter my_experts(const K3Config& config, ParallelRanks ranks) {
+  if (!ranks.experts || !config.moe) return {};
+  const int rank = ranks.experts->rank(), size = ranks.experts->size();
+  if (ranks.placement) {
+    const ExpertPlacement* placement = ranks.placement;
+    return [placement, rank](int64_t layer, int64_t e) { return placement->holds(rank, layer, e); };
+  }
+  const IndexRange mine = split_range(config.moe->num_experts, size, rank);
+  return [mine](int64_t, int64_t e) { return e >= mine.first && e < mine.end(); };
 }
 
 // The config a rank's blocks run with: its share of the heads under tensor parallelism.
@@ -52,7 +58,7 @@ K3Config rank_config(const K3Config& config, const Communicator* tensor) {
 // The weights of a rank: its routed experts (expert parallelism), its share of the rest (tensor parallelism).
 ModelWeights bind_rank_weights(const K3Config& config, const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& linear,
                                ParallelRanks ranks) {
-  ModelWeights w = bind_weights(config, plan, files, linear, my_experts(config, ranks.experts));
+  ModelWeights w = bind_weights(config, plan, files, linear, my_experts(config, ranks));
   if (ranks.tensor) cpu::shard_tensor_parallel(config, w, *ranks.tensor);
   return w;
 }

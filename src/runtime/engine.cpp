@@ -45,6 +45,12 @@ void Engine::check_options(const EngineOptions& options) {
     throw Error(Where{"", "", "ranks"}, "tensor and expert parallelism over in-process ranks run on the CPU executor only");
   }
   check_parallel_layout({options.tensor_parallel, options.expert_parallel}, "tensor_parallel", "expert_parallel");
+  if (options.expert_histogram && options.expert_parallel < 2) {
+    throw Error(Where{"", "", "expert_histogram"}, "places experts among expert-parallel ranks: it needs expert_parallel > 1");
+  }
+  if (options.redundant_experts < 0 || options.redundant_experts > kMaxParallelRanks) {
+    throw Error(Where{"", "", "redundant_experts"}, "must be in [0, " + std::to_string(kMaxParallelRanks) + "]");
+  }
   if ((options.tensor_parallel > 1 || options.expert_parallel > 1) && (options.executor || ranks_given)) {
     throw Error(Where{"", "", options.tensor_parallel > 1 ? "tensor_parallel" : "expert_parallel"},
                 "in-process parallelism runs on the CPU executor only, on its own ranks");
@@ -82,10 +88,13 @@ Engine::Engine(const std::string& model_dir, const EngineOptions& options)
   if (options.executor) {
     adopt_executor(options.executor(config_, *plan_, *files_));
   } else if (options.tensor_parallel > 1 || options.expert_parallel > 1) {
-    adopt_executor(make_parallel_cpu_executor(config_, *plan_, *files_, options.linear, caches,
-                                              {options.tensor_parallel, options.expert_parallel}));
+    const ParallelLayout layout{options.tensor_parallel, options.expert_parallel, options.expert_histogram,
+                                options.redundant_experts};
+    adopt_executor(make_parallel_cpu_executor(config_, *plan_, *files_, options.linear, caches, layout, options.routing_record));
   } else {
-    adopt_executor(make_cpu_executor(config_, *plan_, *files_, options.linear, caches, options.ranks));
+    ParallelRanks ranks = options.ranks;
+    if (!ranks.routing_record) ranks.routing_record = options.routing_record;
+    adopt_executor(make_cpu_executor(config_, *plan_, *files_, options.linear, caches, ranks));
   }
 }
 

@@ -55,6 +55,12 @@ struct EngineOptions {
   // this one engine (runtime/parallel_executor.h); results are bit-identical to 1 rank.
   int tensor_parallel = 1;
   int expert_parallel = 1;
+  // With expert_parallel > 1: place the experts from this routing histogram with
+  // `redundant_experts` extra copies per rank (parallel/expert_placement.h); null: contiguous.
+  const RoutingHistogram* expert_histogram = nullptr;
+  int redundant_experts = 0;
+  // CPU executor: every routed pick is counted here (k3 … --record-routing); null: not counted.
+  RoutingHistogram* routing_record = nullptr;
 };
 
 struct SequenceInput {

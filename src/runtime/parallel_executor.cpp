@@ -14,8 +14,11 @@ namespace {
 class ParallelExecutor final : public Executor {
  public:
   ParallelExecutor(const K3Config& config, const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& linear,
-                   const CpuCacheOptions& caches, ParallelLayout layout)
+                   const CpuCacheOptions& caches, ParallelLayout layout, RoutingHistogram* routing_record)
       : world_(layout.world()), threads_per_rank_(std::max(1, omp_get_max_threads() / layout.world())) {
+    if (layout.expert_histogram && layout.experts > 1) {
+      placement_ = std::make_unique<ExpertPlacement>(*layout.expert_histogram, layout.experts, layout.redundant_experts);
+    }
     for (int r = 0; r < layout.world(); ++r) {
       Communicator& rank = world_.rank(r);
       ParallelRanks ranks;
@@ -24,6 +27,8 @@ class ParallelExecutor final : public Executor {
         if (layout.tensor < layout.world()) ranks.tensor = groups_.emplace_back(std::make_unique<GroupCommunicator>(rank, layout.tensor)).get();
       }
       if (layout.experts > 1) ranks.experts = &rank;
+      ranks.placement = placement_.get();
+      if (r == 0) ranks.routing_record = routing_record;
       executors_.push_back(make_cpu_executor(config, plan, files, linear, caches, ranks));
     }
   }
@@ -64,6 +69,7 @@ class ParallelExecutor final : public Executor {
   }
 
   ThreadWorld world_;
+  std::unique_ptr<ExpertPlacement> placement_;  // null: the contiguous split
   int threads_per_rank_;  // OpenMP threads of each rank's thread: the engine's, divided among the ranks
   std::vector<std::unique_ptr<GroupCommunicator>> groups_;  // tensor-parallel groups inside the world
   std::vector<std::unique_ptr<Executor>> executors_;
@@ -73,9 +79,9 @@ class ParallelExecutor final : public Executor {
 
 std::unique_ptr<Executor> make_parallel_cpu_executor(const K3Config& config, const LoadPlan& plan, PlanFiles& files,
                                                      const cpu::LinearOptions& linear, CpuCacheOptions caches,
-                                                     ParallelLayout layout) {
+                                                     ParallelLayout layout, RoutingHistogram* routing_record) {
   caches.memory_shares = layout.world();
-  return std::make_unique<ParallelExecutor>(config, plan, files, linear, caches, layout);
+  return std::make_unique<ParallelExecutor>(config, plan, files, linear, caches, layout, routing_record);
 }
 
 }  // namespace k3

@@ -16,9 +16,9 @@
 namespace k3 {
 
 // `caches` as for make_cpu_executor; the default sizes share the memory budget among the ranks.
-// `layout` must pass check_parallel_layout.
+// `layout` must pass check_parallel_layout. `routing_record` (may be null): rank 0 counts every pick.
 std::unique_ptr<Executor> make_parallel_cpu_executor(const K3Config& config, const LoadPlan& plan, PlanFiles& files,
                                                      const cpu::LinearOptions& linear, CpuCacheOptions caches,
-                                                     ParallelLayout layout);
+                                                     ParallelLayout layout, RoutingHistogram* routing_record = nullptr);
 
 }  // namespace k3

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/sha256.h"
 #include "parallel/group_communicator.h"
 #include "runtime/rank_calls.h"
 
@@ -40,7 +41,9 @@ extern "C" void say_terminated(int) {
 // What every rank must agree on beyond the checkpoint: the layout and the numerics flags.
 std::string rank_settings(const ModelArgs& args) {
   return "tensor " + std::to_string(args.tensor_parallel) + " experts " + std::to_string(args.expert_parallel) +
-         " activations " + args.activations;
+         " activations " + args.activations + " placement " +
+         (args.expert_placement.empty() ? "contiguous" : sha256_file_hex(args.expert_placement)) + " redundant " +
+         std::to_string(args.redundant_experts);
 }
 
 // Cache sizes every rank uses: rank 0's defaults (they depend on its host's memory).
@@ -94,11 +97,19 @@ void join_launched_ranks(const ModelArgs& args, EngineOptions& options) {
     ranks.tensor = group ? static_cast<Communicator*>(group.get()) : &world;
   }
   if (layout.experts > 1) ranks.experts = &world;
+  static std::unique_ptr<ExpertPlacement> placement;
+  if (options.expert_histogram) {
+    placement = std::make_unique<ExpertPlacement>(*options.expert_histogram, layout.experts, options.redundant_experts);
+    ranks.placement = placement.get();
+  }
   std::snprintf(g_terminated_line, sizeof g_terminated_line,
-                "k3: rank %d of %d: ended by mpirun: another rank of the job failed or was killed\n", world.rank(), size);
+                "k3: rank %d of %d: ended by mpirun: another rank failed or the job was stopped\n", world.rank(), size);
   std::signal(SIGTERM, say_terminated);
   options.tensor_parallel = options.expert_parallel = 1;  // the ranks are processes, not threads
+  options.expert_histogram = nullptr;                     // placed above
   if (world.rank() != 0) follow(args, options, world, ranks);
+  ranks.routing_record = options.routing_record;
+  options.routing_record = nullptr;  // counted by rank 0's executor (ranks.routing_record)
   const std::string settings = rank_settings(args);
   options.executor = [ranks, settings, options](const K3Config& config, const LoadPlan& plan, PlanFiles& files) {
     agree_on_model(world, model_fingerprint(config, plan, settings));

@@ -48,6 +48,15 @@ void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input) {
                   "them by all-to-all); with --tensor-parallel T, N is the number of ranks, a multiple of T; "
                   "results are bit-identical to 1")
       ->check(integer_in(1, kMaxParallelRanks));
+  cmd->add_option("--expert-placement", args.expert_placement,
+                  "with --expert-parallel: place the experts from a routing histogram (--record-routing), hot "
+                  "experts copied to several ranks")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--redundant-experts", args.redundant_experts,
+                  "with --expert-placement: extra expert copies per rank")
+      ->check(integer_in(0, kMaxParallelRanks));
+  cmd->add_option("--record-routing", args.record_routing,
+                  "CPU: count every routed pick per MoE layer and expert; written to this file as JSON at exit");
   cmd->add_option("--rank-timeout", args.rank_timeout,
                   "under mpirun: seconds a rank waits for the others in a collective before the job fails")
       ->check(CLI::Range(0.1, 86400.0));
@@ -263,6 +272,56 @@ cuda::CudaOptions cuda_options(const ModelArgs& args, const EngineOptions& optio
 }  // namespace
 #endif
 
+namespace {
+
+// --record-routing's histogram, written when the process ends (the engines that fill it are gone).
+class RoutingRecordFile {
+ public:
+  RoutingHistogram histogram;
+  std::string path;
+  ~RoutingRecordFile() {
+    if (path.empty()) return;
+    try {
+      histogram.save(path);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "k3: error: %s\n", e.what());
+    }
+  }
+};
+
+}  // namespace
+
+void set_expert_routing_options(const ModelArgs& args, const K3Config& config, bool cuda, EngineOptions& options) {
+  const int64_t experts = config.moe ? config.moe->num_experts : 0;
+  if (!args.expert_placement.empty()) {
+    if (args.expert_parallel < 2) {
+      throw Error(Where{"", "", "--expert-placement"}, "places the experts among ranks: it needs --expert-parallel N > 1");
+    }
+    if (!config.moe) throw Error(Where{args.expert_placement, "", ""}, "the model has no routed experts to place");
+    static const RoutingHistogram histogram = RoutingHistogram::load(args.expert_placement, experts);
+    options.expert_histogram = &histogram;
+    options.redundant_experts = args.redundant_experts;
+    // What the placement buys on the recorded traffic: the busiest rank's picks over the mean.
+    const ExpertPlacement contiguous(experts, args.expert_parallel),
+        placed(histogram, args.expert_parallel, args.redundant_experts);
+    double before = 1, after = 1;
+    for (const auto& [layer, counts] : histogram.layers) {
+      before = std::max(before, contiguous.imbalance(histogram, layer));
+      after = std::max(after, placed.imbalance(histogram, layer));
+    }
+    std::fprintf(stderr, "expert placement: %d ranks, %d redundant per rank; busiest rank over the mean (worst layer): %.3f contiguous, %.3f placed\n",
+                 args.expert_parallel, args.redundant_experts, before, after);
+  }
+  if (!args.record_routing.empty()) {
+    if (cuda) throw Error(Where{"", "", "--record-routing"}, "counts the CPU backend's routing: it needs the CPU backend");
+    if (!config.moe) throw Error(Where{"", "", "--record-routing"}, "the model has no routed experts");
+    static RoutingRecordFile record;
+    record.histogram.experts = experts;
+    record.path = args.record_routing;
+    options.routing_record = &record.histogram;
+  }
+}
+
 EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
   EngineOptions options;
   options.threads = args.threads;
@@ -286,6 +345,7 @@ EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
   check_parallel_layout({args.tensor_parallel, args.expert_parallel}, "--tensor-parallel", "--expert-parallel");
   options.tensor_parallel = args.tensor_parallel;
   options.expert_parallel = args.expert_parallel;
+  set_expert_routing_options(args, config, device >= 0, options);
   if (device >= 0 && args.tensor_parallel > 1) {
     throw Error(Where{"", "", "--tensor-parallel"}, "divides the model among CPU ranks: it needs the CPU backend");
   }

@@ -28,6 +28,9 @@ struct ModelArgs {
   int tensor_parallel = 1;            // in-process tensor-parallel ranks (CPU)
   int expert_parallel = 1;            // in-process expert-parallel ranks (CPU)
   double rank_timeout = 60;           // --rank-timeout: seconds a rank under mpirun waits in a collective
+  std::string expert_placement;       // --expert-placement FILE: a routing histogram to place experts from
+  int redundant_experts = 1;          // --redundant-experts: extra expert copies per rank with a placement
+  std::string record_routing;         // --record-routing FILE: count every routed pick, written at exit
   std::string activations = "weight-only";  // --activations weight-only|checkpoint|bf16 (CPU numerics)
   std::string device = "cpu";         // --device cpu | cuda | cuda:N
   std::string gpu_memory = "90%";     // --gpu-memory: the CUDA arena
@@ -52,6 +55,10 @@ inline constexpr double kMaxTemperature = 100;
 
 // --gpu-memory's syntax: "<n>" bytes, "<n>K|M|G" or "<p>%" (p ≤ 100). Throws k3::Error (field '--gpu-memory').
 void check_gpu_memory(const std::string& text);
+
+// --expert-placement, --redundant-experts and --record-routing into `options` (the histograms live
+// until the process ends; the recorded one is written then). Throws k3::Error naming the flag.
+void set_expert_routing_options(const ModelArgs& args, const K3Config& config, bool cuda, EngineOptions& options);
 
 // The context limit for this run: --max-context, else the default described at ModelArgs::max_context.
 int64_t context_limit(const ModelArgs& args, const K3Config& config, bool cuda);

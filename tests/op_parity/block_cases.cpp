@@ -112,7 +112,7 @@ std::vector<float> run_block(const BlockOp& op, const TinyId& id, int64_t layer,
   if (!op.mixer) {
     const Tensor in = tensor_of(x, rows, c.hidden_size);
     if (std::string(op.op) == "moe") {
-      be.moe(c, lw.moe, in, out);
+      be.moe(c, layer, lw.moe, in, out);
     } else {
       be.mlp(c, lw.mlp, in, out);
     }

@@ -90,6 +90,17 @@ TEST(CliPeerFixture, ParallelLayoutsGiveTheSameSamples) {
     EXPECT_EQ(bad.code, 2) << bad.err;
     EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;
   }
+  // Experts placed from the routing this very command records: the same tokens.
+  const std::string histogram = "/tmp/k3_cli_routing_" + std::to_string(::getpid()) + ".json";
+  ASSERT_EQ(test::run_k3(args + " --record-routing " + histogram).code, 0);
+  const test::CliResult placed = test::run_k3(args + " --expert-parallel 3 --expert-placement " + histogram);
+  ASSERT_EQ(placed.code, 0) << placed.err;
+  EXPECT_EQ(placed.out, one.out);
+  EXPECT_NE(placed.err.find("expert placement: 3 ranks, 1 redundant per rank"), std::string::npos) << placed.err;
+  const test::CliResult alone = test::run_k3(args + " --expert-placement " + histogram);
+  EXPECT_EQ(alone.code, 1);
+  EXPECT_NE(alone.err.find("'--expert-placement': places the experts among ranks"), std::string::npos) << alone.err;
+  std::remove(histogram.c_str());
   const test::CliResult uneven = test::run_k3(args + " --tensor-parallel 2 --expert-parallel 3");
   EXPECT_EQ(uneven.code, 1) << uneven.err;
   EXPECT_NE(uneven.err.find("'--expert-parallel': 3 is not a multiple of --tensor-parallel 2"), std::string::npos) << uneven.err;

@@ -48,7 +48,7 @@ class Backend {
                    std::span<const SeqSlice> slices, Tensor& out) = 0;
 
   // Feed-forward blocks (spec §7, §8): per token, no sequence state.
-  virtual void moe(const K3Config& config, const MoeWeights& w, const Tensor& x, Tensor& out) = 0;
+  virtual void moe(const K3Config& config, int64_t layer, const MoeWeights& w, const Tensor& x, Tensor& out) = 0;
   virtual void mlp(const K3Config& config, const MlpWeights& w, const Tensor& x, Tensor& out) = 0;
 };
 

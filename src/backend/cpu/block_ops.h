@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/ops.h"
-#include "parallel/communicator.h"
+#include "parallel/ranks.h"
 
 namespace k3::cpu {
 
@@ -57,10 +57,10 @@ struct MoeBuffers {
 
 class BlockOps {
  public:
-  // `expert_ranks`: the ranks the routed experts are divided among (backend/cpu/expert_parallel.h);
-  // null: every expert here.
-  BlockOps(const K3Config& config, std::span<const SeqSlice> slices, Communicator* expert_ranks = nullptr)
-      : c_(config), slices_(slices), expert_ranks_(expert_ranks) {}
+  // ranks.experts: the ranks the routed experts are divided among, as ranks.placement says
+  // (backend/cpu/expert_parallel.h); null: every expert here. ranks.routing_record counts the picks.
+  BlockOps(const K3Config& config, std::span<const SeqSlice> slices, ParallelRanks ranks = {})
+      : c_(config), slices_(slices), ranks_(ranks) {}
 
   struct Scope {};
   Scope scope() const { return {}; }
@@ -89,7 +89,7 @@ class BlockOps {
  private:
   const K3Config& c_;
   std::span<const SeqSlice> slices_;
-  Communicator* expert_ranks_;
+  ParallelRanks ranks_;  // the expert ranks, their placement and the routing record are used here
 };
 
 }  // namespace k3::cpu

@@ -33,8 +33,8 @@ class CpuBackend final : public Backend {
            Tensor& out) override {
     cpu::mla_mixer(config, layer, w, x, slices, out);
   }
-  void moe(const K3Config& config, const MoeWeights& w, const Tensor& x, Tensor& out) override {
-    cpu::moe(config, w, x, out, ranks_.experts);
+  void moe(const K3Config& config, int64_t layer, const MoeWeights& w, const Tensor& x, Tensor& out) override {
+    cpu::moe(config, layer, w, x, out, ranks_);
   }
   void mlp(const K3Config& config, const MlpWeights& w, const Tensor& x, Tensor& out) override { cpu::mlp(config, w, x, out); }
 

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "backend/cpu/ops.h"
-#include "parallel/sharding.h"
+#include "core/error.h"
 
 namespace k3::cpu {
 namespace {
@@ -42,8 +42,8 @@ std::vector<size_t> exchange_counts(Communicator& ranks, const std::vector<size_
 
 }  // namespace
 
-void routed_experts_across(const K3Config& config, const MoeWeights& w, const Tensor& z, const Routing& routing,
-                           Tensor& routed, Communicator& ranks) {
+void routed_experts_across(const K3Config& config, int64_t layer, const MoeWeights& w, const Tensor& z,
+                           const Routing& routing, Tensor& routed, Communicator& ranks, const ExpertPlacement& placement) {
   const MoeConfig& m = *config.moe;
   const int64_t n = ranks.size(), me = ranks.rank(), T = z.rows, D = z.cols;
   const int64_t first_token = me * T / n, end_token = (me + 1) * T / n;
@@ -52,7 +52,7 @@ void routed_experts_across(const K3Config& config, const MoeWeights& w, const Te
   std::vector<std::vector<Pick>> sent(static_cast<size_t>(n));
   for (int64_t t = first_token; t < end_token; ++t) {
     for (const Route& r : routing[static_cast<size_t>(t)]) {
-      sent[static_cast<size_t>(split_owner(r.expert, m.num_experts, n))].push_back({t, r.expert, r.weight});
+      sent[static_cast<size_t>(placement.holder(layer, r.expert, t))].push_back({t, r.expert, r.weight});
     }
   }
   std::vector<size_t> picks_to(static_cast<size_t>(n));
@@ -77,13 +77,17 @@ void routed_experts_across(const K3Config& config, const MoeWeights& w, const Te
 
   // 2. My experts over the rows they received; outputs in the order the rows came.
   std::vector<float> out_rows(received * static_cast<size_t>(D));
-  const IndexRange mine = split_range(m.num_experts, n, me);
-  std::vector<std::vector<size_t>> by_expert(static_cast<size_t>(mine.count));
-  for (size_t i = 0; i < received; ++i) by_expert[static_cast<size_t>(experts_in[i] - mine.first)].push_back(i);
-  for (int64_t k = 0; k < mine.count; ++k) {
-    const std::vector<size_t>& rows = by_expert[static_cast<size_t>(k)];
+  std::vector<std::vector<size_t>> by_expert(static_cast<size_t>(m.num_experts));
+  for (size_t i = 0; i < received; ++i) {
+    const int64_t e = experts_in[i];
+    if (e < 0 || e >= m.num_experts || !w.experts.w1[static_cast<size_t>(e)]) {
+      throw Error("expert parallelism: rank " + std::to_string(me) + " got rows of expert " + std::to_string(e) + " it does not hold");
+    }
+    by_expert[static_cast<size_t>(e)].push_back(i);
+  }
+  for (int64_t e = 0; e < m.num_experts; ++e) {
+    const std::vector<size_t>& rows = by_expert[static_cast<size_t>(e)];
     if (rows.empty()) continue;
-    const int64_t e = mine.first + k;
     Tensor in(static_cast<int64_t>(rows.size()), D), y;
     for (size_t i = 0; i < rows.size(); ++i) std::copy_n(&rows_in[rows[i] * D], D, in.row(static_cast<int64_t>(i)));
     gated_mlp(config.activation, *w.experts.w1[e], *w.experts.w3[e], *w.experts.w2[e], in, y);

@@ -16,11 +16,13 @@
 
 #include "backend/cpu/block_ops.h"
 #include "parallel/communicator.h"
+#include "parallel/expert_placement.h"
 
 namespace k3::cpu {
 
-// routed += Σ weight · expert(z) over every token's picks, the experts spread over `ranks`.
-void routed_experts_across(const K3Config& config, const MoeWeights& w, const Tensor& z, const Routing& routing,
-                           Tensor& routed, Communicator& ranks);
+// routed += Σ weight · expert(z) over every token's picks of MoE layer `layer`, the experts spread
+// over `ranks` as `placement` says (a pick goes to placement.holder).
+void routed_experts_across(const K3Config& config, int64_t layer, const MoeWeights& w, const Tensor& z,
+                           const Routing& routing, Tensor& routed, Communicator& ranks, const ExpertPlacement& placement);
 
 }  // namespace k3::cpu

@@ -30,7 +30,7 @@ class BackendOps {
   void ffn(int64_t l, const Tensor& x, Tensor& out) {
     const LayerWeights& lw = layer(l);
     if (c_.is_moe(l)) {
-      be_.moe(c_, lw.moe, x, out);
+      be_.moe(c_, l, lw.moe, x, out);
     } else {
       be_.mlp(c_, lw.mlp, x, out);
     }

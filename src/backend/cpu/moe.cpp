@@ -103,8 +103,16 @@ void BlockOps::route(const Tensor& logits, const Floats& bias, Routing& routing)
   for (int64_t t = 0; t < logits.rows; ++t) routing[static_cast<size_t>(t)] = cpu::route(*c_.moe, logits.row(t), bias);
 }
 
-void BlockOps::routed_experts(int64_t, const MoeWeights& w, const Tensor& z, const Routing& routing, Tensor& routed) const {
-  if (expert_ranks_ && expert_ranks_->size() > 1) return routed_experts_across(c_, w, z, routing, routed, *expert_ranks_);
+void BlockOps::routed_experts(int64_t layer, const MoeWeights& w, const Tensor& z, const Routing& routing, Tensor& routed) const {
+  if (ranks_.routing_record) {
+    for (const std::vector<Route>& picks : routing) {
+      for (const Route& r : picks) ranks_.routing_record->add(layer, r.expert);
+    }
+  }
+  if (ranks_.experts && ranks_.experts->size() > 1) {
+    const ExpertPlacement contiguous(c_.moe->num_experts, ranks_.experts->size());
+    return routed_experts_across(c_, layer, w, z, routing, routed, *ranks_.experts, ranks_.placement ? *ranks_.placement : contiguous);
+  }
   const MoeConfig& m = *c_.moe;
   // Tokens per expert, with their routing weights.
   std::vector<std::vector<std::pair<int64_t, float>>> assigned(static_cast<size_t>(m.num_experts));
@@ -128,9 +136,9 @@ void mlp(const K3Config& config, const MlpWeights& w, const Tensor& x, Tensor& o
   mlp_block(ops, w, x, out);
 }
 
-void moe(const K3Config& config, const MoeWeights& w, const Tensor& x, Tensor& out, Communicator* expert_ranks) {
-  BlockOps ops(config, {}, expert_ranks);
-  moe_block(ops, config.rms_norm_eps, 0, w, x, out);
+void moe(const K3Config& config, int64_t layer, const MoeWeights& w, const Tensor& x, Tensor& out, const ParallelRanks& ranks) {
+  BlockOps ops(config, {}, ranks);
+  moe_block(ops, config.rms_norm_eps, layer, w, x, out);
 }
 
 }  // namespace k3::cpu

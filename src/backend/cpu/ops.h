@@ -4,7 +4,7 @@
 #pragma once
 
 #include "backend/cpu/backend.h"
-#include "parallel/communicator.h"
+#include "parallel/ranks.h"
 
 namespace k3::cpu {
 
@@ -44,8 +44,10 @@ struct Route {
 };
 std::vector<Route> route(const MoeConfig& m, const float* logits, const Floats& bias);
 
-// `expert_ranks`: the ranks the routed experts are divided among (expert_parallel.h); null: all here.
-void moe(const K3Config& config, const MoeWeights& w, const Tensor& x, Tensor& out, Communicator* expert_ranks = nullptr);
+// MoE layer `layer`. ranks.experts: the ranks the routed experts are divided among, as
+// ranks.placement says (expert_parallel.h); null: all here. ranks.routing_record counts the picks.
+void moe(const K3Config& config, int64_t layer, const MoeWeights& w, const Tensor& x, Tensor& out,
+         const ParallelRanks& ranks = {});
 void mlp(const K3Config& config, const MlpWeights& w, const Tensor& x, Tensor& out);
 
 }  // namespace k3::cpu

@@ -7,7 +7,7 @@ namespace {
 
 class Binder {
  public:
-  Binder(const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& options, std::optional<IndexRange> experts)
+  Binder(const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& options, const ExpertFilter& experts)
       : plan_(plan), files_(files), options_(options), experts_(experts) {}
 
   Linear linear(const std::string& name, int64_t expert = -1) {
@@ -21,11 +21,11 @@ class Binder {
     return materialize(plan_.bindings[i], plan_.params[i], files_);
   }
 
-  // Every expert of the bank, or only those of the range (the others null).
-  std::vector<Linear> experts(const std::string& name, int64_t count) {
+  // The experts of layer `layer`'s bank the filter keeps (all without one); the others null.
+  std::vector<Linear> experts(const std::string& name, int64_t layer, int64_t count) {
     std::vector<Linear> out;
     for (int64_t e = 0; e < count; ++e) {
-      const bool mine = !experts_ || (e >= experts_->first && e < experts_->first + experts_->count);
+      const bool mine = !experts_ || experts_(layer, e);
       out.push_back(mine ? linear(name, e) : nullptr);
     }
     return out;
@@ -41,7 +41,7 @@ class Binder {
   const LoadPlan& plan_;
   PlanFiles& files_;
   cpu::LinearOptions options_;
-  std::optional<IndexRange> experts_;
+  const ExpertFilter& experts_;
 };
 
 // AttnRes score vector c = norm.weight ⊙ proj.weight[0] (spec §3.1).
@@ -96,7 +96,7 @@ MlpWeights bind_mlp(Binder& b, const std::string& p) {
   return {b.linear(p + "gate_proj.weight"), b.linear(p + "up_proj.weight"), b.linear(p + "down_proj.weight")};
 }
 
-MoeWeights bind_moe(Binder& b, const K3Config& c, const std::string& p) {
+MoeWeights bind_moe(Binder& b, const K3Config& c, int64_t layer, const std::string& p) {
   const MoeConfig& m = *c.moe;
   MoeWeights w;
   w.router = b.linear(p + "gate.weight");
@@ -107,9 +107,9 @@ MoeWeights bind_moe(Binder& b, const K3Config& c, const std::string& p) {
     w.latent_up = b.linear(p + "routed_expert_up_proj.weight");
     if (m.latent_moe_use_norm) w.latent_norm = b.floats(p + "routed_expert_norm.weight");
   }
-  w.experts.w1 = b.experts(p + "experts.w1.weight", m.num_experts);
-  w.experts.w3 = b.experts(p + "experts.w3.weight", m.num_experts);
-  w.experts.w2 = b.experts(p + "experts.w2.weight", m.num_experts);
+  w.experts.w1 = b.experts(p + "experts.w1.weight", layer, m.num_experts);
+  w.experts.w3 = b.experts(p + "experts.w3.weight", layer, m.num_experts);
+  w.experts.w2 = b.experts(p + "experts.w2.weight", layer, m.num_experts);
   if (m.num_shared_experts > 0) w.shared = bind_mlp(b, p + "shared_experts.");
   return w;
 }
@@ -129,7 +129,7 @@ void split_kv_b(const std::vector<float>& kv_b, const MlaConfig& m, std::vector<
 }
 
 ModelWeights bind_weights(const K3Config& config, const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& options,
-                          std::optional<IndexRange> experts) {
+                          const ExpertFilter& experts) {
   if (!plan.ok()) {
     throw Error(plan.problems.front().where, "the load plan has " + std::to_string(plan.problems.size()) +
                                                  " problem(s), first: " + plan.problems.front().message);
@@ -153,7 +153,7 @@ ModelWeights bind_weights(const K3Config& config, const LoadPlan& plan, PlanFile
       lw.mla = bind_mla(b, config, p + "self_attn.");
     }
     if (config.is_moe(l)) {
-      lw.moe = bind_moe(b, config, p + "block_sparse_moe.");
+      lw.moe = bind_moe(b, config, l, p + "block_sparse_moe.");
     } else {
       lw.mlp = bind_mlp(b, p + "mlp.");
     }

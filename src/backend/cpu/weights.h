@@ -7,7 +7,7 @@
 #pragma once
 
 #include <memory>
-#include <optional>
+#include <functional>
 #include <vector>
 
 #include "backend/cpu/cpu_linear.h"
@@ -50,10 +50,13 @@ using ModelWeights = WeightTree<CpuHandles>;
 // w_uk [n_h][d_nope][r_kv] (each head's first d_nope rows) and w_uv [n_h][d_v][r_kv] (the rest).
 void split_kv_b(const std::vector<float>& kv_b, const MlaConfig& m, std::vector<float>& w_uk, std::vector<float>& w_uv);
 
+// Which routed experts of which layer a rank binds (an expert-parallel rank's share:
+// expert_parallel.h); the others stay null. Empty: every expert.
+using ExpertFilter = std::function<bool(int64_t layer, int64_t expert)>;
+
 // Binds every parameter of a plan without problems. `files` must outlive the weights (kernels may
-// keep views into mapped checkpoint bytes). With `experts`, only that range of every routed expert
-// bank is bound, the others left null: an expert-parallel rank's share (expert_parallel.h).
+// keep views into mapped checkpoint bytes).
 ModelWeights bind_weights(const K3Config& config, const LoadPlan& plan, PlanFiles& files,
-                          const cpu::LinearOptions& options = {}, std::optional<IndexRange> experts = std::nullopt);
+                          const cpu::LinearOptions& options = {}, const ExpertFilter& experts = {});
 
 }  // namespace k3

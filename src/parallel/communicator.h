@@ -10,10 +10,21 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace k3 {
 
 enum class ReduceOp { kSum, kMax };
+
+// A vector's elements as the bytes a collective sends or receives.
+template <typename T>
+std::span<const std::byte> bytes_of(const std::vector<T>& v) {
+  return std::as_bytes(std::span(v));
+}
+template <typename T>
+std::span<std::byte> bytes_of(std::vector<T>& v) {
+  return std::as_writable_bytes(std::span(v));
+}
 
 class Communicator {
  public:

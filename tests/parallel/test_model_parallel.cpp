@@ -273,37 +273,24 @@ std::string refused_field(const std::string& dir, const EngineOptions& o) {
   }
 }
 
-TEST(ParallelOptions, LayoutsThatAreNotTpWithinEpAreRefused) {
-  const test::TinyCheckpoint tiny = test::make_tiny_conditioned(FamilyId::Bf16, TinyArch::KimiK3, 27);
-  for (int ranks : {0, -1, kMaxParallelRanks + 1}) {
-    EngineOptions o;
-    o.tensor_parallel = ranks;
-    EXPECT_EQ(refused_field(tiny.dir, o), "tensor_parallel") << ranks;
-  }
-  EngineOptions o;
-  o.tensor_parallel = 2;
-  o.expert_parallel = 3;
-  EXPECT_EQ(refused_field(tiny.dir, o), "expert_parallel");
-  o.tensor_parallel = 4;
-  o.expert_parallel = 2;
-  EXPECT_EQ(refused_field(tiny.dir, o), "expert_parallel");
-  o.executor = [](const K3Config&, const LoadPlan&, PlanFiles&) -> std::unique_ptr<Executor> { return nullptr; };
-  o.expert_parallel = 1;
-  EXPECT_EQ(refused_field(tiny.dir, o), "tensor_parallel");
-}
-
-TEST(ExpertParallelOptions, OutOfRangeOrWithADeviceExecutorIsRefused) {
+TEST(ParallelOptions, OutOfRangeNotTpWithinEpOrWithADeviceExecutorIsRefused) {
   const test::TinyCheckpoint tiny = test::make_tiny_conditioned(FamilyId::Bf16, TinyArch::KimiK3, 22);
   const ExecutorFactory device = [](const K3Config&, const LoadPlan&, PlanFiles&) -> std::unique_ptr<Executor> { return nullptr; };
-  for (int ranks : {0, -1, kMaxParallelRanks + 1}) {
-    EngineOptions o;
-    o.expert_parallel = ranks;
-    EXPECT_EQ(refused_field(tiny.dir, o), "expert_parallel") << ranks;
+  for (const bool tensor : {true, false}) {
+    const std::string field = tensor ? "tensor_parallel" : "expert_parallel";
+    for (int ranks : {0, -1, kMaxParallelRanks + 1, 2}) {
+      EngineOptions o;
+      (tensor ? o.tensor_parallel : o.expert_parallel) = ranks;
+      if (ranks == 2) o.executor = device;
+      EXPECT_EQ(refused_field(tiny.dir, o), field) << ranks;
+    }
   }
-  EngineOptions o;
-  o.expert_parallel = 2;
-  o.executor = device;
-  EXPECT_EQ(refused_field(tiny.dir, o), "expert_parallel");
+  for (const ParallelLayout layout : {ParallelLayout{2, 3}, ParallelLayout{4, 2}}) {
+    EngineOptions o;
+    o.tensor_parallel = layout.tensor;
+    o.expert_parallel = layout.experts;
+    EXPECT_EQ(refused_field(tiny.dir, o), "expert_parallel") << layout.tensor << " × " << layout.experts;
+  }
   ThreadWorld world(1);
   world.run([&](Communicator& comm) {
     EngineOptions ranked;

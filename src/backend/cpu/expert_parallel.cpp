@@ -16,15 +16,6 @@ struct Pick {
   float weight;
 };
 
-template <typename T>
-std::span<const std::byte> bytes_of(const std::vector<T>& v) {
-  return std::as_bytes(std::span(v));
-}
-template <typename T>
-std::span<std::byte> bytes_of(std::vector<T>& v) {
-  return std::as_writable_bytes(std::span(v));
-}
-
 // Byte counts per rank of per-rank element counts.
 std::vector<size_t> byte_counts(const std::vector<size_t>& counts, size_t element_bytes) {
   std::vector<size_t> b(counts.size());

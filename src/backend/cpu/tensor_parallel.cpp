@@ -13,15 +13,6 @@ namespace {
 IndexRange my_share(Communicator& ranks, int64_t n) { return split_range(n, ranks.size(), ranks.rank()); }
 IndexRange scaled(IndexRange r, int64_t width) { return {r.first * width, r.count * width}; }
 
-template <typename T>
-std::span<const std::byte> bytes_of(const std::vector<T>& v) {
-  return std::as_bytes(std::span(v));
-}
-template <typename T>
-std::span<std::byte> bytes_of(std::vector<T>& v) {
-  return std::as_writable_bytes(std::span(v));
-}
-
 // A linear whose output rows are divided among the ranks: this rank computes its rows from the
 // whole input, then the ranks all-gather the outputs. With an `input_unit` (> 0), the input arrives
 // as this rank's columns of it — its share of the input's groups of `input_unit` columns (its heads'

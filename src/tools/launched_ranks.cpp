@@ -89,6 +89,9 @@ void join_launched_ranks(const ModelArgs& args, EngineOptions& options) {
                                                         std::to_string(layout.world()));
   }
   if (options.executor) throw Error(Where{"", "", "--device"}, "ranks under mpirun run on the CPU backend");
+  static bool joined = false;  // the workers follow one engine: a second one (eval --kl-base) would not be followed
+  if (joined) throw Error(Where{"", "", "mpirun"}, "a command under mpirun runs one model (not --kl-base)");
+  joined = true;
   static MpiWorld world(std::chrono::milliseconds(static_cast<int64_t>(args.rank_timeout * 1000)));
   static std::unique_ptr<GroupCommunicator> group;
   ParallelRanks ranks;

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "model/engine_test_util.h"
+#include "server/serve/serve_process.h"
 #include "tools/cli_runner.h"
 
 namespace {
@@ -154,6 +155,36 @@ TEST_F(MpiEngine, AStoppedRankTimesTheOthersOut) {
   EXPECT_NE(r.code, 124) << "timed out: " << r.output;
   EXPECT_NE(r.output.find("k3 generate: error: parallel world failed: rank 0 waited 2000 ms"), std::string::npos) << r.output;
   EXPECT_LT(r.seconds, 30) << r.output;
+}
+// `k3 serve` under mpirun: rank 0 serves, the other rank follows; a completion equals the one of a
+// single-process server, and SIGTERM to rank 0 drains it and ends the whole job with exit code 0.
+TEST_F(MpiEngine, ServesLikeOneProcessAndStopsCleanlyFromRankZero) {
+  using k3::server::test::ServeProcess;
+  const std::string name = "k3_mpi_serve_model_" + std::to_string(::getpid()), model = "/tmp/" + name;  // with a tokenizer
+  const std::string body = R"({"model":")" + name + R"(","prompt":"hello there","max_tokens":8,"temperature":0.8,"seed":3,"n":2})";
+  const std::string log = "/tmp/k3_mpi_serve_" + std::to_string(::getpid()) + ".log";
+  ASSERT_EQ(k3::test::run_k3("make-tiny --arch kimi-k3 --family bf16 --out " + model).code, 0);
+  std::string alone;
+  {
+    ServeProcess one(model, {"--threads", "1"}, log);
+    const auto r = k3::server::test::http_request(one.port(), "POST", "/v1/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body << one.stderr_text();
+    alone = r.body;
+  }
+  ServeProcess job(model, {"--threads", "1", "--tensor-parallel", "2"}, log,
+                   {"env", "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_rmaps_base_oversubscribe=1",
+                    K3_MPIRUN, "-np", "2"});
+  ASSERT_GT(job.port(), 0) << job.stderr_text();
+  const auto r = k3::server::test::http_request(job.port(), "POST", "/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body << job.stderr_text();
+  // The same choices; only the id and the creation time differ.
+  const auto choices = [](const std::string& json) { return json.substr(json.find("\"choices\"")); };
+  EXPECT_EQ(choices(r.body), choices(alone));
+  const pid_t leader = rank_pid(0, model + " --port 0");
+  ASSERT_GT(leader, 0);
+  ::kill(leader, SIGTERM);
+  EXPECT_EQ(job.wait_exit(30), 0) << job.stderr_text();
+  std::filesystem::remove_all(model);
 }
 #else
 TEST(MpiWorld, NeedsMpi) { GTEST_SKIP() << "built without MPI (or under the sanitizers)"; }

@@ -27,11 +27,16 @@ namespace k3::server::test {
 
 class ServeProcess {
  public:
-  // Starts `k3 serve --model MODEL --port 0 ARGS...`; its stderr goes to `log` (read by stderr_text()).
-  ServeProcess(const std::string& model, const std::vector<std::string>& args, const std::string& log) : log_(log) {
+  // Starts `LAUNCHER... k3 serve --model MODEL --port 0 ARGS...` (a launcher such as mpirun, or
+  // none); its stderr goes to `log` (read by stderr_text()).
+  ServeProcess(const std::string& model, const std::vector<std::string>& args, const std::string& log,
+               const std::vector<std::string>& launcher = {})
+      : log_(log) {
     int out[2];
     if (::pipe(out) != 0) return;
-    std::vector<std::string> argv{K3_CLI_PATH, "serve", "--model", model, "--port", "0"};
+    std::vector<std::string> argv = launcher;
+    for (const char* a : {K3_CLI_PATH, "serve", "--model"}) argv.push_back(a);
+    argv.insert(argv.end(), {model, "--port", "0"});
     argv.insert(argv.end(), args.begin(), args.end());
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -44,7 +49,7 @@ class ServeProcess {
       std::vector<char*> c;
       for (std::string& a : argv) c.push_back(a.data());
       c.push_back(nullptr);
-      ::execv(c[0], c.data());
+      ::execvp(c[0], c.data());
       ::_exit(127);
     }
     ::close(out[1]);

@@ -55,10 +55,12 @@ K3Config rank_config(const K3Config& config, const Communicator* tensor) {
   return tensor ? cpu::tensor_parallel_config(config, tensor->size(), tensor->rank()) : config;
 }
 
-// The weights of a rank: its routed experts (expert parallelism), its share of the rest (tensor parallelism).
+// The weights of a rank: its routed experts (expert parallelism), its share of the rest (tensor
+// parallelism); bound here, or views of `bound`.
 ModelWeights bind_rank_weights(const K3Config& config, const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& linear,
-                               ParallelRanks ranks) {
-  ModelWeights w = bind_weights(config, plan, files, linear, my_experts(config, ranks));
+                               ParallelRanks ranks, const ModelWeights* bound) {
+  ModelWeights w = bound ? view_weights(*bound, my_experts(config, ranks))
+                         : bind_weights(config, plan, files, linear, my_experts(config, ranks));
   if (ranks.tensor) cpu::shard_tensor_parallel(config, w, *ranks.tensor);
   return w;
 }
@@ -67,9 +69,9 @@ class CpuExecutor final : public Executor {
  public:
   // `config` is the model's; the blocks run with rank_config(config) (the per-sequence state follows it).
   CpuExecutor(const K3Config& config, const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& linear,
-              const CacheGeometry& geometry, ParallelRanks ranks)
+              const CacheGeometry& geometry, ParallelRanks ranks, const ModelWeights* bound)
       : config_(rank_config(config, ranks.tensor)), vocab_(config.vocab_size), ranks_(ranks), geometry_(geometry),
-        weights_(bind_rank_weights(config, plan, files, linear, ranks)),
+        weights_(bind_rank_weights(config, plan, files, linear, ranks, bound)),
         backend_(make_cpu_backend(config, ranks)),
         pages_(geometry.kv_blocks, geometry.block_tokens, config.mla.kv_lora_rank + config.mla.qk_rope_head_dim,
                mla_index(config)),
@@ -168,9 +170,9 @@ CacheGeometry cpu_cache_geometry(const K3Config& c, const CpuCacheOptions& o) {
 
 std::unique_ptr<Executor> make_cpu_executor(const K3Config& config, const LoadPlan& plan, PlanFiles& files,
                                             const cpu::LinearOptions& linear, const CpuCacheOptions& caches,
-                                            ParallelRanks ranks) {
+                                            ParallelRanks ranks, const ModelWeights* bound) {
   const CacheGeometry geometry = cpu_cache_geometry(rank_config(config, ranks.tensor), caches);
-  return std::make_unique<CpuExecutor>(config, plan, files, linear, geometry, ranks);
+  return std::make_unique<CpuExecutor>(config, plan, files, linear, geometry, ranks, bound);
 }
 
 }  // namespace k3

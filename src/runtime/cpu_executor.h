@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "backend/cpu/cpu_linear.h"
+#include "backend/cpu/weights.h"
 #include "backend/executor.h"
 #include "parallel/ranks.h"
 
@@ -28,8 +29,10 @@ CacheGeometry cpu_cache_geometry(const K3Config& config, const CpuCacheOptions& 
 // `ranks`: the ranks this executor is one of, and what they divide (make_cpu_backend): the routed
 // experts (backend/cpu/expert_parallel.h), the rest (backend/cpu/tensor_parallel.h). Every rank
 // makes the same calls; each returns the whole logits (gathered) and the same greedy picks.
+// `bound` (may be null): weights bound once for several in-process ranks (bind_weights with every
+// expert); the executor keeps views of its share (view_weights) instead of binding its own.
 std::unique_ptr<Executor> make_cpu_executor(const K3Config& config, const LoadPlan& plan, PlanFiles& files,
                                             const cpu::LinearOptions& linear, const CpuCacheOptions& caches,
-                                            ParallelRanks ranks = {});
+                                            ParallelRanks ranks = {}, const ModelWeights* bound = nullptr);
 
 }  // namespace k3

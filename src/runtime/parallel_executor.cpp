@@ -19,6 +19,9 @@ class ParallelExecutor final : public Executor {
     if (layout.expert_histogram && layout.experts > 1) {
       placement_ = std::make_unique<ExpertPlacement>(*layout.expert_histogram, layout.experts, layout.redundant_experts);
     }
+    // One binding, viewed by every rank: the checkpoint's bytes are bound (repacked, dequantised)
+    // once, whatever the rank count.
+    const ModelWeights bound = bind_weights(config, plan, files, linear);
     for (int r = 0; r < layout.world(); ++r) {
       Communicator& rank = world_.rank(r);
       ParallelRanks ranks;
@@ -29,7 +32,7 @@ class ParallelExecutor final : public Executor {
       if (layout.experts > 1) ranks.experts = &rank;
       ranks.placement = placement_.get();
       if (r == 0) ranks.routing_record = routing_record;
-      executors_.push_back(make_cpu_executor(config, plan, files, linear, caches, ranks));
+      executors_.push_back(make_cpu_executor(config, plan, files, linear, caches, ranks, &bound));
     }
   }
 

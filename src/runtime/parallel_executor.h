@@ -5,6 +5,7 @@
 // one thread per rank at once, the state calls rank after rank — and returns rank 0's result, which
 // every rank computes with the same bits. The engine, the scheduler and the server above it are
 // unchanged; the caches are one per rank (each keeps its heads' KDA state and the whole latent cache).
+// The weights are bound once and each rank keeps views of its share (view_weights).
 #pragma once
 
 #include <memory>

@@ -114,7 +114,57 @@ MoeWeights bind_moe(Binder& b, const K3Config& c, int64_t layer, const std::stri
   return w;
 }
 
+Linear view(const Linear& l) { return l ? l->rows_view(0, l->rows()) : nullptr; }
+
+KdaWeights view_kda(const KdaWeights& w) {
+  KdaWeights v;
+  v.q = view(w.q), v.k = view(w.k), v.v = view(w.v), v.o = view(w.o), v.g = view(w.g);
+  v.g_a = view(w.g_a), v.g_b = view(w.g_b), v.f_a = view(w.f_a), v.f_b = view(w.f_b), v.b = view(w.b);
+  v.conv = w.conv, v.a_log = w.a_log, v.dt_bias = w.dt_bias, v.o_norm = w.o_norm;
+  return v;
+}
+
+MlaWeights view_mla(const MlaWeights& w) {
+  MlaWeights v;
+  v.q_a = view(w.q_a), v.q_b = view(w.q_b), v.q = view(w.q), v.kv_a = view(w.kv_a), v.kv_b = view(w.kv_b);
+  v.g = view(w.g), v.o = view(w.o);
+  v.q_a_norm = w.q_a_norm, v.kv_a_norm = w.kv_a_norm, v.absorbed = w.absorbed;
+  return v;
+}
+
+MlpWeights view_mlp(const MlpWeights& w) { return {view(w.gate), view(w.up), view(w.down)}; }
+
+MoeWeights view_moe(const MoeWeights& w, int64_t layer, const ExpertFilter& experts) {
+  MoeWeights v;
+  v.router = view(w.router), v.latent_down = view(w.latent_down), v.latent_up = view(w.latent_up);
+  v.correction_bias = w.correction_bias, v.latent_norm = w.latent_norm;
+  v.shared = view_mlp(w.shared);
+  const auto bank = [&](const std::vector<Linear>& all) {
+    std::vector<Linear> out;
+    for (size_t e = 0; e < all.size(); ++e) out.push_back(!experts || experts(layer, static_cast<int64_t>(e)) ? view(all[e]) : nullptr);
+    return out;
+  };
+  v.experts.w1 = bank(w.experts.w1), v.experts.w3 = bank(w.experts.w3), v.experts.w2 = bank(w.experts.w2);
+  return v;
+}
+
 }  // namespace
+
+ModelWeights view_weights(const ModelWeights& whole, const ExpertFilter& experts) {
+  ModelWeights v;
+  v.embed = whole.embed;
+  for (size_t l = 0; l < whole.layers.size(); ++l) {
+    const LayerWeights& w = whole.layers[l];
+    LayerWeights& lv = v.layers.emplace_back();
+    lv.input_norm = w.input_norm, lv.post_attention_norm = w.post_attention_norm;
+    lv.attn_res_c = w.attn_res_c, lv.mlp_res_c = w.mlp_res_c;
+    lv.kda = view_kda(w.kda), lv.mla = view_mla(w.mla), lv.mlp = view_mlp(w.mlp);
+    lv.moe = view_moe(w.moe, static_cast<int64_t>(l), experts);
+  }
+  v.final_norm = whole.final_norm, v.output_res_c = whole.output_res_c;
+  v.lm_head = view(whole.lm_head);
+  return v;
+}
 
 void split_kv_b(const std::vector<float>& kv_b, const MlaConfig& m, std::vector<float>& w_uk, std::vector<float>& w_uv) {
   const size_t nh = m.num_heads, dn = m.qk_nope_head_dim, dv = m.v_head_dim, r = m.kv_lora_rank;

@@ -3,9 +3,10 @@
 // Communicator (parallel/sharding.h split_range), every rank running the same forward pass over the
 // same tokens with the whole hidden state.
 //
-// Each rank binds the whole checkpoint and keeps views of its rows (CpuLinear::rows_view): it reads
-// only its share of every divided weight, but the bound weights are not smaller (a mapped checkpoint
-// is paged in only where read; repacked formats hold the whole matrix in each process).
+// A rank keeps views of its rows of the bound weights (CpuLinear::rows_view): it reads only its
+// share of every divided weight. In-process ranks view one binding; a process of its own binds the
+// whole checkpoint (a mapped checkpoint is paged in only where read; repacked formats hold the whole
+// matrix in each process).
 //
 // Every split is by output rows, so every value is computed by the same kernel over the same bytes
 // as on one rank, and the ranks exchange values, never partial sums: the all-gathers below only move

@@ -16,6 +16,16 @@ namespace k3 {
 
 enum class ReduceOp { kSum, kMax };
 
+// out[i] = op over the `ranks` blocks of `all` (each out.size() values), taken in rank order: the
+// sums every Communicator promises, computed locally after an all-gather.
+inline void reduce_in_rank_order(std::span<const float> all, int ranks, ReduceOp op, std::span<float> out) {
+  for (size_t i = 0; i < out.size(); ++i) out[i] = all[i];
+  for (int q = 1; q < ranks; ++q) {
+    const float* x = all.data() + static_cast<size_t>(q) * out.size();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = op == ReduceOp::kSum ? out[i] + x[i] : (x[i] > out[i] ? x[i] : out[i]);
+  }
+}
+
 // A vector's elements as the bytes a collective sends or receives.
 template <typename T>
 std::span<const std::byte> bytes_of(const std::vector<T>& v) {

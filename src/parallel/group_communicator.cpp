@@ -54,11 +54,7 @@ std::vector<float> GroupCommunicator::gather_floats(std::span<const float> data)
 
 void GroupCommunicator::all_reduce(std::span<float> data, ReduceOp op) {
   const std::vector<float> all = gather_floats(data);
-  for (size_t i = 0; i < data.size(); ++i) {
-    float v = all[i];
-    for (int q = 1; q < size_; ++q) v = reduce(v, all[static_cast<size_t>(q) * data.size() + i], op);
-    data[i] = v;
-  }
+  reduce_in_rank_order(all, size_, op, data);
 }
 
 void GroupCommunicator::reduce_scatter(std::span<const float> send, std::span<float> recv, ReduceOp op) {

@@ -19,15 +19,6 @@ int checked_int(size_t n, const char* what) {
   return static_cast<int>(n);
 }
 
-// out[i] = op over the `ranks` blocks of `all` (each out.size() floats), in rank order.
-void reduce_blocks(std::span<const float> all, int ranks, ReduceOp op, std::span<float> out) {
-  std::copy(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(out.size()), out.begin());
-  for (int q = 1; q < ranks; ++q) {
-    const float* x = all.data() + static_cast<size_t>(q) * out.size();
-    for (size_t i = 0; i < out.size(); ++i) out[i] = op == ReduceOp::kSum ? out[i] + x[i] : std::max(out[i], x[i]);
-  }
-}
-
 }  // namespace
 
 bool MpiWorld::launched() {
@@ -86,7 +77,7 @@ void MpiWorld::wait(void* handle, const char* what, bool untimed) {
 void MpiWorld::all_reduce(std::span<float> data, ReduceOp op) {
   std::vector<float> all(data.size() * static_cast<size_t>(size_));
   all_gather(std::as_bytes(data), std::as_writable_bytes(std::span(all)));
-  reduce_blocks(all, size_, op, data);
+  reduce_in_rank_order(all, size_, op, data);
 }
 
 void MpiWorld::reduce_scatter(std::span<const float> send, std::span<float> recv, ReduceOp op) {
@@ -99,7 +90,7 @@ void MpiWorld::reduce_scatter(std::span<const float> send, std::span<float> recv
   std::vector<size_t> counts(static_cast<size_t>(size_), block);
   std::vector<float> mine(send.size());
   all_to_all_v(std::as_bytes(send), counts, std::as_writable_bytes(std::span(mine)), counts);
-  reduce_blocks(mine, size_, op, recv);
+  reduce_in_rank_order(mine, size_, op, recv);
 }
 
 void MpiWorld::all_gather(std::span<const std::byte> send, std::span<std::byte> recv) {

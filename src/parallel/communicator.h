@@ -63,4 +63,9 @@ class Communicator {
   virtual void abort(const std::string& reason) = 0;
 };
 
+// all_reduce and reduce_scatter for communicators that move bytes but do not reduce in a fixed order:
+// an all-gather (an all-to-all) of the values, then reduce_in_rank_order.
+void all_reduce_by_gathering(Communicator& c, std::span<float> data, ReduceOp op);
+void reduce_scatter_by_exchanging(Communicator& c, std::span<const float> send, std::span<float> recv, ReduceOp op);
+
 }  // namespace k3

@@ -6,11 +6,6 @@
 #include "core/error.h"
 
 namespace k3 {
-namespace {
-
-float reduce(float a, float b, ReduceOp op) { return op == ReduceOp::kSum ? a + b : std::max(a, b); }
-
-}  // namespace
 
 GroupCommunicator::GroupCommunicator(Communicator& parent, int group_size)
     : parent_(parent), size_(group_size), first_(parent.rank() / std::max(1, group_size) * std::max(1, group_size)) {
@@ -46,26 +41,10 @@ void GroupCommunicator::all_gather(std::span<const std::byte> send, std::span<st
   exchange(copies, counts, recv, counts);
 }
 
-std::vector<float> GroupCommunicator::gather_floats(std::span<const float> data) {
-  std::vector<float> all(data.size() * static_cast<size_t>(size_));
-  all_gather(std::as_bytes(data), std::as_writable_bytes(std::span(all)));
-  return all;
-}
-
-void GroupCommunicator::all_reduce(std::span<float> data, ReduceOp op) {
-  const std::vector<float> all = gather_floats(data);
-  reduce_in_rank_order(all, size_, op, data);
-}
+void GroupCommunicator::all_reduce(std::span<float> data, ReduceOp op) { all_reduce_by_gathering(*this, data, op); }
 
 void GroupCommunicator::reduce_scatter(std::span<const float> send, std::span<float> recv, ReduceOp op) {
-  if (send.size() != recv.size() * static_cast<size_t>(size_)) throw Error("group reduce_scatter: send must hold one block per rank");
-  const std::vector<float> all = gather_floats(send);
-  const size_t block = recv.size(), mine = static_cast<size_t>(rank()) * block;
-  for (size_t i = 0; i < block; ++i) {
-    float v = all[mine + i];
-    for (int q = 1; q < size_; ++q) v = reduce(v, all[static_cast<size_t>(q) * send.size() + mine + i], op);
-    recv[i] = v;
-  }
+  reduce_scatter_by_exchanging(*this, send, recv, op);
 }
 
 void GroupCommunicator::broadcast(std::span<std::byte> data, int root) {

@@ -34,8 +34,6 @@ class GroupCommunicator final : public Communicator {
   // The parent's all-to-all with this group's counts at the group's parent ranks, zero elsewhere.
   void exchange(std::span<const std::byte> send, std::span<const size_t> send_counts, std::span<std::byte> recv,
                 std::span<const size_t> recv_counts);
-  // Every group rank's `data` (equal lengths), concatenated in group rank order.
-  std::vector<float> gather_floats(std::span<const float> data);
 
   Communicator& parent_;
   int size_, first_;  // group size; the parent rank of group rank 0

@@ -74,23 +74,10 @@ void MpiWorld::wait(void* handle, const char* what, bool untimed) {
   }
 }
 
-void MpiWorld::all_reduce(std::span<float> data, ReduceOp op) {
-  std::vector<float> all(data.size() * static_cast<size_t>(size_));
-  all_gather(std::as_bytes(data), std::as_writable_bytes(std::span(all)));
-  reduce_in_rank_order(all, size_, op, data);
-}
+void MpiWorld::all_reduce(std::span<float> data, ReduceOp op) { all_reduce_by_gathering(*this, data, op); }
 
 void MpiWorld::reduce_scatter(std::span<const float> send, std::span<float> recv, ReduceOp op) {
-  if (send.size() != recv.size() * static_cast<size_t>(size_)) {
-    fail("reduce_scatter on rank " + std::to_string(rank_) + ": sends " + std::to_string(send.size()) + " values for " +
-         std::to_string(size_) + " ranks of " + std::to_string(recv.size()));
-  }
-  // Block r of every rank goes to rank r; then each rank reduces its blocks in rank order.
-  const size_t block = recv.size() * sizeof(float);
-  std::vector<size_t> counts(static_cast<size_t>(size_), block);
-  std::vector<float> mine(send.size());
-  all_to_all_v(std::as_bytes(send), counts, std::as_writable_bytes(std::span(mine)), counts);
-  reduce_in_rank_order(mine, size_, op, recv);
+  reduce_scatter_by_exchanging(*this, send, recv, op);
 }
 
 void MpiWorld::all_gather(std::span<const std::byte> send, std::span<std::byte> recv) {

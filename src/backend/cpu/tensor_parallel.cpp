@@ -40,19 +40,17 @@ class GatheredLinear final : public CpuLinear {
 
  private:
   void run(const float* x, int64_t m, float* y, bool accumulators) const {
-    Tensor input;
+    std::vector<float> input;
     if (input_unit_ > 0) {
-      Tensor local(m, cols());
-      std::copy_n(x, m * cols(), local.data.data());
-      input = gather_columns(*ranks_, local, full_cols_, input_unit_);
-      x = input.data.data();
+      input.resize(static_cast<size_t>(m * full_cols_));
+      gather_columns(*ranks_, x, m, cols(), full_cols_, input_unit_, input.data());
+      x = input.data();
     }
     Tensor part(m, mine_->rows());
     if (m > 0 && mine_->rows() > 0) {
       accumulators ? mine_->forward_accumulators(x, m, part.data.data()) : mine_->forward(x, m, part.data.data());
     }
-    const Tensor whole = gather_columns(*ranks_, part, rows());
-    std::copy_n(whole.data.data(), m * rows(), y);
+    gather_columns(*ranks_, part.data.data(), m, part.cols, rows(), 1, y);
   }
 
   Communicator* ranks_;
@@ -140,17 +138,22 @@ void shard_tensor_parallel(const K3Config& config, ModelWeights& w, Communicator
   keep_rows(w.lm_head, my_share(ranks, w.lm_head->rows()));
 }
 
-Tensor gather_columns(Communicator& ranks, const Tensor& local, int64_t full_cols, int64_t unit) {
-  const int64_t n = ranks.size(), rows = local.rows, widest = (full_cols / unit + n - 1) / n * unit;
+void gather_columns(Communicator& ranks, const float* local, int64_t rows, int64_t local_cols, int64_t full_cols,
+                    int64_t unit, float* out) {
+  const int64_t n = ranks.size(), widest = (full_cols / unit + n - 1) / n * unit;
   std::vector<float> padded(static_cast<size_t>(rows * widest), 0.0f), all(padded.size() * static_cast<size_t>(n));
-  for (int64_t t = 0; t < rows; ++t) std::copy_n(local.row(t), local.cols, &padded[static_cast<size_t>(t * widest)]);
+  for (int64_t t = 0; t < rows; ++t) std::copy_n(local + t * local_cols, local_cols, &padded[static_cast<size_t>(t * widest)]);
   ranks.all_gather(bytes_of(padded), bytes_of(all));
-  Tensor out(rows, full_cols);
   for (int64_t q = 0; q < n; ++q) {
     const IndexRange part = scaled(split_range(full_cols / unit, n, q), unit);
     const float* from = &all[static_cast<size_t>(q * rows * widest)];
-    for (int64_t t = 0; t < rows; ++t) std::copy_n(from + t * widest, part.count, out.row(t) + part.first);
+    for (int64_t t = 0; t < rows; ++t) std::copy_n(from + t * widest, part.count, out + t * full_cols + part.first);
   }
+}
+
+Tensor gather_columns(Communicator& ranks, const Tensor& local, int64_t full_cols, int64_t unit) {
+  Tensor out(local.rows, full_cols);
+  gather_columns(ranks, local.data.data(), local.rows, local.cols, full_cols, unit, out.data.data());
   return out;
 }
 

@@ -38,7 +38,8 @@ K3Config tensor_parallel_config(const K3Config& config, int64_t ranks, int64_t r
 //   dense MLP and shared experts: gate and up by intermediate channel, down gathers them first;
 //   latent MoE: down and up projections by output channel, outputs gathered (the routed experts see
 //        the whole latent row); the router and latent norm whole; routed experts untouched (EP);
-//   embedding and lm_head by vocabulary (the lm_head's logits stay divided: gather_vocab_logits).
+//   embedding and lm_head by vocabulary (the lm_head's logits stay divided: gather_columns puts
+//        them together, argmax_vocab_split picks from them as they are).
 void shard_tensor_parallel(const K3Config& config, ModelWeights& w, Communicator& ranks);
 
 // out[t] = the embedding row of ids[t] from a table holding this rank's vocabulary rows
@@ -50,6 +51,9 @@ void embed_vocab_split(Communicator& ranks, const Floats& table_rows, int64_t vo
 // split_range(full_cols / unit, ranks, r) of every row: its heads' values, unit = head width) put
 // back together on every rank, [rows, full_cols].
 Tensor gather_columns(Communicator& ranks, const Tensor& local, int64_t full_cols, int64_t unit = 1);
+// The same from `rows` rows of `local_cols` values at `local` into `out` ([rows, full_cols]).
+void gather_columns(Communicator& ranks, const float* local, int64_t rows, int64_t local_cols, int64_t full_cols,
+                    int64_t unit, float* out);
 
 // The greedy pick of each row of vocabulary-divided logits (executor.h argmax_rows' rule: largest,
 // lowest id on ties, −1 for a row holding a NaN or an infinity), exchanging one candidate per rank

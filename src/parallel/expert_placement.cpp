@@ -28,7 +28,9 @@ RoutingHistogram RoutingHistogram::load(const std::string& path, int64_t experts
   const JsonNode doc = load_json_file(path).as_object();
   RoutingHistogram h;
   h.experts = doc.required_int("experts", experts, experts);
-  for (const auto& [key, counts] : doc.object("layers").members()) {
+  for (const auto& member : doc.object("layers").members()) {
+    const std::string& key = member.first;  // named (not bound) so the lambda below may capture it
+    const JsonNode& counts = member.second;
     const int64_t layer = [&] {
       try {
         size_t used = 0;
@@ -53,7 +55,9 @@ ExpertPlacement::ExpertPlacement(int64_t experts, int ranks) : experts_(experts)
 ExpertPlacement::ExpertPlacement(const RoutingHistogram& histogram, int ranks, int redundant)
     : experts_(histogram.experts), ranks_(ranks) {
   const int64_t E = experts_, slots = (E + ranks - 1) / ranks + redundant;
-  for (const auto& [layer, counts] : histogram.layers) {
+  for (const auto& entry : histogram.layers) {
+    const int64_t layer = entry.first;  // named (not bound) so the lambdas below may capture them
+    const std::vector<uint64_t>& counts = entry.second;
     // Copies: one per expert, then each extra one to the expert with the most picks per copy.
     std::vector<int64_t> copies(static_cast<size_t>(E), 1);
     const auto per_copy = [&](int64_t e) { return static_cast<double>(counts[static_cast<size_t>(e)]) / static_cast<double>(copies[static_cast<size_t>(e)]); };

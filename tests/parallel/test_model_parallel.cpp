@@ -204,7 +204,8 @@ INSTANTIATE_TEST_SUITE_P(QuantizedFamilies, TensorParallelFamilies,
 
 // Collectives of tensor-parallel groups inside a larger world match their serial definitions.
 TEST(GroupCommunicator, CollectivesMatchTheirSerialDefinitions) {
-  for (const auto& [world_size, group] : {std::pair{4, 2}, std::pair{8, 4}, std::pair{6, 3}, std::pair{4, 4}, std::pair{3, 1}}) {
+  for (const std::pair<int, int> sizes : {std::pair{4, 2}, std::pair{8, 4}, std::pair{6, 3}, std::pair{4, 4}, std::pair{3, 1}}) {
+    const int world_size = sizes.first, group = sizes.second;  // named: the lambda below captures them
     ThreadWorld world(world_size);
     world.run([&](Communicator& c) {
       GroupCommunicator g(c, group);

@@ -49,6 +49,12 @@ boost_args=()
 if [ ! -d /usr/include/boost ] && [ -d .deps/boost/include ]; then
   boost_args=(-DBoost_NO_BOOST_CMAKE=ON -DBoost_INCLUDE_DIR="$PWD/.deps/boost/include")
 fi
+# NCCL for the GPU ranks: the CUDA toolkit's when it has one, else PyTorch's nvidia-nccl package.
+nccl_args=()
+if nccl_root=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null) &&
+   [ -f "$nccl_root/include/nccl.h" ]; then
+  nccl_args=(-DK3_NCCL_ROOT="$nccl_root")
+fi
 if [ ! -e ../shared ] && [ -d .deps/shared ]; then
   ln -s "$PWD/.deps/shared" ../shared  # the fixture tests read ../shared (K3_SHARED_DIR)
 fi
@@ -59,7 +65,7 @@ if [ -n "$prebuilt" ]; then
   say "binaries: prebuilt in $prebuilt"
 else
   t0=$(date +%s)
-  if cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DK3_CUDA=ON "${boost_args[@]}" >"$logs/configure.log" 2>&1 &&
+  if cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DK3_CUDA=ON "${boost_args[@]}" "${nccl_args[@]}" >"$logs/configure.log" 2>&1 &&
      cmake --build "$build" -j "$(nproc)" --target k3_test_cuda k3_bench_cuda k3_cli >"$logs/build.log" 2>&1; then
     bin_test="$build/tests/k3_test_cuda" bin_bench="$build/bench/k3_bench_cuda" bin_k3="$build/k3"
     say "build: ok in $(( $(date +%s) - t0 )) s ($build)"

@@ -4,7 +4,8 @@
 # model) under each family's own activation contract, and its size on disk.
 #   scripts/quality_table.sh [--k3 BIN] [--model DIR] [--device cpu|cuda] [--n N] [--out DIR]
 #                            [--jobs J] [--reuse]
-# --jobs J evaluates J rows at once (one k3 eval uses about 1.3 cores on the CPU); --reuse keeps a
+# --jobs J evaluates J rows at once (one k3 eval uses about 1.3 cores on the CPU; on CUDA each
+# takes a 4 GiB arena per model, not the default share of free memory); --reuse keeps a
 # row's evaluation from an earlier run of the same options (OUT/ROW/eval-DEVICE.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +37,9 @@ evaluate() {
   fi
   local report="$dir/eval-$DEVICE.json"
   if [ "$REUSE" = 1 ] && [ -s "$report" ]; then return; fi
-  "$K3" eval --model "$dir" --kl-base "$MODEL" --device "$DEVICE" --activations checkpoint --n "$N" --json > "$report.part"
+  local memory=()
+  [ "$DEVICE" != cpu ] && memory=(--gpu-memory 4G)
+  "$K3" eval --model "$dir" --kl-base "$MODEL" --device "$DEVICE" "${memory[@]}" --activations checkpoint --n "$N" --json > "$report.part"
   mv "$report.part" "$report"
 }
 

@@ -59,7 +59,7 @@ NcclWorld::NcclWorld(Communicator& bootstrap, int device, std::chrono::milliseco
   bootstrap.broadcast(std::as_writable_bytes(std::span(&id, 1)), 0);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // every wait below polls against the deadline
-  run("ncclCommInitRank", false, [&] { return ncclCommInitRankConfig(&s_->comm, size_, id, rank_, &config); });
+  run("ncclCommInitRank", false, [&] { return ncclCommInitRankConfig(&s_->comm, size_, id, rank_, &config); }, [] {});
 }
 
 NcclWorld::~NcclWorld() {
@@ -92,8 +92,8 @@ void NcclWorld::abort(const std::string& reason) {
   s_->comm = nullptr;
 }
 
-template <typename Enqueue>
-void NcclWorld::run(const char* what, bool untimed, const Enqueue& enqueue) {
+template <typename Issue, typename Then>
+void NcclWorld::run(const char* what, bool untimed, const Issue& issue, const Then& then) {
   if (s_->failed) fail("an earlier collective failed");
   check_cuda(cudaSetDevice(s_->device), "cudaSetDevice");
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
@@ -110,12 +110,13 @@ void NcclWorld::run(const char* what, bool untimed, const Enqueue& enqueue) {
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(1000));
   };
-  ncclResult_t r = enqueue();
-  while (r == ncclInProgress) {  // a non-blocking call not yet issued
+  ncclResult_t r = issue();
+  while (r == ncclInProgress) {  // a non-blocking call whose work is not on the stream yet
     tick();
     ncclCommGetAsyncError(s_->comm, &r);
   }
   if (r != ncclSuccess) give_up(std::string("got NCCL error '") + ncclGetErrorString(r) + "'");
+  then();  // stream work that reads NCCL's results goes behind it only now
   while (true) {
     const cudaError_t q = cudaStreamQuery(s_->stream);
     if (q == cudaSuccess) return;
@@ -139,9 +140,9 @@ void NcclWorld::all_gather(std::span<const std::byte> send, std::span<std::byte>
     std::byte* in = s_->send.at_least(sizeof mine);
     std::byte* out = s_->recv.at_least(sizes.size() * sizeof mine);
     check_cuda(cudaMemcpyAsync(in, &mine, sizeof mine, cudaMemcpyHostToDevice, s_->stream), "cudaMemcpyAsync");
-    const ncclResult_t r = ncclAllGather(in, out, sizeof mine, ncclUint8, s_->comm, s_->stream);
-    check_cuda(cudaMemcpyAsync(sizes.data(), out, sizes.size() * sizeof mine, cudaMemcpyDeviceToHost, s_->stream), "cudaMemcpyAsync");
-    return r;
+    return ncclAllGather(in, out, sizeof mine, ncclUint8, s_->comm, s_->stream);
+  }, [&] {
+    check_cuda(cudaMemcpyAsync(sizes.data(), s_->recv.data, sizes.size() * sizeof mine, cudaMemcpyDeviceToHost, s_->stream), "cudaMemcpyAsync");
   });
   for (int q = 0; q < size_; ++q) {
     if (sizes[static_cast<size_t>(q)] != mine) {
@@ -154,9 +155,9 @@ void NcclWorld::all_gather(std::span<const std::byte> send, std::span<std::byte>
     std::byte* in = s_->send.at_least(send.size());
     std::byte* out = s_->recv.at_least(recv.size());
     check_cuda(cudaMemcpyAsync(in, send.data(), send.size(), cudaMemcpyHostToDevice, s_->stream), "cudaMemcpyAsync");
-    const ncclResult_t r = ncclAllGather(in, out, send.size(), ncclUint8, s_->comm, s_->stream);
-    check_cuda(cudaMemcpyAsync(recv.data(), out, recv.size(), cudaMemcpyDeviceToHost, s_->stream), "cudaMemcpyAsync");
-    return r;
+    return ncclAllGather(in, out, send.size(), ncclUint8, s_->comm, s_->stream);
+  }, [&] {
+    check_cuda(cudaMemcpyAsync(recv.data(), s_->recv.data, recv.size(), cudaMemcpyDeviceToHost, s_->stream), "cudaMemcpyAsync");
   });
 }
 
@@ -191,9 +192,9 @@ void NcclWorld::all_to_all_v(std::span<const std::byte> send, std::span<const si
         at_out += out_counts[q];
         at_in += in_counts[q];
       }
-      const ncclResult_t r = ncclGroupEnd();
-      if (total_in) check_cuda(cudaMemcpyAsync(to, out, total_in, cudaMemcpyDeviceToHost, s_->stream), "cudaMemcpyAsync");
-      return r;
+      return ncclGroupEnd();
+    }, [&] {
+      if (total_in) check_cuda(cudaMemcpyAsync(to, s_->recv.data, total_in, cudaMemcpyDeviceToHost, s_->stream), "cudaMemcpyAsync");
     });
   };
   const std::vector<size_t> one(n, sizeof(uint64_t));
@@ -217,9 +218,9 @@ void NcclWorld::broadcast_from(std::span<std::byte> data, int root, bool untimed
   run("broadcast", untimed, [&] {
     std::byte* buf = s_->send.at_least(data.size());
     if (rank_ == root) check_cuda(cudaMemcpyAsync(buf, data.data(), data.size(), cudaMemcpyHostToDevice, s_->stream), "cudaMemcpyAsync");
-    const ncclResult_t r = ncclBroadcast(buf, buf, data.size(), ncclUint8, root, s_->comm, s_->stream);
-    check_cuda(cudaMemcpyAsync(data.data(), buf, data.size(), cudaMemcpyDeviceToHost, s_->stream), "cudaMemcpyAsync");
-    return r;
+    return ncclBroadcast(buf, buf, data.size(), ncclUint8, root, s_->comm, s_->stream);
+  }, [&] {
+    check_cuda(cudaMemcpyAsync(data.data(), s_->send.data, data.size(), cudaMemcpyDeviceToHost, s_->stream), "cudaMemcpyAsync");
   });
 }
 

@@ -43,9 +43,11 @@ class NcclWorld final : public Communicator {
 
  private:
   struct State;
-  // Runs `enqueue` (NCCL calls on the rank's stream) and waits for it as the header describes.
-  template <typename Enqueue>
-  void run(const char* what, bool untimed, const Enqueue& enqueue);
+  // Runs `issue` (NCCL calls on the rank's stream), waits until NCCL has put their work on the stream
+  // (a non-blocking communicator may return before), runs `then` (the copies of the results) and
+  // waits for the stream, as the header describes.
+  template <typename Issue, typename Then>
+  void run(const char* what, bool untimed, const Issue& issue, const Then& then);
   void broadcast_from(std::span<std::byte> data, int root, bool untimed);
   [[noreturn]] void fail(const std::string& why);
 

@@ -66,30 +66,59 @@ std::string family_checkpoint(FamilyId family) {
   return dir;
 }
 
+// Where one logits set is farthest from another, over the positions [first, rows).
+struct WorstPosition {
+  double error = 0;  // max |diff| / max |reference logit|, the reference's maximum over the same positions
+  size_t example = 0, position = 0;
+};
+
+void track_worst(const std::vector<float>& got, const std::vector<float>& want, size_t vocab, size_t first, size_t example,
+                 WorstPosition& worst) {
+  double max_abs = 0;
+  for (size_t i = first * vocab; i < want.size(); ++i) max_abs = std::max(max_abs, std::fabs(static_cast<double>(want[i])));
+  for (size_t i = first * vocab; i < want.size(); ++i) {
+    const double e = std::fabs(static_cast<double>(got[i]) - want[i]) / max_abs;
+    if (e > worst.error) worst = {e, example, i / vocab};
+  }
+}
+
 TEST(TrainedModelOnGpu, Bf16LogitsWithinTheBoundOfTheCpuFloatLogits) {
   K3_REQUIRE_GPU();
   ASSERT_TRUE(have_model()) << kModel;
   Engine cpu(kModel, cpu_options());
+  EngineOptions rounded = cpu_options();
+  rounded.linear.activation = cpu::ActivationNumerics::Bf16Inputs;
+  Engine cpu_bf16(kModel, rounded);
   Engine gpu(kModel, gpu_options());
   const Tokenizer tokenizer = Tokenizer::load(kModel);
   const eval::ChatFormat format = eval::chat_format_of(cpu.config());
   eval::EvalOptions options;
   options.n = 4;
-  double worst_reply = 0, worst_any = 0;
-  for (const eval::Example& e : eval::make_eval_examples(options)) {
-    std::vector<int64_t> ids = eval::prompt_ids(tokenizer, format, e.prompt);
-    const size_t prompt_tokens = ids.size();
-    for (uint32_t id : tokenizer.encode(eval::trained_reply(format, e.answer), Specials::kAll)) ids.push_back(id);
-    const std::vector<float> on_gpu = k3::test::prefill_logits(gpu, ids), on_cpu = k3::test::prefill_logits(cpu, ids);
-    const size_t vocab = on_cpu.size() / ids.size(), first = (prompt_tokens - 1) * vocab;
-    worst_any = std::max(worst_any, k3::test::relative_max_error(on_gpu, on_cpu));
-    worst_reply = std::max(worst_reply, k3::test::relative_max_error(std::vector<float>(on_gpu.begin() + first, on_gpu.end()),
-                                                                     std::vector<float>(on_cpu.begin() + first, on_cpu.end())));
+  const std::vector<eval::Example> examples = eval::make_eval_examples(options);
+  WorstPosition gpu_reply, gpu_any, gpu_vs_bf16_reply, bf16_reply;
+  std::vector<size_t> reply_starts;
+  for (size_t x = 0; x < examples.size(); ++x) {
+    std::vector<int64_t> ids = eval::prompt_ids(tokenizer, format, examples[x].prompt);
+    reply_starts.push_back(ids.size() - 1);  // the prompt's last position predicts the reply's first token
+    for (uint32_t id : tokenizer.encode(eval::trained_reply(format, examples[x].answer), Specials::kAll)) ids.push_back(id);
+    const std::vector<float> on_gpu = k3::test::prefill_logits(gpu, ids), on_cpu = k3::test::prefill_logits(cpu, ids),
+                             on_cpu_bf16 = k3::test::prefill_logits(cpu_bf16, ids);
+    const size_t vocab = on_cpu.size() / ids.size();
+    track_worst(on_gpu, on_cpu, vocab, reply_starts.back(), x, gpu_reply);
+    track_worst(on_gpu, on_cpu, vocab, 0, x, gpu_any);
+    track_worst(on_gpu, on_cpu_bf16, vocab, reply_starts.back(), x, gpu_vs_bf16_reply);
+    track_worst(on_cpu_bf16, on_cpu, vocab, reply_starts.back(), x, bf16_reply);
   }
-  std::printf("[ trained kimi-k3 bf16 ] GPU vs CPU float logits, max |diff| / max |logit|: %.2e on the replies (bound %.0e), "
-              "%.2e over every position\n",
-              worst_reply, kBf16LogitBound, worst_any);
-  EXPECT_LT(worst_reply, kBf16LogitBound);
+  const auto where = [&](const WorstPosition& w) {
+    return std::string(eval::task_name(examples[w.example].task)) + " example " + std::to_string(w.example) + ", reply position " +
+           std::to_string(static_cast<long long>(w.position) - static_cast<long long>(reply_starts[w.example]));
+  };
+  std::printf("[ trained kimi-k3 bf16 ] max |diff| / max |logit| on the replies: GPU vs CPU float %.2e (bound %.0e; at %s), "
+              "GPU vs CPU bf16-input %.2e (at %s), CPU bf16-input vs CPU float %.2e (at %s); GPU vs CPU float over every "
+              "position %.2e\n",
+              gpu_reply.error, kBf16LogitBound, where(gpu_reply).c_str(), gpu_vs_bf16_reply.error, where(gpu_vs_bf16_reply).c_str(),
+              bf16_reply.error, where(bf16_reply).c_str(), gpu_any.error);
+  EXPECT_LT(gpu_reply.error, kBf16LogitBound);
 }
 
 class TrainedFamilyOnGpu : public ::testing::TestWithParam<FamilyId> {};

@@ -8,11 +8,12 @@ jobs="${K3_JOBS:-$(nproc)}"
 # compile time of the template-heavy translation units.
 line_tables=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG")
 case "$kind" in
-  release) dir=build/release; args=(-DCMAKE_BUILD_TYPE=Release) ;;
-  asan)    dir=build/asan; args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "${line_tables[@]}" -DK3_SANITIZE=ON -DK3_CUDA=OFF -DK3_BUILD_BENCH=OFF) ;;
+  release) dir=build/release; args=(-DCMAKE_BUILD_TYPE=Release); target=all ;;
+  asan)    dir=build/asan; args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "${line_tables[@]}" -DK3_SANITIZE=ON -DK3_CUDA=OFF -DK3_BUILD_BENCH=OFF); target=all ;;
   fuzz)    dir=build/fuzz; args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "${line_tables[@]}" -DK3_FUZZ=ON -DK3_CUDA=OFF -DK3_BUILD_TESTS=OFF
-                                 -DK3_BUILD_BENCH=OFF -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++) ;;
+                                 -DK3_BUILD_BENCH=OFF -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
+           target=k3_fuzz ;;  # the fuzz programs and the layers they link, not the whole engine
   *) echo "build.sh: unknown build kind '$kind' (release|asan|fuzz)" >&2; exit 2 ;;
 esac
 cmake -S . -B "$dir" -G Ninja "${args[@]}" "$@" >/dev/null
-cmake --build "$dir" -j "$jobs"
+cmake --build "$dir" -j "$jobs" --target "$target"

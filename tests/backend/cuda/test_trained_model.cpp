@@ -15,11 +15,17 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "backend/cuda/executor/cuda_model.h"
 #include "cuda_test_util.h"
 #include "eval/eval.h"
+#include "grammar/grammar.h"
 #include "model/engine_test_util.h"
+#include "runtime/collecting_sink.h"
+#include "runtime/grammar_constraint.h"
+#include "runtime/scheduler.h"
 #include "quant/families/family_writer.h"
 #include "quant/families/float_source.h"
 
@@ -119,6 +125,70 @@ TEST(TrainedModelOnGpu, Bf16LogitsWithinTheBoundOfTheCpuFloatLogits) {
               gpu_reply.error, kBf16LogitBound, where(gpu_reply).c_str(), gpu_vs_bf16_reply.error, where(gpu_vs_bf16_reply).c_str(),
               bf16_reply.error, where(bf16_reply).c_str(), gpu_any.error);
   EXPECT_LT(gpu_reply.error, kBf16LogitBound);
+}
+
+// Structured outputs on the device path: the scheduler computes each constrained request's mask on
+// a host thread while the GPU runs the forward pass, and the GPU samples under it. Every schema of
+// tests/grammar/schemas.json, four sampled replies each, in one batch beside an unconstrained
+// request: every reply validates against its schema.
+TEST(TrainedModelOnGpu, SchemaConstrainedRepliesValidateWithMasksBesideTheForwardPass) {
+  K3_REQUIRE_GPU();
+  ASSERT_TRUE(have_model()) << kModel;
+  Engine gpu(kModel, gpu_options());
+  ASSERT_TRUE(gpu.samples_on_device());
+  const Tokenizer tokenizer = Tokenizer::load(kModel);
+  const eval::ChatFormat format = eval::chat_format_of(gpu.config());
+  const std::vector<int64_t> stops = eval::stop_ids(tokenizer, format, gpu.config());
+  const auto vocab = grammar::TokenVocabulary::from_tokenizer(tokenizer, static_cast<uint32_t>(gpu.config().vocab_size));
+  std::ifstream in(std::string(K3_SOURCE_DIR) + "/tests/grammar/schemas.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto schemas = grammar::OrderedJson::parse(text.str());
+  constexpr int kRepliesPerSchema = 4;
+  const std::vector<int64_t> prompt = eval::prompt_ids(tokenizer, format, "Answer in JSON.");
+  Scheduler scheduler(gpu, SchedulerOptions{});
+  std::vector<k3::test::Collected> replies(schemas.size() * kRepliesPerSchema);
+  for (size_t i = 0; i < replies.size(); ++i) {
+    const auto grammar = grammar::compile_json_schema(schemas[i / kRepliesPerSchema]["schema"], vocab);
+    auto constraint = std::make_shared<GrammarConstraint>(grammar, stops);
+    RequestSpec spec;
+    spec.prompt = prompt;
+    spec.max_tokens = constraint->tokens_needed() + 120;
+    spec.stop_token_ids = stops;
+    spec.sampling.greedy = false;
+    spec.sampling.temperature = 1.0;
+    spec.sampling.seed = i;
+    spec.constraint = std::move(constraint);
+    scheduler.submit(std::move(spec), std::make_shared<k3::test::Collector>(replies[i]));
+  }
+  k3::test::Collected free_reply;
+  RequestSpec free_spec;
+  free_spec.prompt = prompt;
+  free_spec.max_tokens = 32;
+  scheduler.submit(std::move(free_spec), std::make_shared<k3::test::Collector>(free_reply));
+  while (scheduler.step_once()) {
+  }
+  size_t valid = 0, tokens = 0;
+  for (size_t i = 0; i < replies.size(); ++i) {
+    const k3::test::Collected& r = replies[i];
+    const grammar::OrderedJson& entry = schemas[i / kRepliesPerSchema];
+    const std::string where = entry["name"].get<std::string>() + " reply " + std::to_string(i % kRepliesPerSchema);
+    // kLength where the budget steered the reply to its end (GrammarConstraint::budget_steered).
+    ASSERT_TRUE(r.finish == FinishReason::kStop || r.finish == FinishReason::kLength) << where << ": " << r.error;
+    std::vector<uint32_t> content(r.ids.begin(), r.ids.end());
+    if (!content.empty() && std::find(stops.begin(), stops.end(), static_cast<int64_t>(content.back())) != stops.end()) {
+      content.pop_back();
+    }
+    const std::string json = tokenizer.decode(content);
+    const grammar::OrderedJson doc = grammar::OrderedJson::parse(json, nullptr, false);
+    ASSERT_FALSE(doc.is_discarded()) << where << ": " << json;
+    EXPECT_EQ(grammar::json_schema_violation(doc, entry["schema"]), "") << where << ": " << json;
+    valid += !doc.is_discarded() && grammar::json_schema_violation(doc, entry["schema"]).empty();
+    tokens += r.ids.size();
+  }
+  EXPECT_EQ(free_reply.ids.size(), 32u);
+  std::printf("[ trained kimi-k3 bf16 ] schema-constrained replies on the GPU: %zu of %zu valid over %zu schemas, %zu tokens\n",
+              valid, replies.size(), schemas.size(), tokens);
 }
 
 class TrainedFamilyOnGpu : public ::testing::TestWithParam<FamilyId> {};

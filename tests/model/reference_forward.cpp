@@ -29,6 +29,8 @@ struct Weights {
   const WeightSource& source;
   const ActivationRule& rule;
   std::map<std::string, Vec> cache;
+  std::vector<double>* route_margins = nullptr;  // per token, when asked for (forward)
+  size_t token = 0;                              // the token the feed-forward is at
   const Vec& operator()(const std::string& name) {
     auto it = cache.find(name);
     if (it == cache.end()) it = cache.emplace(name, source(name)).first;
@@ -214,7 +216,9 @@ std::vector<std::pair<int64_t, double>> route(const K3Config& c, Weights& W, con
   const size_t E = m.num_experts;
   const Vec logits = W.matvec(p + "gate.weight", x, E);
   const Vec bias = m.has_score_correction_bias ? W(p + "gate.e_score_correction_bias") : Vec(E, 0.0);
-  return reference::route(m, logits.data(), bias).picked;
+  RouteRef r = reference::route(m, logits.data(), bias);
+  if (W.route_margins) (*W.route_margins)[W.token] = std::min((*W.route_margins)[W.token], r.margin);
+  return std::move(r.picked);
 }
 
 Vec moe(const K3Config& c, Weights& W, int64_t layer, const Vec& x) {
@@ -260,6 +264,7 @@ Vec moe(const K3Config& c, Weights& W, int64_t layer, const Vec& x) {
 Mat ffn(const K3Config& c, Weights& W, int64_t layer, const Mat& x) {
   Mat out;
   for (const auto& row : x) {
+    W.token = out.size();
     out.push_back(c.is_moe(layer) ? moe(c, W, layer, row)
                                   : mlp(c, W, "model.layers." + std::to_string(layer) + ".mlp.", row, c.intermediate_size));
   }
@@ -361,9 +366,11 @@ Rows ffn_block(const K3Config& c, const WeightSource& source, int64_t layer, con
 }
 
 std::vector<double> forward(const K3Config& c, const WeightSource& source, const std::vector<int64_t>& ids,
-                            const ActivationRule& rule) {
+                            const ActivationRule& rule, std::vector<double>* route_margins) {
   Weights W{source, rule, {}};
   const size_t H = c.hidden_size, T = ids.size();
+  if (route_margins) route_margins->assign(T, INFINITY);
+  W.route_margins = route_margins;
   const Vec& emb = W("model.embed_tokens.weight");
   Mat x(T);
   for (size_t t = 0; t < T; ++t) x[t] = Vec(emb.begin() + ids[t] * H, emb.begin() + (ids[t] + 1) * H);

@@ -41,9 +41,10 @@ struct RouteRef {
 };
 RouteRef route(const MoeConfig& m, const double* logits, const std::vector<double>& bias);
 
-// Logits [T, vocab], row-major.
+// Logits [T, vocab], row-major. With `route_margins`, also each token's smallest routing margin
+// over the MoE layers (RouteRef::margin; infinity on a model without routed experts).
 std::vector<double> forward(const K3Config& config, const WeightSource& weights, const std::vector<int64_t>& ids,
-                            const ActivationRule& rule = {});
+                            const ActivationRule& rule = {}, std::vector<double>* route_margins = nullptr);
 
 // The blocks forward() is made of, for block-level tests. x and the result are [T][features]; the
 // mixers run one sequence of T tokens from an empty state (full prefill).

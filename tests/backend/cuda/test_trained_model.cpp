@@ -12,6 +12,7 @@
 //    (teacher-forced along those replies), and the GPU's eval accuracy is within one point of the CPU's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -23,6 +24,8 @@
 #include "eval/eval.h"
 #include "grammar/grammar.h"
 #include "model/engine_test_util.h"
+#include "model/reference_forward.h"
+#include "quant/plan/materialize.h"
 #include "runtime/collecting_sink.h"
 #include "runtime/grammar_constraint.h"
 #include "runtime/scheduler.h"
@@ -72,21 +75,35 @@ std::string family_checkpoint(FamilyId family) {
   return dir;
 }
 
-// Where one logits set is farthest from another, over the positions [first, rows).
+// Where one logits set is farthest from another, over the positions [first, rows) not excluded.
 struct WorstPosition {
   double error = 0;  // max |diff| / max |reference logit|, the reference's maximum over the same positions
-  size_t example = 0, position = 0;
+  size_t example = 0, position = 0, token = 0;
+  float got = 0, want = 0, want_max = 0;  // the two logits there and the reference's largest at that position
 };
 
 void track_worst(const std::vector<float>& got, const std::vector<float>& want, size_t vocab, size_t first, size_t example,
-                 WorstPosition& worst) {
+                 const std::vector<bool>& excluded, WorstPosition& worst) {
   double max_abs = 0;
   for (size_t i = first * vocab; i < want.size(); ++i) max_abs = std::max(max_abs, std::fabs(static_cast<double>(want[i])));
   for (size_t i = first * vocab; i < want.size(); ++i) {
+    const size_t row = i / vocab;
+    if (excluded[row]) continue;
     const double e = std::fabs(static_cast<double>(got[i]) - want[i]) / max_abs;
-    if (e > worst.error) worst = {e, example, i / vocab};
+    if (e > worst.error) {
+      worst = {e, example, row, i % vocab, got[i], want[i],
+               *std::max_element(want.begin() + static_cast<std::ptrdiff_t>(row * vocab),
+                                 want.begin() + static_cast<std::ptrdiff_t>((row + 1) * vocab))};
+    }
   }
 }
+
+// The bf16 bound holds where the model is well-conditioned. At a position whose routing is within
+// kRouteTieMargin of a tie (the float64 reference's smallest gap between a kept and a dropped
+// expert score, over the MoE layers), bf16 rounding may choose the other expert, and the logits
+// move by O(0.1) with no kernel at fault: such positions are reported, not bounded. On the trained
+// model they are 2.4 % of the reply positions (18 of 756 at n = 4 per task; CPU float engine).
+constexpr double kRouteTieMargin = 1e-3;
 
 TEST(TrainedModelOnGpu, Bf16LogitsWithinTheBoundOfTheCpuFloatLogits) {
   K3_REQUIRE_GPU();
@@ -98,32 +115,56 @@ TEST(TrainedModelOnGpu, Bf16LogitsWithinTheBoundOfTheCpuFloatLogits) {
   Engine gpu(kModel, gpu_options());
   const Tokenizer tokenizer = Tokenizer::load(kModel);
   const eval::ChatFormat format = eval::chat_format_of(cpu.config());
+  const LoadPlan& plan = cpu.plan();
+  PlanFiles files(plan);
+  const reference::WeightSource weights = [&](const std::string& name) {
+    const int64_t i = plan.index_of(name);
+    if (i < 0) throw std::runtime_error("no parameter " + name);
+    const std::vector<float> v = materialize(plan.bindings[static_cast<size_t>(i)], plan.params[static_cast<size_t>(i)], files);
+    return std::vector<double>(v.begin(), v.end());
+  };
   eval::EvalOptions options;
   options.n = 4;
   const std::vector<eval::Example> examples = eval::make_eval_examples(options);
-  WorstPosition gpu_reply, gpu_any, gpu_vs_bf16_reply, bf16_reply;
+  WorstPosition gpu_reply, gpu_tie, gpu_any, gpu_vs_bf16_reply, bf16_reply;
   std::vector<size_t> reply_starts;
+  size_t reply_positions = 0, ties = 0;
   for (size_t x = 0; x < examples.size(); ++x) {
     std::vector<int64_t> ids = eval::prompt_ids(tokenizer, format, examples[x].prompt);
     reply_starts.push_back(ids.size() - 1);  // the prompt's last position predicts the reply's first token
     for (uint32_t id : tokenizer.encode(eval::trained_reply(format, examples[x].answer), Specials::kAll)) ids.push_back(id);
     const std::vector<float> on_gpu = k3::test::prefill_logits(gpu, ids), on_cpu = k3::test::prefill_logits(cpu, ids),
                              on_cpu_bf16 = k3::test::prefill_logits(cpu_bf16, ids);
-    const size_t vocab = on_cpu.size() / ids.size();
-    track_worst(on_gpu, on_cpu, vocab, reply_starts.back(), x, gpu_reply);
-    track_worst(on_gpu, on_cpu, vocab, 0, x, gpu_any);
-    track_worst(on_gpu, on_cpu_bf16, vocab, reply_starts.back(), x, gpu_vs_bf16_reply);
-    track_worst(on_cpu_bf16, on_cpu, vocab, reply_starts.back(), x, bf16_reply);
+    std::vector<double> margins;
+    reference::forward(cpu.config(), weights, ids, {}, &margins);
+    std::vector<bool> tie(ids.size()), not_tie(ids.size()), none(ids.size(), false);
+    for (size_t t = 0; t < ids.size(); ++t) {
+      tie[t] = margins[t] < kRouteTieMargin;
+      not_tie[t] = !tie[t];
+      if (t >= reply_starts.back()) reply_positions += 1, ties += tie[t];
+    }
+    const size_t vocab = on_cpu.size() / ids.size(), first = reply_starts.back();
+    track_worst(on_gpu, on_cpu, vocab, first, x, tie, gpu_reply);
+    track_worst(on_gpu, on_cpu, vocab, first, x, not_tie, gpu_tie);
+    track_worst(on_gpu, on_cpu, vocab, 0, x, none, gpu_any);
+    track_worst(on_gpu, on_cpu_bf16, vocab, first, x, tie, gpu_vs_bf16_reply);
+    track_worst(on_cpu_bf16, on_cpu, vocab, first, x, tie, bf16_reply);
   }
   const auto where = [&](const WorstPosition& w) {
+    char logits[96];
+    std::snprintf(logits, sizeof logits, ", token %zu: %.3f vs %.3f, the position's largest %.3f", w.token, w.got, w.want,
+                  w.want_max);
     return std::string(eval::task_name(examples[w.example].task)) + " example " + std::to_string(w.example) + ", reply position " +
-           std::to_string(static_cast<long long>(w.position) - static_cast<long long>(reply_starts[w.example]));
+           std::to_string(static_cast<long long>(w.position) - static_cast<long long>(reply_starts[w.example])) + logits;
   };
-  std::printf("[ trained kimi-k3 bf16 ] max |diff| / max |logit| on the replies: GPU vs CPU float %.2e (bound %.0e; at %s), "
-              "GPU vs CPU bf16-input %.2e (at %s), CPU bf16-input vs CPU float %.2e (at %s); GPU vs CPU float over every "
-              "position %.2e\n",
-              gpu_reply.error, kBf16LogitBound, where(gpu_reply).c_str(), gpu_vs_bf16_reply.error, where(gpu_vs_bf16_reply).c_str(),
-              bf16_reply.error, where(bf16_reply).c_str(), gpu_any.error);
+  std::printf("[ trained kimi-k3 bf16 ] max |diff| / max |logit| on the %zu reply positions whose routing is not within %.0e of "
+              "a tie: GPU vs CPU float %.2e (bound %.0e; at %s), GPU vs CPU bf16-input %.2e (at %s), CPU bf16-input vs CPU "
+              "float %.2e (at %s)\n",
+              reply_positions - ties, kRouteTieMargin, gpu_reply.error, kBf16LogitBound, where(gpu_reply).c_str(),
+              gpu_vs_bf16_reply.error, where(gpu_vs_bf16_reply).c_str(), bf16_reply.error, where(bf16_reply).c_str());
+  std::printf("[ trained kimi-k3 bf16 ] GPU vs CPU float at the %zu reply positions near a routing tie: %.2e (at %s); over every "
+              "position of the prompts and replies: %.2e (at %s)\n",
+              ties, gpu_tie.error, where(gpu_tie).c_str(), gpu_any.error, where(gpu_any).c_str());
   EXPECT_LT(gpu_reply.error, kBf16LogitBound);
 }
 

@@ -123,6 +123,19 @@ TEST_F(MpiEngine, OneEngineOverProcessesGivesTheTokensOfOne) {
       << wrong.output;
 }
 
+// Whether process `pid` catches `signal` (its SigCgt mask in /proc), polled for up to 20 s: k3
+// installs its SIGTERM handler once the ranks have joined.
+bool catches(pid_t pid, int signal) {
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("SigCgt:", 0) == 0 && (std::stoull(line.substr(7), nullptr, 16) >> (signal - 1) & 1)) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
 // A long generation; `signal` goes to rank `rank` once the job runs.
 MpirunResult disturbed_generation(const std::string& model, int rank, int signal, const std::string& extra) {
   const std::string marker = model + " --ids 7,8,9 ";
@@ -130,6 +143,7 @@ MpirunResult disturbed_generation(const std::string& model, int rank, int signal
                 K3_CLI_PATH, [&] {
                   const pid_t pid = rank_pid(rank, marker);
                   ASSERT_GT(pid, 0) << "rank " << rank << " never appeared";
+                  EXPECT_TRUE(catches(pid, SIGTERM)) << "rank " << rank << " never joined";
                   std::this_thread::sleep_for(std::chrono::seconds(1));  // loaded, generating
                   ::kill(pid, signal);
                 });

@@ -169,6 +169,13 @@ TEST(TrainedModelOnGpu, Bf16LogitsWithinTheBoundOfTheCpuFloatLogits) {
   EXPECT_LT(gpu_reply.error, kBf16LogitBound);
 }
 
+// The trained model on the GPU with its tokenizer and chat format.
+struct OnTheGpu {
+  Engine engine{kModel, gpu_options()};
+  Tokenizer tokenizer = Tokenizer::load(kModel);
+  eval::ChatFormat format = eval::chat_format_of(engine.config());
+};
+
 // Structured outputs on the device path: the scheduler computes each constrained request's mask on
 // a host thread while the GPU runs the forward pass, and the GPU samples under it. Every schema of
 // tests/grammar/schemas.json, four sampled replies each, in one batch beside an unconstrained
@@ -176,10 +183,9 @@ TEST(TrainedModelOnGpu, Bf16LogitsWithinTheBoundOfTheCpuFloatLogits) {
 TEST(TrainedModelOnGpu, SchemaConstrainedRepliesValidateWithMasksBesideTheForwardPass) {
   K3_REQUIRE_GPU();
   ASSERT_TRUE(have_model()) << kModel;
-  Engine gpu(kModel, gpu_options());
+  OnTheGpu model;
+  auto& [gpu, tokenizer, format] = model;
   ASSERT_TRUE(gpu.samples_on_device());
-  const Tokenizer tokenizer = Tokenizer::load(kModel);
-  const eval::ChatFormat format = eval::chat_format_of(gpu.config());
   const std::vector<int64_t> stops = eval::stop_ids(tokenizer, format, gpu.config());
   const auto vocab = grammar::TokenVocabulary::from_tokenizer(tokenizer, static_cast<uint32_t>(gpu.config().vocab_size));
   std::ifstream in(std::string(K3_SOURCE_DIR) + "/tests/grammar/schemas.json");
@@ -259,10 +265,9 @@ class SlowAllowAll final : public TokenConstraint {
 TEST(TrainedModelOnGpu, MaskTimeHidesBehindTheForwardPass) {
   K3_REQUIRE_GPU();
   ASSERT_TRUE(have_model()) << kModel;
-  Engine gpu(kModel, gpu_options());
+  OnTheGpu model;
+  auto& [gpu, tokenizer, format] = model;
   ASSERT_TRUE(gpu.samples_on_device());
-  const Tokenizer tokenizer = Tokenizer::load(kModel);
-  const eval::ChatFormat format = eval::chat_format_of(gpu.config());
   constexpr int kRequests = 16;
   constexpr int64_t kTokens = 64;
   eval::EvalOptions options;

@@ -66,7 +66,7 @@ if [ -n "$prebuilt" ]; then
 else
   t0=$(date +%s)
   if cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DK3_CUDA=ON "${boost_args[@]}" "${nccl_args[@]}" >"$logs/configure.log" 2>&1 &&
-     cmake --build "$build" -j "$(nproc)" --target k3_test_cuda k3_bench_cuda k3_cli >"$logs/build.log" 2>&1; then
+     cmake --build "$build" -j "$(nproc)" --target k3_test_cuda k3_bench_cuda k3_bench_cuda_hybrid k3_cli >"$logs/build.log" 2>&1; then
     bin_test="$build/tests/k3_test_cuda" bin_bench="$build/bench/k3_bench_cuda" bin_k3="$build/k3"
     say "build: ok in $(( $(date +%s) - t0 )) s ($build)"
   else

@@ -97,6 +97,10 @@ void moe_block(Ops& ops, double rms_norm_eps, int64_t layer, const W& w, const X
   ops.route(s.logits, w.correction_bias, s.routing);
   if (w.latent_down) ops.linear(w.latent_down, x, s.z);
   ops.routed_experts(layer, w, w.latent_down ? s.z : x, s.routing, s.routed);
+  // The shared experts do not read the routed sum: issued before it is complete, they overlap the
+  // part of it a backend finishes elsewhere (the CUDA backend's CPU experts).
+  if (w.shared.gate) mlp_block(ops, w.shared, x, s.shared);
+  ops.complete_routed(s.routed);
   if (w.latent_up) {
     if (ops.present(w.latent_norm)) {
       ops.norm(s.routed, w.latent_norm, rms_norm_eps, s.normed);
@@ -105,10 +109,7 @@ void moe_block(Ops& ops, double rms_norm_eps, int64_t layer, const W& w, const X
       ops.linear(w.latent_up, s.routed, out);
     }
   }
-  if (w.shared.gate) {
-    mlp_block(ops, w.shared, x, s.shared);
-    ops.add(out, s.shared);
-  }
+  if (w.shared.gate) ops.add(out, s.shared);
 }
 
 }  // namespace k3

@@ -135,4 +135,32 @@ double ExpertPlacement::imbalance(const RoutingHistogram& histogram, int64_t lay
   return total == 0 ? 1.0 : *std::max_element(load.begin(), load.end()) / (total / ranks_);
 }
 
+std::vector<std::vector<bool>> choose_cpu_experts(const std::vector<bool>& moe_layers, int64_t experts, int64_t count,
+                                                  const RoutingHistogram* histogram) {
+  if (count <= 0 || count >= experts) {
+    throw Error(Where{"", "", "--experts-on-cpu"}, "is " + std::to_string(count) + "; it must be between 1 and " +
+                                                       std::to_string(experts - 1) + " (the GPU keeps at least one expert)");
+  }
+  std::vector<std::vector<bool>> on_cpu(moe_layers.size());
+  for (size_t l = 0; l < moe_layers.size(); ++l) {
+    if (!moe_layers[l]) continue;
+    std::vector<int64_t> order(static_cast<size_t>(experts));
+    std::iota(order.begin(), order.end(), 0);
+    const std::vector<uint64_t>* picks = nullptr;
+    if (histogram != nullptr) {
+      const auto it = histogram->layers.find(static_cast<int64_t>(l));
+      if (it != histogram->layers.end()) picks = &it->second;
+    }
+    if (picks != nullptr) {  // coldest first; among equal counts the higher index first
+      const std::vector<uint64_t>& n = *picks;
+      std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return n[a] != n[b] ? n[a] < n[b] : a > b; });
+    } else {
+      std::reverse(order.begin(), order.end());
+    }
+    on_cpu[l].assign(static_cast<size_t>(experts), false);
+    for (int64_t i = 0; i < count; ++i) on_cpu[l][static_cast<size_t>(order[static_cast<size_t>(i)])] = true;
+  }
+  return on_cpu;
+}
+
 }  // namespace k3

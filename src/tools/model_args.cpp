@@ -82,6 +82,11 @@ void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input) {
                   "CUDA expert streaming: routed experts stay in pinned host memory behind an LRU device cache "
                   "of this size (e.g. 8G; decode CUDA graphs off)")
       ->check(parsed_by([](const std::string& t) { parse_expert_cache(t); }));
+  cmd->add_option("--experts-on-cpu", args.experts_on_cpu,
+                  "CUDA hybrid experts: this many routed experts of each MoE layer are computed by the CPU (the "
+                  "coldest in --expert-placement's recorded routing, else the last ones), the GPU holds the rest "
+                  "(decode CUDA graphs off)")
+      ->check(integer_in(1, 1 << 20));
 }
 
 namespace {
@@ -254,10 +259,21 @@ Tokenizer load_tokenizer(const std::string& dir, int64_t vocab) {
   return tok;
 }
 
+namespace {
+
+// --expert-placement's histogram, loaded once (it lives until the process ends).
+const RoutingHistogram& placement_histogram(const std::string& path, int64_t experts) {
+  static const RoutingHistogram histogram = RoutingHistogram::load(path, experts);
+  return histogram;
+}
+
+}  // namespace
+
 #ifdef K3_HAVE_CUDA
 namespace {
 
-cuda::CudaOptions cuda_options(const ModelArgs& args, const EngineOptions& options, int device, uint64_t expert_cache) {
+cuda::CudaOptions cuda_options(const ModelArgs& args, const K3Config& config, const EngineOptions& options, int device,
+                               uint64_t expert_cache) {
   cuda::CudaOptions cuda;
   cuda.w4a4 = options.linear.activation == cpu::ActivationNumerics::CheckpointContract;
   cuda.device = device;
@@ -265,6 +281,10 @@ cuda::CudaOptions cuda_options(const ModelArgs& args, const EngineOptions& optio
   cuda.max_sequences = args.max_sequences;
   cuda.max_context = options.max_context;
   cuda.expert_cache_bytes = expert_cache;
+  cuda.experts_on_cpu = args.experts_on_cpu;
+  if (args.experts_on_cpu > 0 && !args.expert_placement.empty()) {
+    cuda.cpu_expert_histogram = &placement_histogram(args.expert_placement, config.moe ? config.moe->num_experts : 0);
+  }
   if (args.serving) cuda.snapshot_slots = kServeSnapshotSlots;
   return cuda;
 }
@@ -293,12 +313,18 @@ class RoutingRecordFile {
 
 void set_expert_routing_options(const ModelArgs& args, const K3Config& config, bool cuda, EngineOptions& options) {
   const int64_t experts = config.moe ? config.moe->num_experts : 0;
+  if (args.experts_on_cpu > 0 && !cuda) {
+    throw Error(Where{"", "", "--experts-on-cpu"}, "divides the experts between the CPU and a GPU: it needs --device cuda");
+  }
   if (!args.expert_placement.empty()) {
-    if (args.expert_parallel < 2) {
-      throw Error(Where{"", "", "--expert-placement"}, "places the experts among ranks: it needs --expert-parallel N > 1");
+    if (args.expert_parallel < 2 && args.experts_on_cpu == 0) {
+      throw Error(Where{"", "", "--expert-placement"},
+                  "places the experts among ranks or between CPU and GPU: it needs --expert-parallel N > 1 or --experts-on-cpu N");
     }
     if (!config.moe) throw Error(Where{args.expert_placement, "", ""}, "the model has no routed experts to place");
-    static const RoutingHistogram histogram = RoutingHistogram::load(args.expert_placement, experts);
+  }
+  if (!args.expert_placement.empty() && args.expert_parallel > 1) {
+    const RoutingHistogram& histogram = placement_histogram(args.expert_placement, experts);
     options.expert_histogram = &histogram;
     options.redundant_experts = args.redundant_experts;
     // What the placement buys on the recorded traffic: the busiest rank's picks over the mean.
@@ -357,7 +383,7 @@ EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
     if (options.linear.activation == cpu::ActivationNumerics::Bf16Inputs) {
       throw Error(Where{"", "", "--activations"}, "'" + args.activations + "' applies to the CPU backend only");
     }
-    const cuda::CudaOptions cuda = cuda_options(args, options, device, expert_cache);
+    const cuda::CudaOptions cuda = cuda_options(args, config, options, device, expert_cache);
     options.prefill_chunk = cuda.max_step_tokens;
     options.executor = [cuda](const K3Config& config, const LoadPlan& plan, PlanFiles& files) {
       return cuda::make_cuda_executor(cuda, config, plan, files);
@@ -373,7 +399,7 @@ EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
 std::unique_ptr<Engine> make_synthetic_engine(const K3Config& config, const EngineOptions& options, const ModelArgs& args,
                                               uint64_t seed) {
 #ifdef K3_HAVE_CUDA
-  const cuda::CudaOptions cuda = cuda_options(args, options, parse_device(args.device), 0);
+  const cuda::CudaOptions cuda = cuda_options(args, config, options, parse_device(args.device), 0);
   return std::make_unique<Engine>(config, cuda::make_synthetic_cuda_executor(cuda, config, seed), options);
 #else
   (void)config, (void)options, (void)args, (void)seed;

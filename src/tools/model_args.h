@@ -39,6 +39,7 @@ struct ModelArgs {
   // config's max_position_embeddings on the CPU (kDefaultCudaContext when the config has none).
   std::optional<int64_t> max_context;
   std::string expert_cache;           // --expert-cache SIZE: CUDA expert streaming (empty: off)
+  int64_t experts_on_cpu = 0;         // --experts-on-cpu N: CUDA hybrid experts (0: off)
   CLI::Option* gpu_memory_option = nullptr;
   CLI::Option* max_sequences_option = nullptr;
   // k3 serve: --max-sequences sizes the CPU engine's state slots too (else it is CUDA-only), and

@@ -149,5 +149,28 @@ TEST_P(PlacedExperts, GiveTheOneRankLogitsBitForBit) {
 INSTANTIATE_TEST_SUITE_P(BothArchitectures, PlacedExperts, ::testing::Values(TinyArch::KimiK3, TinyArch::KimiLinear),
                          [](const auto& info) { return info.param == TinyArch::KimiK3 ? "KimiK3" : "KimiLinear"; });
 
+// Hybrid CPU/GPU experts: the coldest experts of each MoE layer go to the CPU (ties: the higher
+// index), the last ones where the histogram has no record, none in a dense layer; the count is bounded.
+TEST(CpuExperts, TheColdestOfEachLayerGoToTheCpu) {
+  RoutingHistogram h;
+  h.experts = 6;
+  h.layers[1] = {50, 0, 7, 7, 90, 3};
+  const std::vector<bool> moe = {false, true, true};
+  const auto on_cpu = choose_cpu_experts(moe, 6, 3, &h);
+  ASSERT_EQ(on_cpu.size(), 3u);
+  EXPECT_TRUE(on_cpu[0].empty());
+  EXPECT_EQ(on_cpu[1], (std::vector<bool>{false, true, false, true, false, true}));  // 0 picks, 3, then 7 (index 3 first)
+  EXPECT_EQ(on_cpu[2], (std::vector<bool>{false, false, false, true, true, true}));  // no record: the last three
+  EXPECT_EQ(choose_cpu_experts(moe, 6, 2, nullptr)[1], (std::vector<bool>{false, false, false, false, true, true}));
+  for (const int64_t bad : {0, 6, -1}) {
+    try {
+      choose_cpu_experts(moe, 6, bad, nullptr);
+      FAIL() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--experts-on-cpu"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace k3

@@ -164,6 +164,7 @@ TEST_F(HostileCli, NumericFlagsOutOfRangeAreUsageErrorsWithShortBounds) {
       {gen + "--gpu-memory 101%", "--gpu-memory: '101%' is not a size"},
       {gen + "--device tpu", "--device: 'tpu' is not a device (cpu, cuda or cuda:N)"},
       {gen + "--expert-cache 2X", "--expert-cache: '2X' is not a size"},
+      {gen + "--experts-on-cpu 0", "--experts-on-cpu: '0' is out of range [1, "},
       {"make-tiny --out x --family nope", "--family: unknown family 'nope'"},
       {"make-tiny --out x --arch nope", "--arch: unknown architecture 'nope'"},
       {"make-tiny --out x --size nope", "--size: unknown size 'nope'"},
@@ -192,6 +193,9 @@ TEST_F(HostileCli, CudaSizingFlagsNeedACudaDevice) {
   const test::CliResult seqs = test::run_k3(gen + "--max-sequences 4");
   EXPECT_EQ(seqs.code, 1);
   EXPECT_EQ(seqs.err, "k3 generate: error: field '--max-sequences': sizes the CUDA state slots: it needs --device cuda\n");
+  const test::CliResult hybrid = test::run_k3(gen + "--experts-on-cpu 2");
+  EXPECT_EQ(hybrid.code, 1);
+  EXPECT_EQ(hybrid.err, "k3 generate: error: field '--experts-on-cpu': divides the experts between the CPU and a GPU: it needs --device cuda\n");
 }
 
 TEST_F(HostileCli, TokenizeFileMustBeARegularFile) {

@@ -39,6 +39,12 @@ inline void add_weighted_row(const float* y, float weight, float* routed, int64_
   for (int64_t c = 0; c < width; ++c) routed[c] += weight * y[c];
 }
 
+// routed[t] += Σ weight · expert(z[t]) over token t's picks whose expert `experts` binds (picks of a
+// null expert are left to another device: hybrid CPU/GPU experts). One gated MLP per expert over its
+// tokens' rows, experts in ascending order, each token's outputs added in that order.
+void add_routed_experts(const ActivationConfig& act, const CpuHandles::Experts& experts, const Tensor& z,
+                        const Routing& routing, Tensor& routed);
+
 // Built in place (moe_buffers returns it as a prvalue): `routed` refers to `out`, or without a
 // latent up-projection to the block's own sum.
 struct MoeBuffers {
@@ -85,6 +91,7 @@ class BlockOps {
   MoeBuffers moe_buffers(const MoeWeights& w, const Tensor& x, Tensor& out) const { return MoeBuffers(w, x, out); }
   void route(const Tensor& logits, const Floats& bias, Routing& routing) const;
   void routed_experts(int64_t layer, const MoeWeights& w, const Tensor& z, const Routing& routing, Tensor& routed) const;
+  void complete_routed(Tensor&) const {}  // routed_experts leaves nothing pending
 
  private:
   const K3Config& c_;

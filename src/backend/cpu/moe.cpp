@@ -113,18 +113,24 @@ void BlockOps::routed_experts(int64_t layer, const MoeWeights& w, const Tensor& 
     const ExpertPlacement contiguous(c_.moe->num_experts, ranks_.experts->size());
     return routed_experts_across(c_, layer, w, z, routing, routed, *ranks_.experts, ranks_.placement ? *ranks_.placement : contiguous);
   }
-  const MoeConfig& m = *c_.moe;
+  add_routed_experts(c_.activation, w.experts, z, routing, routed);
+}
+
+void add_routed_experts(const ActivationConfig& act, const CpuHandles::Experts& experts, const Tensor& z,
+                        const Routing& routing, Tensor& routed) {
   // Tokens per expert, with their routing weights.
-  std::vector<std::vector<std::pair<int64_t, float>>> assigned(static_cast<size_t>(m.num_experts));
+  std::vector<std::vector<std::pair<int64_t, float>>> assigned(experts.w1.size());
   for (size_t t = 0; t < routing.size(); ++t) {
-    for (const Route& r : routing[t]) assigned[r.expert].push_back({static_cast<int64_t>(t), r.weight});
+    for (const Route& r : routing[t]) {
+      if (experts.w1[static_cast<size_t>(r.expert)]) assigned[static_cast<size_t>(r.expert)].push_back({static_cast<int64_t>(t), r.weight});
+    }
   }
-  for (int64_t e = 0; e < m.num_experts; ++e) {
-    const auto& tokens = assigned[static_cast<size_t>(e)];
+  for (size_t e = 0; e < assigned.size(); ++e) {
+    const auto& tokens = assigned[e];
     if (tokens.empty()) continue;
     Tensor in(static_cast<int64_t>(tokens.size()), z.cols), y;
     for (size_t i = 0; i < tokens.size(); ++i) std::copy_n(z.row(tokens[i].first), z.cols, in.row(static_cast<int64_t>(i)));
-    gated_mlp(c_.activation, *w.experts.w1[e], *w.experts.w3[e], *w.experts.w2[e], in, y);
+    gated_mlp(act, *experts.w1[e], *experts.w3[e], *experts.w2[e], in, y);
     for (size_t i = 0; i < tokens.size(); ++i) {
       add_weighted_row(y.row(static_cast<int64_t>(i)), tokens[i].second, routed.row(tokens[i].first), z.cols);
     }

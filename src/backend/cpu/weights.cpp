@@ -96,6 +96,14 @@ MlpWeights bind_mlp(Binder& b, const std::string& p) {
   return {b.linear(p + "gate_proj.weight"), b.linear(p + "up_proj.weight"), b.linear(p + "down_proj.weight")};
 }
 
+CpuHandles::Experts bind_experts(Binder& b, const MoeConfig& m, int64_t layer, const std::string& p) {
+  CpuHandles::Experts w;
+  w.w1 = b.experts(p + "experts.w1.weight", layer, m.num_experts);
+  w.w3 = b.experts(p + "experts.w3.weight", layer, m.num_experts);
+  w.w2 = b.experts(p + "experts.w2.weight", layer, m.num_experts);
+  return w;
+}
+
 MoeWeights bind_moe(Binder& b, const K3Config& c, int64_t layer, const std::string& p) {
   const MoeConfig& m = *c.moe;
   MoeWeights w;
@@ -107,9 +115,7 @@ MoeWeights bind_moe(Binder& b, const K3Config& c, int64_t layer, const std::stri
     w.latent_up = b.linear(p + "routed_expert_up_proj.weight");
     if (m.latent_moe_use_norm) w.latent_norm = b.floats(p + "routed_expert_norm.weight");
   }
-  w.experts.w1 = b.experts(p + "experts.w1.weight", layer, m.num_experts);
-  w.experts.w3 = b.experts(p + "experts.w3.weight", layer, m.num_experts);
-  w.experts.w2 = b.experts(p + "experts.w2.weight", layer, m.num_experts);
+  w.experts = bind_experts(b, m, layer, p);
   if (m.num_shared_experts > 0) w.shared = bind_mlp(b, p + "shared_experts.");
   return w;
 }
@@ -178,12 +184,31 @@ void split_kv_b(const std::vector<float>& kv_b, const MlaConfig& m, std::vector<
   }
 }
 
-ModelWeights bind_weights(const K3Config& config, const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& options,
-                          const ExpertFilter& experts) {
+namespace {
+
+void check_plan(const LoadPlan& plan) {
   if (!plan.ok()) {
     throw Error(plan.problems.front().where, "the load plan has " + std::to_string(plan.problems.size()) +
                                                  " problem(s), first: " + plan.problems.front().message);
   }
+}
+
+}  // namespace
+
+std::vector<CpuHandles::Experts> bind_routed_experts(const K3Config& config, const LoadPlan& plan, PlanFiles& files,
+                                                     const cpu::LinearOptions& options, const ExpertFilter& experts) {
+  check_plan(plan);
+  Binder b(plan, files, options, experts);
+  std::vector<CpuHandles::Experts> banks(static_cast<size_t>(config.num_layers));
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    if (config.is_moe(l)) banks[static_cast<size_t>(l)] = bind_experts(b, *config.moe, l, layer_prefix(l) + "block_sparse_moe.");
+  }
+  return banks;
+}
+
+ModelWeights bind_weights(const K3Config& config, const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& options,
+                          const ExpertFilter& experts) {
+  check_plan(plan);
   Binder b(plan, files, options, experts);
   ModelWeights w;
   w.embed = b.floats("model.embed_tokens.weight");

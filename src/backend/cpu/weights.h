@@ -59,6 +59,11 @@ using ExpertFilter = std::function<bool(int64_t layer, int64_t expert)>;
 ModelWeights bind_weights(const K3Config& config, const LoadPlan& plan, PlanFiles& files,
                           const cpu::LinearOptions& options = {}, const ExpertFilter& experts = {});
 
+// Only the routed experts `experts` keeps, per model layer (empty banks for non-MoE layers): the CPU's
+// share under hybrid CPU/GPU experts, without the rest of the model.
+std::vector<CpuHandles::Experts> bind_routed_experts(const K3Config& config, const LoadPlan& plan, PlanFiles& files,
+                                                     const cpu::LinearOptions& options, const ExpertFilter& experts);
+
 // A tree over the same weight bytes as `whole` (every linear a CpuLinear::rows_view of all its rows,
 // sharing the bound matrices, which stay alive while a view does; vectors copied), with only the
 // routed experts `experts` keeps: how in-process ranks share one binding.

@@ -89,6 +89,9 @@ class BlockOps {
   void route(const DeviceTensor& logits, DeviceVector bias, const Routing& routing) const;
   void routed_experts(int64_t layer, const DeviceMoe& w, const DeviceTensor& z, const Routing& routing,
                       const DeviceTensor& routed) const;
+  // The CPU experts' part of the routed sum (hybrid CPU/GPU experts), computed on the host while the
+  // GPU runs what was queued since routed_experts; nothing otherwise.
+  void complete_routed(const DeviceTensor& routed) const;
 
  private:
   DeviceTensor scratch(DType dtype, int64_t rows, int64_t cols, const char* what) const {

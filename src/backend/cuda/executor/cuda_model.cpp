@@ -13,6 +13,7 @@
 #include "backend/cuda/attention/generic_attention.h"
 #include "backend/cuda/attention/mla/mla.h"
 #include "backend/cuda/executor/cuda_format.h"
+#include "backend/cuda/executor/cpu_experts.h"
 #include "backend/cuda/executor/expert_stream.h"
 #include "backend/cuda/executor/rows.h"
 #include "backend/cuda/executor/step.h"
@@ -144,6 +145,10 @@ void check_options(const CudaOptions& o) {
   if (o.max_step_tokens < 1) bad("--max-step-tokens", "must be ≥ 1");
   if (o.kv_blocks < 0) bad("--kv-blocks", "must be ≥ 0 (0 = every sequence at the full context)");
   if (o.snapshot_slots < 0) bad("--snapshot-slots", "must be ≥ 0");
+  if (o.experts_on_cpu < 0) bad("--experts-on-cpu", "must be ≥ 0");
+  if (o.experts_on_cpu > 0 && o.expert_cache_bytes > 0) {
+    bad("--experts-on-cpu", "and --expert-cache are two places for the experts the GPU does not hold: choose one");
+  }
 }
 
 // What the CUDA kernels can run: any KDA head dim and MLA per-head width up to the generic kernels'
@@ -170,15 +175,23 @@ class CudaExecutor final : public Executor {
  public:
   // The weights into the arena; routed-expert banks to the sink when it is set (expert streaming).
   using WeightSource = std::function<DeviceWeights(Arena&, ExpertBankSink*)>;
-  CudaExecutor(const CudaOptions& o, const K3Config& config, const WeightSource& weights)
+  // `cpu_experts`: hybrid CPU/GPU experts (their CPU banks bound), else null.
+  CudaExecutor(const CudaOptions& o, const K3Config& config, const WeightSource& weights,
+               std::unique_ptr<CpuExperts> cpu_experts = nullptr)
       : options_(o), config_(config), device_(select(o.device)), arena_(o.device, parse_memory(o)),
         experts_(o.expert_cache_bytes > 0 ? std::make_unique<ExpertStream>(config_) : nullptr),
-        weights_(weights(arena_, experts_.get())), blas_(arena_) {
+        cpu_experts_(std::move(cpu_experts)),
+        weights_(weights(arena_, experts_ ? static_cast<ExpertBankSink*>(experts_.get()) : cpu_experts_.get())),
+        blas_(arena_) {
     if (experts_) {
       experts_->allocate(arena_, o.expert_cache_bytes);
       stats_.streaming = true;
     }
     stats_.weight_bytes = weights_.backend_extras.bytes;
+    if (cpu_experts_) {
+      cpu_experts_->allocate(arena_, weights_);
+      stats_.weight_bytes += cpu_experts_->stats().gpu_bank_bytes;
+    }
     for (const DeviceLayer& l : weights_.layers) {
       stats_.packed_expert_banks += l.moe.experts.w13.packed() + l.moe.experts.w2.packed();
       stats_.packed_kv_b_layers += l.mla.absorbed.packed != nullptr;
@@ -272,6 +285,16 @@ class CudaExecutor final : public Executor {
       stats_.bytes_copied = e.bytes_copied;
       stats_.copy_seconds = e.copy_seconds;
     }
+    if (cpu_experts_) {
+      const CpuExpertStats& c = cpu_experts_->stats();
+      stats_.cpu_experts_per_layer = c.per_layer;
+      stats_.gpu_expert_bytes = c.gpu_bank_bytes;
+      stats_.hybrid_layer_calls = c.layer_calls;
+      stats_.cpu_picks = c.cpu_picks;
+      stats_.gpu_picks = c.gpu_picks;
+      stats_.cpu_expert_seconds = c.cpu_seconds;
+      stats_.cpu_wait_seconds = c.wait_seconds;
+    }
     return stats_;
   }
 
@@ -337,8 +360,8 @@ class CudaExecutor final : public Executor {
     const StepMeta meta = upload_meta(ids, slices, logit_rows);
     const int64_t L = static_cast<int64_t>(logit_rows.size());
     // Graphs need every launch shape fixed per batch size: the generic MLA path's grows with the context.
-    // Expert streaming reads each MoE layer's picks on the host: no graphs.
-    if (options_.graphs && !experts_ && fast_mla_ && meta.decode && L == meta.rows) return replay_decode(meta);
+    // Expert streaming and hybrid experts read each MoE layer's picks on the host: no graphs.
+    if (options_.graphs && !experts_ && !cpu_experts_ && fast_mla_ && meta.decode && L == meta.rows) return replay_decode(meta);
     ++stats_.eager_steps;
     return forward(meta, L);
   }
@@ -516,6 +539,7 @@ class CudaExecutor final : public Executor {
   DeviceTensor forward(const StepMeta& meta, int64_t L) {
     StepContext ctx{config_, weights_, state_, arena_, blas_, stream_.get(), multiprocessors_, page_size_, meta};
     ctx.experts = experts_.get();
+    ctx.cpu_experts = cpu_experts_.get();
     CudaOps ops(ctx);
     Act x, normed;
     x.t = arena_.alloc_tensor(DType::kF32, meta.rows, config_.hidden_size, "embedded rows");
@@ -565,6 +589,7 @@ class CudaExecutor final : public Executor {
   int device_;
   Arena arena_;
   std::unique_ptr<ExpertStream> experts_;  // expert streaming, else null
+  std::unique_ptr<CpuExperts> cpu_experts_;  // hybrid CPU/GPU experts, else null
   DeviceWeights weights_;
   Blas blas_;
   Stream stream_;
@@ -592,13 +617,32 @@ std::unique_ptr<Executor> make_cuda_executor(const CudaOptions& options, const K
                                              PlanFiles& files) {
   check_options(options);
   check_geometry(config);
-  return std::make_unique<CudaExecutor>(options, config, [&](Arena& arena, ExpertBankSink* sink) {
-    return upload_weights(arena, config, plan, files, ExpertUploadOptions{options.packed_int_experts, options.w4a4}, sink);
-  });
+  std::unique_ptr<CpuExperts> cpu_experts;
+  if (options.experts_on_cpu > 0) {
+    if (!config.moe) throw Error(Where{"", "", "--experts-on-cpu"}, "the model has no routed experts");
+    std::vector<bool> moe_layers;
+    for (int64_t l = 0; l < config.num_layers; ++l) moe_layers.push_back(config.is_moe(l));
+    std::vector<std::vector<bool>> on_cpu =
+        choose_cpu_experts(moe_layers, config.moe->num_experts, options.experts_on_cpu, options.cpu_expert_histogram);
+    cpu::LinearOptions numerics;  // the GPU's activation contract (CudaOptions::w4a4)
+    numerics.activation = options.w4a4 ? cpu::ActivationNumerics::CheckpointContract : cpu::ActivationNumerics::WeightOnly;
+    std::vector<CpuHandles::Experts> banks = bind_routed_experts(
+        config, plan, files, numerics, [&](int64_t l, int64_t e) { return on_cpu[static_cast<size_t>(l)][static_cast<size_t>(e)]; });
+    cpu_experts = std::make_unique<CpuExperts>(config, std::move(on_cpu), std::move(banks));
+  }
+  return std::make_unique<CudaExecutor>(
+      options, config,
+      [&](Arena& arena, ExpertBankSink* sink) {
+        return upload_weights(arena, config, plan, files, ExpertUploadOptions{options.packed_int_experts, options.w4a4}, sink);
+      },
+      std::move(cpu_experts));
 }
 
 std::unique_ptr<Executor> make_synthetic_cuda_executor(const CudaOptions& options, const K3Config& config, uint64_t seed) {
   check_options(options);
+  if (options.experts_on_cpu > 0) {
+    throw Error(Where{"", "", "--experts-on-cpu"}, "computes experts from a checkpoint's bytes: synthetic weights have none");
+  }
   check_geometry(config);
   return std::make_unique<CudaExecutor>(options, config,
                                         [&](Arena& arena, ExpertBankSink* sink) {

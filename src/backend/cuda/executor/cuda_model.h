@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/executor.h"
+#include "parallel/expert_placement.h"
 
 namespace k3::cuda {
 
@@ -39,6 +40,12 @@ struct CudaOptions {
   // `--activations checkpoint` on the CPU);
   // false: weight-only W4A16 (bf16 activations). A checkpoint without input_scale is an error.
   bool w4a4 = false;
+  // Hybrid CPU/GPU experts (docs/cuda-backend.md "Hybrid CPU/GPU experts"): 0 = off, else the routed
+  // experts of each MoE layer computed by the CPU (the coldest of cpu_expert_histogram's recorded
+  // picks, or the last ones); the GPU holds only the others. Forces decode CUDA graphs off (each MoE
+  // layer waits for its picks on the host). Needs a checkpoint (not synthetic weights).
+  int64_t experts_on_cpu = 0;
+  const RoutingHistogram* cpu_expert_histogram = nullptr;
 };
 
 // Checks the options (one-line errors naming the flag) and binds the plan for `options.device`.
@@ -70,6 +77,13 @@ struct CudaExecutorStats {
     return cache_hits + cache_misses > 0 ? static_cast<double>(cache_hits) / static_cast<double>(cache_hits + cache_misses) : 0.0;
   }
   double copy_gb_per_s() const { return copy_seconds > 0 ? static_cast<double>(bytes_copied) / copy_seconds / 1e9 : 0.0; }
+  // Hybrid CPU/GPU experts (zero when off): experts per MoE layer on the CPU, device bytes of the
+  // GPU's banks, MoE layer calls, picks computed on each side, the host's time computing the CPU's
+  // picks and waiting for their inputs.
+  int64_t cpu_experts_per_layer = 0;
+  uint64_t gpu_expert_bytes = 0;
+  int64_t hybrid_layer_calls = 0, cpu_picks = 0, gpu_picks = 0;
+  double cpu_expert_seconds = 0, cpu_wait_seconds = 0;
 };
 CudaExecutorStats cuda_executor_stats(const Executor& executor);
 

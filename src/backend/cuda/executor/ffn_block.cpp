@@ -8,6 +8,7 @@
 // of gate and up separately) in their epilogue — so the activation's gate/up alphas are 1 and no
 // scale is applied twice. Where GEMM 2's bank quantises its input (an integer or W4A4 activation
 // contract), the activation is applied by the kernel that quantises it (one pass; ExpertInput).
+#include "backend/cuda/executor/cpu_experts.h"
 #include "backend/cuda/executor/expert_stream.h"
 #include "backend/cuda/executor/block_ops.h"
 #include "backend/cuda/moe/moe.h"
@@ -62,9 +63,10 @@ MoeBuffers BlockOps::moe_buffers(const DeviceMoe& w, const DeviceTensor& x, cons
   if (w.latent_down) s.z = scratch(DType::kBF16, T, w.latent_down.n, "latent moe input");
   const int64_t D = w.latent_down ? w.latent_down.n : x.cols;
   // The routed sum goes straight into `out`, or to the latent up-projection: f32 for its norm, else
-  // bf16 as the GEMM reads it (f32 when streaming, whose passes accumulate; the GEMM input rounds the
-  // same sum to bf16 once, as the combine would).
-  const DType routed_dtype = w.latent_norm || ctx_.experts != nullptr ? DType::kF32 : DType::kBF16;
+  // bf16 as the GEMM reads it (f32 when streaming or with CPU experts, whose parts accumulate; the
+  // GEMM input rounds the same sum to bf16 once, as the combine would).
+  const bool parts = ctx_.experts != nullptr || ctx_.cpu_experts != nullptr;
+  const DType routed_dtype = w.latent_norm || parts ? DType::kF32 : DType::kBF16;
   s.routed = w.latent_up ? scratch(routed_dtype, T, D, "moe routed sum") : out;
   if (w.latent_up && w.latent_norm) s.normed = scratch(DType::kBF16, T, D, "moe latent normed");
   if (w.shared.gate) s.shared = scratch(DType::kF32, T, out.cols, "shared expert output");
@@ -85,7 +87,9 @@ void BlockOps::routed_experts(int64_t layer, const DeviceMoe& w, const DeviceTen
   // experts) for the picks `pick_ids` names (−1: skipped).
   // The kernels are chosen for the model's E also over streaming's slot bank, so a streamed layer
   // runs the kernels of a resident one.
-  const int64_t E_bank = ctx.experts != nullptr ? ctx.experts->slots() : E;
+  const int64_t E_bank = ctx.experts != nullptr       ? ctx.experts->slots()
+                         : ctx.cpu_experts != nullptr ? ctx.cpu_experts->gpu_experts()
+                                                      : E;
   MoeDispatch d = moe_dispatch_view(ctx.arena.alloc(moe_dispatch_bytes(T, k, E_bank), "moe dispatch"), T, k, E_bank);
   d.choice_experts = E;
   const DeviceTensor xs = scratch(DType::kBF16, R, D, "moe sorted rows");
@@ -106,7 +110,11 @@ void BlockOps::routed_experts(int64_t layer, const DeviceMoe& w, const DeviceTen
     moe_combine(ys, d, DeviceTensor(), routed, accumulate, ctx.stream);  // the rows carry their weights
     ctx.arena.reset(pass_mark);
   };
-  if (ctx.experts == nullptr) {
+  if (ctx.cpu_experts != nullptr) {
+    // Hybrid (cpu_experts.h): the GPU's experts over its own bank; complete_routed adds the CPU's.
+    CpuExperts& ce = *ctx.cpu_experts;
+    pass(ce.begin(layer, z, routing.ids, routing.weights, ctx.arena, ctx.stream), w.experts.w13, w.experts.w2, false);
+  } else if (ctx.experts == nullptr) {
     pass(routing.ids, w.experts.w13, w.experts.w2, false);
   } else {
     // Expert streaming (expert_stream.h): the passes over the slot banks, each after the copies it
@@ -119,6 +127,10 @@ void BlockOps::routed_experts(int64_t layer, const DeviceMoe& w, const DeviceTen
       es.after_pass(i, ctx.stream);
     }
   }
+}
+
+void BlockOps::complete_routed(const DeviceTensor& routed) const {
+  if (ctx_.cpu_experts != nullptr) ctx_.cpu_experts->finish(routed, ctx_.arena, ctx_.stream);
 }
 
 void mlp_block(StepContext& ctx, const DeviceMlp& w, const DeviceTensor& x, const DeviceTensor& out) {

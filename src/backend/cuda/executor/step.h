@@ -44,6 +44,7 @@ struct LayerState {
 };
 
 class ExpertStream;  // expert_stream.h
+class CpuExperts;    // cpu_experts.h
 
 struct StepContext {
   const K3Config& config;
@@ -56,6 +57,7 @@ struct StepContext {
   int page_size = 64;
   StepMeta meta;
   ExpertStream* experts = nullptr;  // expert streaming (--expert-cache): the routed experts' slot banks
+  CpuExperts* cpu_experts = nullptr;  // hybrid CPU/GPU experts (--experts-on-cpu)
   int64_t packed_prefill_gemms = 0;   // packed expert GEMMs of this step on a prefill GEMM rather than a decode GEMV
 
   // y = x·Wᵀ for every weight kind; x f32 or bf16, y f32 or bf16 (converted where a GEMM cannot).

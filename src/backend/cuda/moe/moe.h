@@ -64,6 +64,12 @@ MoeDispatch moe_dispatch_view(void* buffer, int64_t tokens, int64_t top_k, int64
 // gather over all R rows stays in bounds, and no tile covers them.
 void moe_dispatch(const DeviceTensor& ids, const MoeDispatch& d, cudaStream_t stream);
 
+// out[t, j] = map[ids[t, j]]: the router's picks renamed to a bank's own expert indices, −1 for the
+// experts the bank lacks (hybrid CPU/GPU experts: the GPU's bank holds only its experts). ids, out:
+// i32 [T, k]; map: device i32 [experts]; ids outside [0, experts) become −1.
+void moe_map_experts(const DeviceTensor& ids, const int32_t* map, int64_t experts, const DeviceTensor& out,
+                     cudaStream_t stream);
+
 // xs[r] = x[sorted_token[r]]: x f32 or bf16 [T, K]; xs bf16 [R, K].
 void moe_gather(const DeviceTensor& x, const MoeDispatch& d, const DeviceTensor& xs, cudaStream_t stream);
 

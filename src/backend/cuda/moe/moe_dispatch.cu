@@ -291,6 +291,35 @@ void check_dispatch(const MoeDispatch& d, const char* what) {
   if (d.expert_offsets == nullptr || d.tiles == nullptr) throw Error(std::string(what) + ": dispatch has no buffers");
 }
 
+__global__ void moe_map_experts_kernel(const int32_t* ids, int64_t ids_ld, const int32_t* map, int experts, int32_t* out,
+                                       int64_t out_ld, int top_k, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int t = i / top_k, j = i % top_k;
+  const int32_t e = ids[t * ids_ld + j];
+  out[t * out_ld + j] = e >= 0 && e < experts ? map[e] : -1;
+}
+
+}  // namespace
+
+void moe_map_experts(const DeviceTensor& ids, const int32_t* map, int64_t experts, const DeviceTensor& out,
+                     cudaStream_t stream) {
+  expect_dtype(ids, DType::kI32, "moe_map_experts ids");
+  expect_dtype(out, DType::kI32, "moe_map_experts out");
+  expect_shape(out, ids.rows, ids.cols, "moe_map_experts out");
+  if (experts <= 0 || experts > kMaxExperts) throw Error("moe_map_experts: experts must be in [1, 1024], got " + std::to_string(experts));
+  const int64_t n = ids.rows * ids.cols;
+  if (n == 0) return;
+  if (n > INT32_MAX) throw Error("moe_map_experts: too many picks");
+  constexpr int kThreads = 256;
+  moe_map_experts_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      ids.as<const int32_t>(), ids.ld, map, static_cast<int>(experts), out.as<int32_t>(), out.ld, static_cast<int>(ids.cols),
+      static_cast<int>(n));
+  K3_CUDA_CHECK_LAUNCH("moe_map_experts_kernel");
+}
+
+namespace {
+
 }  // namespace
 
 int moe_tile_rows(MoeTile tile) {

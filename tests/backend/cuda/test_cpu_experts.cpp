@@ -1,0 +1,178 @@
+// Hybrid CPU/GPU experts (docs/cuda-backend.md "Hybrid CPU/GPU experts"): moe_map_experts against a
+// host reference; the CUDA model with half of every MoE layer's experts on the CPU against the
+// all-GPU run on the same checkpoint (bf16 and packed experts), over prefill and decode steps; the
+// trained tiny Kimi-K3's greedy replies unchanged with its cold experts on the CPU; and the option
+// errors. Every test skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "backend/cuda/core/upload.h"
+#include "backend/cuda/executor/cuda_model.h"
+#include "backend/cuda/moe/moe.h"
+#include "cuda_test_util.h"
+#include "eval/chat_reply.h"
+#include "eval/eval.h"
+#include "eval/greedy.h"
+#include "model/engine_test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace k3::cuda {
+namespace {
+
+TEST(MoeMapExperts, RenamesPicksToTheBanksIndices) {
+  K3_REQUIRE_GPU();
+  test::ArenaScope scope;
+  test::Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  Arena& a = test::arena();
+  const int64_t T = 37, k = 8, E = 64;
+  std::vector<int32_t> map(static_cast<size_t>(E), -1), ids;
+  int32_t next = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    if (rng.uniform_int(0, 2) != 0) map[static_cast<size_t>(e)] = next++;
+  }
+  for (int64_t i = 0; i < T * k; ++i) ids.push_back(i % 29 == 5 ? -1 : rng.uniform_int(0, static_cast<int>(E) - 1));
+  const DeviceTensor d_ids = a.alloc_tensor(DType::kI32, T, k, "ids"), out = a.alloc_tensor(DType::kI32, T, k, "out");
+  int32_t* d_map = a.alloc_n<int32_t>(map.size(), "map");
+  copy_bytes_to_device(d_ids.data, ids.data(), ids.size() * sizeof(int32_t));
+  copy_bytes_to_device(d_map, map.data(), map.size() * sizeof(int32_t));
+  moe_map_experts(d_ids, d_map, E, out, nullptr);
+  const std::vector<int32_t> got = download_i32(out);
+  for (size_t i = 0; i < ids.size(); ++i) ASSERT_EQ(got[i], ids[i] < 0 ? -1 : map[static_cast<size_t>(ids[i])]) << i;
+}
+
+EngineOptions hybrid_options(int64_t experts_on_cpu, const RoutingHistogram* histogram, uint64_t expert_cache = 0) {
+  CudaOptions o;
+  o.memory = "3G";
+  o.max_sequences = 8;
+  o.max_context = 512;
+  o.experts_on_cpu = experts_on_cpu;
+  o.cpu_expert_histogram = histogram;
+  o.expert_cache_bytes = expert_cache;
+  EngineOptions e;
+  e.max_context = 512;
+  e.executor = [o](const K3Config& c, const LoadPlan& p, PlanFiles& f) { return make_cuda_executor(o, c, p, f); };
+  return e;
+}
+
+class HybridExpertsModel : public ::testing::TestWithParam<FamilyId> {};
+
+// Pinned routing picks experts 0..k−1 for every token; the histogram makes experts 0 and 1 the
+// coldest, so the CPU computes two of each token's four picks and the GPU the other two. The CPU's
+// experts multiply in float what the GPU's multiply in bf16, and each token's sum adds the two sides
+// in another order: the same-contract CPU-vs-GPU bound of test_cuda_model.cpp for Kimi-Linear small,
+// 0.04, covers it.
+TEST_P(HybridExpertsModel, HalfTheExpertsOnTheCpuGiveTheAllGpuLogits) {
+  K3_REQUIRE_GPU();
+  const FamilyId family = GetParam();
+  const k3::test::TinyCheckpoint ckpt = k3::test::make_tiny_pinned_routing(family, TinyArch::KimiLinear, 11, TinySize::Small);
+  Engine all_gpu(ckpt.dir, hybrid_options(0, nullptr));
+  const MoeConfig& moe = *all_gpu.config().moe;
+  const int64_t E = moe.num_experts, N = E / 2;
+  RoutingHistogram cold;
+  cold.experts = E;
+  for (int64_t l = 0; l < all_gpu.config().num_layers; ++l) {
+    if (!all_gpu.config().is_moe(l)) continue;
+    std::vector<uint64_t>& counts = cold.layers[l];
+    counts.assign(static_cast<size_t>(E), 100);
+    counts[0] = counts[1] = 0;
+  }
+  Engine hybrid(ckpt.dir, hybrid_options(N, &cold));
+  const int64_t vocab = all_gpu.config().vocab_size;
+  const std::vector<int64_t> prompt = k3::test::test_prompt(40, vocab);
+  const double prefill_err =
+      k3::test::relative_max_error(k3::test::prefill_logits(hybrid, prompt), k3::test::prefill_logits(all_gpu, prompt));
+  EXPECT_LT(prefill_err, 0.04) << family_name(family);
+
+  const std::vector<int64_t> head(prompt.begin(), prompt.begin() + 20);
+  const int64_t sa = all_gpu.new_sequence(), sh = hybrid.new_sequence();
+  all_gpu.step({{sa, head, false}});
+  hybrid.step({{sh, head, false}});
+  double decode_err = 0;
+  for (int i = 0; i < 6; ++i) {
+    const int64_t tok = prompt[20 + i];
+    const std::vector<float> a = all_gpu.step({{sa, {tok}, false}}).front().logits;
+    const std::vector<float> b = hybrid.step({{sh, {tok}, false}}).front().logits;
+    for (float v : b) ASSERT_TRUE(std::isfinite(v));
+    decode_err = std::max(decode_err, k3::test::relative_max_error(b, a));
+  }
+  EXPECT_LT(decode_err, 0.04) << family_name(family);
+
+  const CudaExecutorStats s = cuda_executor_stats(hybrid.executor()), r = cuda_executor_stats(all_gpu.executor());
+  EXPECT_EQ(s.cpu_experts_per_layer, N);
+  EXPECT_EQ(s.graph_replays, 0);  // graphs are off with CPU experts
+  EXPECT_EQ(s.cpu_picks, s.gpu_picks);  // two of the four pinned picks each
+  EXPECT_GT(s.cpu_picks, 0);
+  EXPECT_GT(s.hybrid_layer_calls, 0);
+  EXPECT_EQ(s.packed_expert_banks, r.packed_expert_banks);
+  // The GPU holds E − N experts per layer: the other N experts' bytes left the device.
+  EXPECT_EQ(r.weight_bytes - s.weight_bytes, s.gpu_expert_bytes * static_cast<uint64_t>(N) / static_cast<uint64_t>(E - N));
+  std::printf("[ %s ] %lld of %lld experts per layer on the CPU: prefill rel err %.2e, decode rel err %.2e; %lld CPU and "
+              "%lld GPU picks over %lld layer calls; CPU experts %.1f ms, waiting for their inputs %.1f ms\n",
+              family_name(family), static_cast<long long>(N), static_cast<long long>(E), prefill_err, decode_err,
+              static_cast<long long>(s.cpu_picks), static_cast<long long>(s.gpu_picks),
+              static_cast<long long>(s.hybrid_layer_calls), s.cpu_expert_seconds * 1e3, s.cpu_wait_seconds * 1e3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, HybridExpertsModel,
+                         ::testing::Values(FamilyId::Bf16, FamilyId::ModelOptNvfp4, FamilyId::ModelSlimW4A8, FamilyId::Gguf,
+                                           FamilyId::CompressedTensorsMxfp4),
+                         test::CaseIndexName());
+
+// The trained tiny Kimi-K3 (4 experts, top-2) with its last two experts on the CPU: greedy replies to
+// the eval prompts, decoded in one continuous batch, are the all-GPU run's token for token.
+TEST(HybridExpertsTrained, GreedyRepliesEqualTheAllGpuRun) {
+  K3_REQUIRE_GPU();
+  const std::string model = std::string(K3_SOURCE_DIR) + "/models/tiny-k3";
+  ASSERT_TRUE(std::filesystem::exists(model + "/config.json")) << model;
+  Engine all_gpu(model, hybrid_options(0, nullptr));
+  Engine hybrid(model, hybrid_options(2, nullptr));
+  const Tokenizer tokenizer = Tokenizer::load(model);
+  const eval::ChatFormat format = eval::chat_format_of(all_gpu.config());
+  eval::EvalOptions options;
+  options.n = 8;
+  std::vector<eval::DecodeJob> jobs;
+  for (const eval::Example& x : eval::make_eval_examples(options)) jobs.push_back({eval::prompt_ids(tokenizer, format, x.prompt), 48});
+  const std::vector<int64_t> stops = eval::stop_ids(tokenizer, format, all_gpu.config());
+  const eval::DecodeRun want = eval::greedy_decode(all_gpu, jobs, stops, 4096);
+  const eval::DecodeRun got = eval::greedy_decode(hybrid, jobs, stops, 4096);
+  ASSERT_EQ(got.replies.size(), want.replies.size());
+  for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(got.replies[i], want.replies[i]) << "prompt " << i;
+  const CudaExecutorStats s = cuda_executor_stats(hybrid.executor());
+  EXPECT_GT(s.cpu_picks, 0);
+  EXPECT_GT(s.gpu_picks, 0);
+  std::printf("[ trained kimi-k3 ] %zu prompts, %lld tokens: all-GPU %.2f s, 2 of 4 experts on the CPU %.2f s (%lld CPU, "
+              "%lld GPU picks)\n",
+              jobs.size(), static_cast<long long>(got.generated_tokens), want.seconds, got.seconds,
+              static_cast<long long>(s.cpu_picks), static_cast<long long>(s.gpu_picks));
+}
+
+void expect_flag_error(const std::function<void()>& make, const std::string& field, const std::string& words) {
+  try {
+    make();
+    FAIL() << "accepted";
+  } catch (const Error& err) {
+    const std::string m = err.what();
+    EXPECT_NE(m.find(field), std::string::npos) << m;
+    EXPECT_NE(m.find(words), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+}
+
+TEST(HybridExpertsErrors, BadOptionsAreOneLineErrors) {
+  K3_REQUIRE_GPU();
+  const k3::test::TinyCheckpoint ckpt = k3::test::make_tiny_pinned_routing(FamilyId::Bf16, TinyArch::KimiLinear, 11);
+  const int64_t E = parse_k3_config(parse_json(tiny_config_json(TinyArch::KimiLinear, TinySize::Tiny).dump(), "config.json")).moe->num_experts;
+  expect_flag_error([&] { Engine e(ckpt.dir, hybrid_options(E, nullptr)); }, "--experts-on-cpu", "between 1 and");
+  expect_flag_error([&] { Engine e(ckpt.dir, hybrid_options(1, nullptr, uint64_t{1} << 30)); }, "--experts-on-cpu", "choose one");
+  CudaOptions o;
+  o.memory = "1G";
+  o.experts_on_cpu = 1;
+  const K3Config config = parse_k3_config(parse_json(tiny_config_json(TinyArch::KimiLinear, TinySize::Tiny).dump(), "config.json"));
+  expect_flag_error([&] { make_synthetic_cuda_executor(o, config, 1); }, "--experts-on-cpu", "synthetic");
+}
+
+}  // namespace
+}  // namespace k3::cuda

@@ -13,27 +13,9 @@ namespace {
 
 class ParallelExecutor final : public Executor {
  public:
-  ParallelExecutor(const K3Config& config, const LoadPlan& plan, PlanFiles& files, const cpu::LinearOptions& linear,
-                   const CpuCacheOptions& caches, ParallelLayout layout, RoutingHistogram* routing_record)
-      : world_(layout.world()), threads_per_rank_(std::max(1, omp_get_max_threads() / layout.world())) {
-    if (layout.expert_histogram && layout.experts > 1) {
-      placement_ = std::make_unique<ExpertPlacement>(*layout.expert_histogram, layout.experts, layout.redundant_experts);
-    }
-    // One binding, viewed by every rank: the checkpoint's bytes are bound (repacked, dequantised)
-    // once, whatever the rank count.
-    const ModelWeights bound = bind_weights(config, plan, files, linear);
-    for (int r = 0; r < layout.world(); ++r) {
-      Communicator& rank = world_.rank(r);
-      ParallelRanks ranks;
-      if (layout.tensor > 1) {
-        ranks.tensor = &rank;
-        if (layout.tensor < layout.world()) ranks.tensor = groups_.emplace_back(std::make_unique<GroupCommunicator>(rank, layout.tensor)).get();
-      }
-      if (layout.experts > 1) ranks.experts = &rank;
-      ranks.placement = placement_.get();
-      if (r == 0) ranks.routing_record = routing_record;
-      executors_.push_back(make_cpu_executor(config, plan, files, linear, caches, ranks, &bound));
-    }
+  ParallelExecutor(int world, const RankExecutorFactory& make)
+      : world_(world), threads_per_rank_(std::max(1, omp_get_max_threads() / world)), make_(make) {
+    for (int r = 0; r < world; ++r) executors_.push_back(make_(world_.rank(r)));
   }
 
   CacheGeometry caches() const override { return executors_.front()->caches(); }
@@ -57,6 +39,11 @@ class ParallelExecutor final : public Executor {
                                   std::span<const int64_t> logit_rows) override {
     return on_every_rank([&](Executor& e) { return e.run_argmax(ids, slices, logit_rows); });
   }
+  bool samples_on_device() const override { return executors_.front()->samples_on_device(); }
+  std::vector<int64_t> run_sample(std::span<const int64_t> ids, std::span<const BatchSlice> slices,
+                                  std::span<const int64_t> logit_rows, std::span<const RowSampling> sampling) override {
+    return on_every_rank([&](Executor& e) { return e.run_sample(ids, slices, logit_rows, sampling); });
+  }
 
  private:
   // Runs `call` on every rank's executor at once, on one thread each; rank 0's result.
@@ -72,19 +59,47 @@ class ParallelExecutor final : public Executor {
   }
 
   ThreadWorld world_;
-  std::unique_ptr<ExpertPlacement> placement_;  // null: the contiguous split
   int threads_per_rank_;  // OpenMP threads of each rank's thread: the engine's, divided among the ranks
-  std::vector<std::unique_ptr<GroupCommunicator>> groups_;  // tensor-parallel groups inside the world
+  RankExecutorFactory make_;  // kept: what it captured may be used by the executors it made
   std::vector<std::unique_ptr<Executor>> executors_;
 };
 
 }  // namespace
 
+std::unique_ptr<Executor> make_rank_executors(int world, const RankExecutorFactory& make) {
+  return std::make_unique<ParallelExecutor>(world, make);
+}
+
 std::unique_ptr<Executor> make_parallel_cpu_executor(const K3Config& config, const LoadPlan& plan, PlanFiles& files,
                                                      const cpu::LinearOptions& linear, CpuCacheOptions caches,
                                                      ParallelLayout layout, RoutingHistogram* routing_record) {
   caches.memory_shares = layout.world();
-  return std::make_unique<ParallelExecutor>(config, plan, files, linear, caches, layout, routing_record);
+  // What the ranks' executors use beyond their communicator, alive as long as the factory.
+  struct Shared {
+    std::unique_ptr<ExpertPlacement> placement;  // null: the contiguous split
+    std::vector<std::unique_ptr<GroupCommunicator>> groups;  // tensor-parallel groups inside the world
+    ModelWeights bound;
+  };
+  auto shared = std::make_shared<Shared>();
+  if (layout.expert_histogram && layout.experts > 1) {
+    shared->placement = std::make_unique<ExpertPlacement>(*layout.expert_histogram, layout.experts, layout.redundant_experts);
+  }
+  // One binding, viewed by every rank: the checkpoint's bytes are bound (repacked, dequantised)
+  // once, whatever the rank count.
+  shared->bound = bind_weights(config, plan, files, linear);
+  std::unique_ptr<Executor> executor = make_rank_executors(layout.world(), [=, &config, &plan, &files](Communicator& rank) {
+    ParallelRanks ranks;
+    if (layout.tensor > 1) {
+      ranks.tensor = &rank;
+      if (layout.tensor < layout.world()) ranks.tensor = shared->groups.emplace_back(std::make_unique<GroupCommunicator>(rank, layout.tensor)).get();
+    }
+    if (layout.experts > 1) ranks.experts = &rank;
+    ranks.placement = shared->placement.get();
+    if (rank.rank() == 0) ranks.routing_record = routing_record;
+    return make_cpu_executor(config, plan, files, linear, caches, ranks, &shared->bound);
+  });
+  shared->bound = ModelWeights{};  // each rank keeps views of what it uses
+  return executor;
 }
 
 }  // namespace k3

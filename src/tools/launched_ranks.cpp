@@ -40,7 +40,7 @@ extern "C" void say_terminated(int) {
 
 // What every rank must agree on beyond the checkpoint: the layout and the numerics flags.
 std::string rank_settings(const ModelArgs& args) {
-  return "tensor " + std::to_string(args.tensor_parallel) + " experts " + std::to_string(args.expert_parallel) +
+  return "device " + args.device + " tensor " + std::to_string(args.tensor_parallel) + " experts " + std::to_string(args.expert_parallel) +
          " activations " + args.activations + " placement " +
          (args.expert_placement.empty() ? "contiguous" : sha256_file_hex(args.expert_placement)) + " redundant " +
          std::to_string(args.redundant_experts);
@@ -55,7 +55,8 @@ CpuCacheOptions agreed_caches(Communicator& world, const K3Config& config, const
 }
 
 // A worker rank: loads its share, follows rank 0 and ends the process.
-[[noreturn]] void follow(const ModelArgs& args, const EngineOptions& options, Communicator& world, ParallelRanks ranks) {
+[[noreturn]] void follow(const ModelArgs& args, const EngineOptions& options, Communicator& world, ParallelRanks ranks,
+                         const DeviceRankExecutor& device) {
   int code = 0;
   try {
     const CheckpointDir ckpt = open_checkpoint_dir(args.model);
@@ -63,8 +64,13 @@ CpuCacheOptions agreed_caches(Communicator& world, const K3Config& config, const
     const LoadPlan plan = plan_checkpoint(ckpt);
     PlanFiles files(plan);
     agree_on_model(world, model_fingerprint(*ckpt.config, plan, rank_settings(args)));
-    const CpuCacheOptions caches = agreed_caches(world, *ckpt.config, options);
-    const std::unique_ptr<Executor> local = make_cpu_executor(*ckpt.config, plan, files, options.linear, caches, ranks);
+    std::unique_ptr<Executor> local;
+    if (device) {
+      local = device(*ckpt.config, plan, files, world);
+    } else {
+      const CpuCacheOptions caches = agreed_caches(world, *ckpt.config, options);
+      local = make_cpu_executor(*ckpt.config, plan, files, options.linear, caches, ranks);
+    }
     follow_calls(*local, world);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "k3: rank %d: error: %s\n", world.rank(), e.what());
@@ -77,7 +83,14 @@ CpuCacheOptions agreed_caches(Communicator& world, const K3Config& config, const
 
 }  // namespace
 
-void join_launched_ranks(const ModelArgs& args, EngineOptions& options) {
+int launched_local_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}) {
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  }
+  return 0;
+}
+
+void join_launched_ranks(const ModelArgs& args, EngineOptions& options, const DeviceRankExecutor& device) {
   const int size = launched_world_size();
   if (size <= 1) return;
 #ifdef K3_HAVE_MPI
@@ -88,7 +101,9 @@ void join_launched_ranks(const ModelArgs& args, EngineOptions& options) {
                                                         std::to_string(layout.experts) + " use " +
                                                         std::to_string(layout.world()));
   }
-  if (options.executor) throw Error(Where{"", "", "--device"}, "ranks under mpirun run on the CPU backend");
+  if (device && layout.tensor > 1) {
+    throw Error(Where{"", "", "--tensor-parallel"}, "CUDA ranks under mpirun divide the routed experts only (--expert-parallel)");
+  }
   static bool joined = false;  // the workers follow one engine: a second one (eval --kl-base) would not be followed
   if (joined) throw Error(Where{"", "", "mpirun"}, "a command under mpirun runs one model (not --kl-base)");
   joined = true;
@@ -110,17 +125,18 @@ void join_launched_ranks(const ModelArgs& args, EngineOptions& options) {
   std::signal(SIGTERM, say_terminated);
   options.tensor_parallel = options.expert_parallel = 1;  // the ranks are processes, not threads
   options.expert_histogram = nullptr;                     // placed above
-  if (world.rank() != 0) follow(args, options, world, ranks);
+  if (world.rank() != 0) follow(args, options, world, ranks, device);
   ranks.routing_record = options.routing_record;
   options.routing_record = nullptr;  // counted by rank 0's executor (ranks.routing_record)
   const std::string settings = rank_settings(args);
-  options.executor = [ranks, settings, options](const K3Config& config, const LoadPlan& plan, PlanFiles& files) {
+  options.executor = [ranks, settings, options, device](const K3Config& config, const LoadPlan& plan, PlanFiles& files) {
     agree_on_model(world, model_fingerprint(config, plan, settings));
+    if (device) return make_leader_executor(device(config, plan, files, world), world);
     const CpuCacheOptions caches = agreed_caches(world, config, options);
     return make_leader_executor(make_cpu_executor(config, plan, files, options.linear, caches, ranks), world);
   };
 #else
-  (void)options;
+  (void)options, (void)device;
   throw Error(Where{"", "", "mpirun"}, "started " + std::to_string(size) + " ranks, but this k3 was built without MPI "
                                        "(install libopenmpi-dev and reconfigure)");
 #endif

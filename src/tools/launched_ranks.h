@@ -6,15 +6,28 @@
 // is reported by mpirun, which ends the others.
 #pragma once
 
+#include <functional>
+#include <memory>
+
+#include "parallel/communicator.h"
 #include "runtime/engine.h"
 #include "tools/model_args.h"
 
 namespace k3::cli {
 
+// How a rank makes its executor on a device backend (--device cuda): its share of the routed experts,
+// divided over `expert_ranks` (the world).
+using DeviceRankExecutor =
+    std::function<std::unique_ptr<Executor>(const K3Config&, const LoadPlan&, PlanFiles&, Communicator& expert_ranks)>;
+
 // Under mpirun with more than one rank: on rank 0, points `options` at the leader executor (the
 // in-process layout options are then unused); on the other ranks, loads the model, follows rank 0's
-// calls and exits the process. Elsewhere: nothing. Throws k3::Error for a layout that does not use
-// the ranks mpirun started, or when this k3 was built without MPI.
-void join_launched_ranks(const ModelArgs& args, EngineOptions& options);
+// calls and exits the process. Each rank runs a CPU executor, or `device`'s (expert parallelism only)
+// when given. Elsewhere: nothing. Throws k3::Error for a layout that does not use the ranks mpirun
+// started, or when this k3 was built without MPI.
+void join_launched_ranks(const ModelArgs& args, EngineOptions& options, const DeviceRankExecutor& device = {});
+
+// This process's rank among those mpirun started on its node (0 when not launched by it).
+int launched_local_rank();
 
 }  // namespace k3::cli

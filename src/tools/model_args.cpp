@@ -14,6 +14,7 @@
 #include "quant/families/family.h"
 #include "tools/flag_checks.h"
 #include "tools/launched_ranks.h"
+#include "runtime/parallel_executor.h"
 
 #ifdef K3_HAVE_CUDA
 #include "backend/cuda/executor/cuda_model.h"
@@ -375,9 +376,10 @@ EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
   if (device >= 0 && args.tensor_parallel > 1) {
     throw Error(Where{"", "", "--tensor-parallel"}, "divides the model among CPU ranks: it needs the CPU backend");
   }
-  if (device >= 0 && args.expert_parallel > 1) {
-    throw Error(Where{"", "", "--expert-parallel"}, "divides the experts among CPU ranks: it needs the CPU backend");
+  if (device >= 0 && args.expert_parallel > 1 && !args.expert_placement.empty()) {
+    throw Error(Where{"", "", "--expert-placement"}, "places experts among CPU ranks: the CUDA backend's expert-parallel ranks take the contiguous split");
   }
+  DeviceRankExecutor device_ranks;  // under mpirun: each rank's CUDA executor
   if (device >= 0) {
 #ifdef K3_HAVE_CUDA
     if (options.linear.activation == cpu::ActivationNumerics::Bf16Inputs) {
@@ -385,14 +387,30 @@ EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
     }
     const cuda::CudaOptions cuda = cuda_options(args, config, options, device, expert_cache);
     options.prefill_chunk = cuda.max_step_tokens;
-    options.executor = [cuda](const K3Config& config, const LoadPlan& plan, PlanFiles& files) {
-      return cuda::make_cuda_executor(cuda, config, plan, files);
+    // --expert-parallel N: N in-process ranks, rank r on cuda:(device + r) (docs/cuda-backend.md
+    // "Expert parallelism"); the engine sees one executor.
+    const int ranks = args.expert_parallel;
+    options.expert_parallel = 1;
+    options.expert_histogram = nullptr;
+    options.executor = [cuda, ranks](const K3Config& config, const LoadPlan& plan, PlanFiles& files) -> std::unique_ptr<Executor> {
+      if (ranks == 1) return cuda::make_cuda_executor(cuda, config, plan, files);
+      return make_rank_executors(ranks, [cuda, &config, &plan, &files](Communicator& rank) {
+        cuda::CudaOptions o = cuda;
+        o.device = cuda.device + rank.rank();
+        return cuda::make_cuda_executor(o, config, plan, files, &rank);
+      });
+    };
+    // Under mpirun: one rank per process, on cuda:(device + its rank on the node).
+    device_ranks = [cuda](const K3Config& config, const LoadPlan& plan, PlanFiles& files, Communicator& world) {
+      cuda::CudaOptions o = cuda;
+      o.device = cuda.device + launched_local_rank();
+      return cuda::make_cuda_executor(o, config, plan, files, &world);
     };
 #else
     throw Error(Where{"", "", "--device"}, "this k3 was built without the CUDA backend (configure with -DK3_CUDA=ON)");
 #endif
   }
-  join_launched_ranks(args, options);
+  join_launched_ranks(args, options, device_ranks);
   return options;
 }
 

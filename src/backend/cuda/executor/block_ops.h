@@ -89,8 +89,9 @@ class BlockOps {
   void route(const DeviceTensor& logits, DeviceVector bias, const Routing& routing) const;
   void routed_experts(int64_t layer, const DeviceMoe& w, const DeviceTensor& z, const Routing& routing,
                       const DeviceTensor& routed) const;
-  // The CPU experts' part of the routed sum (hybrid CPU/GPU experts), computed on the host while the
-  // GPU runs what was queued since routed_experts; nothing otherwise.
+  // The parts of the routed sum this GPU's experts do not give: the CPU experts' (hybrid CPU/GPU
+  // experts), computed on the host while the GPU runs what was queued since routed_experts; the
+  // other expert-parallel ranks' (their partial sums added). Nothing otherwise.
   void complete_routed(const DeviceTensor& routed) const;
 
  private:

@@ -1,13 +1,12 @@
 #include "backend/cuda/executor/cpu_experts.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
 #include "backend/cpu/block_ops.h"
 #include "backend/cuda/core/check.h"
-#include "backend/cuda/executor/expert_stream.h"
 #include "backend/cuda/executor/rows.h"
-#include "backend/cuda/moe/moe.h"
 #include "core/error.h"
 #include "core/numeric.h"
 
@@ -39,21 +38,17 @@ void copy_to_host(void* dst, const DeviceTensor& src, cudaStream_t stream) {
 
 CpuExperts::CpuExperts(const K3Config& config, std::vector<std::vector<bool>> on_cpu,
                        std::vector<CpuHandles::Experts> cpu_banks)
-    : config_(config), activation_(config.activation), on_cpu_(std::move(on_cpu)), cpu_banks_(std::move(cpu_banks)),
-      layers_(static_cast<size_t>(config.num_layers)) {
+    : activation_(config.activation), on_cpu_(std::move(on_cpu)), cpu_banks_(std::move(cpu_banks)) {
   if (!config.moe) throw Error(Where{"", "", "--experts-on-cpu"}, "the model has no routed experts");
   experts_ = config.moe->num_experts;
   top_k_ = config.moe->experts_per_token;
-  if (on_cpu_.size() != layers_.size() || cpu_banks_.size() != layers_.size()) throw Error("CpuExperts: one entry per layer expected");
+  const size_t layers = static_cast<size_t>(config.num_layers);
+  if (on_cpu_.size() != layers || cpu_banks_.size() != layers) throw Error("CpuExperts: one entry per layer expected");
   for (int64_t l = 0; l < config.num_layers; ++l) {
-    const std::vector<bool>& mine = on_cpu_[static_cast<size_t>(l)];
     if (!config.is_moe(l)) continue;
+    const std::vector<bool>& mine = on_cpu_[static_cast<size_t>(l)];
     if (static_cast<int64_t>(mine.size()) != experts_) throw Error("CpuExperts: one flag per expert expected");
-    int64_t gpu = 0;
-    for (bool c : mine) gpu += !c;
-    if (gpu_experts_ != 0 && gpu != gpu_experts_) throw Error("CpuExperts: every MoE layer keeps the same number of GPU experts");
-    gpu_experts_ = gpu;
-    stats_.per_layer = experts_ - gpu;
+    stats_.per_layer = std::count(mine.begin(), mine.end(), true);
   }
   K3_CUDA_CHECK(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming));
 }
@@ -62,56 +57,6 @@ CpuExperts::~CpuExperts() {
   if (inputs_ready_ != nullptr) cudaEventDestroy(inputs_ready_);
   for (void* p : {static_cast<void*>(ids_), static_cast<void*>(weights_), static_cast<void*>(rows_), static_cast<void*>(sum_)}) {
     if (p != nullptr) cudaFreeHost(p);
-  }
-}
-
-uint64_t CpuExperts::keep(int64_t layer, int role, const DeviceExperts& bank) {
-  Layer& l = layers_.at(static_cast<size_t>(layer));
-  if (!form_[role].packed() && form_[role].bf16.rows == 0) form_[role] = bank;
-  const std::vector<bool>& mine = on_cpu_[static_cast<size_t>(layer)];
-  uint64_t bytes = 0;
-  for (const BankArray& a : bank_arrays(bank, experts_)) {
-    std::vector<uint8_t>& host = l.gpu_bytes[role].emplace_back(a.per_expert * static_cast<size_t>(gpu_experts_));
-    size_t at = 0;
-    for (int64_t e = 0; e < experts_; ++e) {
-      if (mine[static_cast<size_t>(e)]) continue;
-      K3_CUDA_CHECK(cudaMemcpy(host.data() + at, static_cast<const uint8_t*>(a.base) + static_cast<size_t>(e) * a.per_expert,
-                               a.per_expert, cudaMemcpyDeviceToHost));
-      at += a.per_expert;
-    }
-    bytes += a.per_expert * static_cast<size_t>(experts_);
-  }
-  return bytes;  // the caller gives the whole bank back
-}
-
-void CpuExperts::allocate(Arena& arena, DeviceWeights& weights) {
-  for (int64_t layer = 0; layer < config_.num_layers; ++layer) {
-    if (!config_.is_moe(layer)) continue;
-    Layer& l = layers_[static_cast<size_t>(layer)];
-    DeviceExpertBanks& banks = weights.layers[static_cast<size_t>(layer)].moe.experts;
-    for (int role = 0; role < 2; ++role) {
-      const DeviceExperts bank = alloc_bank_like(arena, form_[role], experts_, gpu_experts_, role == 0 ? "gpu experts w13" : "gpu experts w2");
-      const std::vector<BankArray> arrays = bank_arrays(bank, gpu_experts_);
-      if (arrays.size() != l.gpu_bytes[role].size()) throw Error("hybrid experts: a bank's layout differs from the first MoE layer's");
-      for (size_t a = 0; a < arrays.size(); ++a) {
-        std::vector<uint8_t>& host = l.gpu_bytes[role][a];
-        if (host.size() != arrays[a].per_expert * static_cast<size_t>(gpu_experts_)) {
-          throw Error("hybrid experts: layer " + std::to_string(layer) + "'s bank differs in form from the first MoE layer's");
-        }
-        K3_CUDA_CHECK(cudaMemcpy(arrays[a].base, host.data(), host.size(), cudaMemcpyHostToDevice));
-        stats_.gpu_bank_bytes += host.size();
-        std::vector<uint8_t>().swap(host);
-      }
-      (role == 0 ? banks.w13 : banks.w2) = bank;
-    }
-    std::vector<int32_t> map(static_cast<size_t>(experts_), -1);
-    int32_t next = 0;
-    for (int64_t e = 0; e < experts_; ++e) {
-      if (!on_cpu_[static_cast<size_t>(layer)][static_cast<size_t>(e)]) map[static_cast<size_t>(e)] = next++;
-    }
-    int32_t* device_map = arena.alloc_n<int32_t>(map.size(), "gpu expert map");
-    K3_CUDA_CHECK(cudaMemcpy(device_map, map.data(), map.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-    l.map = device_map;
   }
 }
 
@@ -131,23 +76,18 @@ void CpuExperts::reserve(int64_t tokens, int64_t width) {
   sum_ = pinned<float>(cells);
 }
 
-DeviceTensor CpuExperts::begin(int64_t layer, const DeviceTensor& z, const DeviceTensor& ids, const DeviceTensor& weights,
-                               Arena& arena, cudaStream_t stream) {
+void CpuExperts::begin(int64_t layer, const DeviceTensor& z, const DeviceTensor& ids, const DeviceTensor& weights,
+                       cudaStream_t stream) {
   expect_dtype(z, DType::kBF16, "hybrid experts input rows");
   expect_dtype(ids, DType::kI32, "hybrid experts ids");
   expect_dtype(weights, DType::kF32, "hybrid experts weights");
   expect_shape(weights, ids.rows, ids.cols, "hybrid experts weights");
-  const Layer& l = layers_.at(static_cast<size_t>(layer));
-  if (l.map == nullptr) throw Error("hybrid experts: layer " + std::to_string(layer) + " is not a MoE layer");
   reserve(ids.rows, z.cols);
   layer_ = layer, tokens_ = ids.rows, width_ = z.cols;
   copy_to_host(ids_, ids, stream);
   copy_to_host(weights_, weights, stream);
   copy_to_host(rows_, z, stream);
   K3_CUDA_CHECK(cudaEventRecord(inputs_ready_, stream));
-  const DeviceTensor table = arena.alloc_tensor(DType::kI32, ids.rows, ids.cols, "gpu expert picks");
-  moe_map_experts(ids, l.map, experts_, table, stream);
-  return table;
 }
 
 void CpuExperts::finish(const DeviceTensor& routed, Arena& arena, cudaStream_t stream) {

@@ -14,12 +14,15 @@
 #include "backend/cuda/attention/mla/mla.h"
 #include "backend/cuda/executor/cuda_format.h"
 #include "backend/cuda/executor/cpu_experts.h"
+#include "backend/cuda/executor/expert_ranks.h"
+#include "backend/cuda/executor/expert_subset.h"
 #include "backend/cuda/executor/expert_stream.h"
 #include "backend/cuda/executor/rows.h"
 #include "backend/cuda/executor/step.h"
 #include "backend/cuda/ops/ops.h"
 #include "backend/cuda/core/stream.h"
 #include "backend/cuda/core/upload.h"
+#include "parallel/sharding.h"
 #include "model/block_order.h"
 
 namespace k3::cuda {
@@ -175,22 +178,28 @@ class CudaExecutor final : public Executor {
  public:
   // The weights into the arena; routed-expert banks to the sink when it is set (expert streaming).
   using WeightSource = std::function<DeviceWeights(Arena&, ExpertBankSink*)>;
-  // `cpu_experts`: hybrid CPU/GPU experts (their CPU banks bound), else null.
-  CudaExecutor(const CudaOptions& o, const K3Config& config, const WeightSource& weights,
-               std::unique_ptr<CpuExperts> cpu_experts = nullptr)
+  // Where only some routed experts are on this GPU: `subset` (which ones), `cpu_experts` (the CPU's
+  // share, hybrid), `expert_ranks` (the other expert-parallel ranks); else null.
+  struct Share {
+    std::unique_ptr<ExpertSubset> subset;
+    std::unique_ptr<CpuExperts> cpu_experts;
+    std::unique_ptr<RoutedSumAcrossRanks> expert_ranks;
+  };
+  CudaExecutor(const CudaOptions& o, const K3Config& config, const WeightSource& weights, Share share = {})
       : options_(o), config_(config), device_(select(o.device)), arena_(o.device, parse_memory(o)),
         experts_(o.expert_cache_bytes > 0 ? std::make_unique<ExpertStream>(config_) : nullptr),
-        cpu_experts_(std::move(cpu_experts)),
-        weights_(weights(arena_, experts_ ? static_cast<ExpertBankSink*>(experts_.get()) : cpu_experts_.get())),
+        share_(std::move(share)),
+        weights_(weights(arena_, experts_ ? static_cast<ExpertBankSink*>(experts_.get()) : share_.subset.get())),
         blas_(arena_) {
     if (experts_) {
       experts_->allocate(arena_, o.expert_cache_bytes);
       stats_.streaming = true;
     }
     stats_.weight_bytes = weights_.backend_extras.bytes;
-    if (cpu_experts_) {
-      cpu_experts_->allocate(arena_, weights_);
-      stats_.weight_bytes += cpu_experts_->stats().gpu_bank_bytes;
+    if (share_.subset) {
+      share_.subset->allocate(arena_, weights_);
+      stats_.weight_bytes += share_.subset->device_bytes();
+      stats_.gpu_expert_bytes = share_.subset->device_bytes();
     }
     for (const DeviceLayer& l : weights_.layers) {
       stats_.packed_expert_banks += l.moe.experts.w13.packed() + l.moe.experts.w2.packed();
@@ -228,6 +237,7 @@ class CudaExecutor final : public Executor {
   void restore_snapshot(int64_t sequence, int32_t snapshot) override { copy_kda(sequence, snapshot, false); }
 
   void add_sequence(int64_t sequence, int64_t length) override {
+    on_device();
     if (free_slots_.empty()) {
       throw Error(Where{"", "", "--max-sequences"}, "all " + std::to_string(options_.max_sequences) +
                                                         " sequence slots are in use; free one or raise the flag");
@@ -285,10 +295,9 @@ class CudaExecutor final : public Executor {
       stats_.bytes_copied = e.bytes_copied;
       stats_.copy_seconds = e.copy_seconds;
     }
-    if (cpu_experts_) {
-      const CpuExpertStats& c = cpu_experts_->stats();
+    if (share_.cpu_experts) {
+      const CpuExpertStats& c = share_.cpu_experts->stats();
       stats_.cpu_experts_per_layer = c.per_layer;
-      stats_.gpu_expert_bytes = c.gpu_bank_bytes;
       stats_.hybrid_layer_calls = c.layer_calls;
       stats_.cpu_picks = c.cpu_picks;
       stats_.gpu_picks = c.gpu_picks;
@@ -303,6 +312,9 @@ class CudaExecutor final : public Executor {
     int32_t slot = 0;
     int64_t length = 0;
   };
+
+  // The calling thread works on this executor's device (in-process ranks call from threads of their own).
+  void on_device() const { K3_CUDA_CHECK(cudaSetDevice(device_)); }
 
   static int select(int device) {
     int count = 0;
@@ -357,11 +369,13 @@ class CudaExecutor final : public Executor {
   // until finish_step).
   DeviceTensor step_logits(std::span<const int64_t> ids, std::span<const BatchSlice> slices,
                            std::span<const int64_t> logit_rows) {
+    on_device();
     const StepMeta meta = upload_meta(ids, slices, logit_rows);
     const int64_t L = static_cast<int64_t>(logit_rows.size());
     // Graphs need every launch shape fixed per batch size: the generic MLA path's grows with the context.
-    // Expert streaming and hybrid experts read each MoE layer's picks on the host: no graphs.
-    if (options_.graphs && !experts_ && !cpu_experts_ && fast_mla_ && meta.decode && L == meta.rows) return replay_decode(meta);
+    // Expert streaming, hybrid experts and expert-parallel ranks wait on the host in every MoE
+    // layer: no graphs.
+    if (options_.graphs && !experts_ && !share_.subset && fast_mla_ && meta.decode && L == meta.rows) return replay_decode(meta);
     ++stats_.eager_steps;
     return forward(meta, L);
   }
@@ -376,6 +390,7 @@ class CudaExecutor final : public Executor {
   // Copies every KDA layer's recurrent and conv state of the sequence's slot to snapshot slot
   // `snapshot` (save) or back.
   void copy_kda(int64_t sequence, int32_t snapshot, bool save) {
+    on_device();
     if (snapshot < 0 || snapshot >= options_.snapshot_slots) {
       throw Error("snapshot slot " + std::to_string(snapshot) + " outside the " + std::to_string(options_.snapshot_slots) + " slots");
     }
@@ -539,7 +554,9 @@ class CudaExecutor final : public Executor {
   DeviceTensor forward(const StepMeta& meta, int64_t L) {
     StepContext ctx{config_, weights_, state_, arena_, blas_, stream_.get(), multiprocessors_, page_size_, meta};
     ctx.experts = experts_.get();
-    ctx.cpu_experts = cpu_experts_.get();
+    ctx.expert_share = share_.subset.get();
+    ctx.cpu_experts = share_.cpu_experts.get();
+    ctx.expert_ranks = share_.expert_ranks.get();
     CudaOps ops(ctx);
     Act x, normed;
     x.t = arena_.alloc_tensor(DType::kF32, meta.rows, config_.hidden_size, "embedded rows");
@@ -589,7 +606,7 @@ class CudaExecutor final : public Executor {
   int device_;
   Arena arena_;
   std::unique_ptr<ExpertStream> experts_;  // expert streaming, else null
-  std::unique_ptr<CpuExperts> cpu_experts_;  // hybrid CPU/GPU experts, else null
+  Share share_;  // the routed experts when this GPU holds only some
   DeviceWeights weights_;
   Blas blas_;
   Stream stream_;
@@ -614,10 +631,20 @@ class CudaExecutor final : public Executor {
 }  // namespace
 
 std::unique_ptr<Executor> make_cuda_executor(const CudaOptions& options, const K3Config& config, const LoadPlan& plan,
-                                             PlanFiles& files) {
+                                             PlanFiles& files, Communicator* expert_ranks) {
   check_options(options);
   check_geometry(config);
-  std::unique_ptr<CpuExperts> cpu_experts;
+  CudaExecutor::Share share;
+  if (expert_ranks != nullptr && expert_ranks->size() > 1) {
+    if (options.experts_on_cpu > 0 || options.expert_cache_bytes > 0) {
+      throw Error(Where{"", "", "--expert-parallel"}, "divides the experts among GPUs: not with --experts-on-cpu or --expert-cache");
+    }
+    if (!config.moe) throw Error(Where{"", "", "--expert-parallel"}, "the model has no routed experts");
+    const IndexRange mine = split_range(config.moe->num_experts, expert_ranks->size(), expert_ranks->rank());
+    share.subset = std::make_unique<ExpertSubset>(
+        config, [mine](int64_t, int64_t e) { return e >= mine.first && e < mine.end(); }, "--expert-parallel");
+    share.expert_ranks = std::make_unique<RoutedSumAcrossRanks>(*expert_ranks);
+  }
   if (options.experts_on_cpu > 0) {
     if (!config.moe) throw Error(Where{"", "", "--experts-on-cpu"}, "the model has no routed experts");
     std::vector<bool> moe_layers;
@@ -628,14 +655,16 @@ std::unique_ptr<Executor> make_cuda_executor(const CudaOptions& options, const K
     numerics.activation = options.w4a4 ? cpu::ActivationNumerics::CheckpointContract : cpu::ActivationNumerics::WeightOnly;
     std::vector<CpuHandles::Experts> banks = bind_routed_experts(
         config, plan, files, numerics, [&](int64_t l, int64_t e) { return on_cpu[static_cast<size_t>(l)][static_cast<size_t>(e)]; });
-    cpu_experts = std::make_unique<CpuExperts>(config, std::move(on_cpu), std::move(banks));
+    share.subset = std::make_unique<ExpertSubset>(
+        config, [&](int64_t l, int64_t e) { return !on_cpu[static_cast<size_t>(l)][static_cast<size_t>(e)]; }, "--experts-on-cpu");
+    share.cpu_experts = std::make_unique<CpuExperts>(config, std::move(on_cpu), std::move(banks));
   }
   return std::make_unique<CudaExecutor>(
       options, config,
       [&](Arena& arena, ExpertBankSink* sink) {
         return upload_weights(arena, config, plan, files, ExpertUploadOptions{options.packed_int_experts, options.w4a4}, sink);
       },
-      std::move(cpu_experts));
+      std::move(share));
 }
 
 std::unique_ptr<Executor> make_synthetic_cuda_executor(const CudaOptions& options, const K3Config& config, uint64_t seed) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/executor.h"
+#include "parallel/communicator.h"
 #include "parallel/expert_placement.h"
 
 namespace k3::cuda {
@@ -49,8 +50,11 @@ struct CudaOptions {
 };
 
 // Checks the options (one-line errors naming the flag) and binds the plan for `options.device`.
+// expert_ranks (size > 1): this executor is one expert-parallel rank (docs/cuda-backend.md "Expert
+// parallelism"): its GPU holds its split_range of every MoE layer's routed experts, and the ranks'
+// partial routed sums are summed over `expert_ranks`; every rank must make the same calls.
 std::unique_ptr<Executor> make_cuda_executor(const CudaOptions& options, const K3Config& config, const LoadPlan& plan,
-                                             PlanFiles& files);
+                                             PlanFiles& files, Communicator* expert_ranks = nullptr);
 
 // The same executor over weights generated on the GPU (synthetic_weights in device_weights.h): no
 // checkpoint, for benchmarks at real model shapes (`k3 bench --synthetic`).
@@ -81,7 +85,7 @@ struct CudaExecutorStats {
   // GPU's banks, MoE layer calls, picks computed on each side, the host's time computing the CPU's
   // picks and waiting for their inputs.
   int64_t cpu_experts_per_layer = 0;
-  uint64_t gpu_expert_bytes = 0;
+  uint64_t gpu_expert_bytes = 0;  // device bytes of the routed experts this GPU holds (hybrid, expert-parallel)
   int64_t hybrid_layer_calls = 0, cpu_picks = 0, gpu_picks = 0;
   double cpu_expert_seconds = 0, cpu_wait_seconds = 0;
 };

@@ -9,6 +9,8 @@
 // scale is applied twice. Where GEMM 2's bank quantises its input (an integer or W4A4 activation
 // contract), the activation is applied by the kernel that quantises it (one pass; ExpertInput).
 #include "backend/cuda/executor/cpu_experts.h"
+#include "backend/cuda/executor/expert_ranks.h"
+#include "backend/cuda/executor/expert_subset.h"
 #include "backend/cuda/executor/expert_stream.h"
 #include "backend/cuda/executor/block_ops.h"
 #include "backend/cuda/moe/moe.h"
@@ -65,7 +67,7 @@ MoeBuffers BlockOps::moe_buffers(const DeviceMoe& w, const DeviceTensor& x, cons
   // The routed sum goes straight into `out`, or to the latent up-projection: f32 for its norm, else
   // bf16 as the GEMM reads it (f32 when streaming or with CPU experts, whose parts accumulate; the
   // GEMM input rounds the same sum to bf16 once, as the combine would).
-  const bool parts = ctx_.experts != nullptr || ctx_.cpu_experts != nullptr;
+  const bool parts = ctx_.experts != nullptr || ctx_.expert_share != nullptr;
   const DType routed_dtype = w.latent_norm || parts ? DType::kF32 : DType::kBF16;
   s.routed = w.latent_up ? scratch(routed_dtype, T, D, "moe routed sum") : out;
   if (w.latent_up && w.latent_norm) s.normed = scratch(DType::kBF16, T, D, "moe latent normed");
@@ -87,9 +89,9 @@ void BlockOps::routed_experts(int64_t layer, const DeviceMoe& w, const DeviceTen
   // experts) for the picks `pick_ids` names (−1: skipped).
   // The kernels are chosen for the model's E also over streaming's slot bank, so a streamed layer
   // runs the kernels of a resident one.
-  const int64_t E_bank = ctx.experts != nullptr       ? ctx.experts->slots()
-                         : ctx.cpu_experts != nullptr ? ctx.cpu_experts->gpu_experts()
-                                                      : E;
+  const int64_t E_bank = ctx.experts != nullptr        ? ctx.experts->slots()
+                         : ctx.expert_share != nullptr ? ctx.expert_share->count(layer)
+                                                       : E;
   MoeDispatch d = moe_dispatch_view(ctx.arena.alloc(moe_dispatch_bytes(T, k, E_bank), "moe dispatch"), T, k, E_bank);
   d.choice_experts = E;
   const DeviceTensor xs = scratch(DType::kBF16, R, D, "moe sorted rows");
@@ -110,10 +112,10 @@ void BlockOps::routed_experts(int64_t layer, const DeviceMoe& w, const DeviceTen
     moe_combine(ys, d, DeviceTensor(), routed, accumulate, ctx.stream);  // the rows carry their weights
     ctx.arena.reset(pass_mark);
   };
-  if (ctx.cpu_experts != nullptr) {
-    // Hybrid (cpu_experts.h): the GPU's experts over its own bank; complete_routed adds the CPU's.
-    CpuExperts& ce = *ctx.cpu_experts;
-    pass(ce.begin(layer, z, routing.ids, routing.weights, ctx.arena, ctx.stream), w.experts.w13, w.experts.w2, false);
+  if (ctx.expert_share != nullptr) {
+    // Only the experts this GPU holds (expert_subset.h); complete_routed adds the others' picks.
+    if (ctx.cpu_experts != nullptr) ctx.cpu_experts->begin(layer, z, routing.ids, routing.weights, ctx.stream);
+    pass(ctx.expert_share->picks(layer, routing.ids, ctx.arena, ctx.stream), w.experts.w13, w.experts.w2, false);
   } else if (ctx.experts == nullptr) {
     pass(routing.ids, w.experts.w13, w.experts.w2, false);
   } else {
@@ -131,6 +133,7 @@ void BlockOps::routed_experts(int64_t layer, const DeviceMoe& w, const DeviceTen
 
 void BlockOps::complete_routed(const DeviceTensor& routed) const {
   if (ctx_.cpu_experts != nullptr) ctx_.cpu_experts->finish(routed, ctx_.arena, ctx_.stream);
+  if (ctx_.expert_ranks != nullptr) ctx_.expert_ranks->all_reduce(routed, ctx_.stream);
 }
 
 void mlp_block(StepContext& ctx, const DeviceMlp& w, const DeviceTensor& x, const DeviceTensor& out) {

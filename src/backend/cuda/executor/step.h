@@ -45,6 +45,8 @@ struct LayerState {
 
 class ExpertStream;  // expert_stream.h
 class CpuExperts;    // cpu_experts.h
+class ExpertSubset;  // expert_subset.h
+class RoutedSumAcrossRanks;  // expert_ranks.h
 
 struct StepContext {
   const K3Config& config;
@@ -57,7 +59,11 @@ struct StepContext {
   int page_size = 64;
   StepMeta meta;
   ExpertStream* experts = nullptr;  // expert streaming (--expert-cache): the routed experts' slot banks
-  CpuExperts* cpu_experts = nullptr;  // hybrid CPU/GPU experts (--experts-on-cpu)
+  // The routed experts this GPU holds when it holds only some (hybrid CPU/GPU experts, expert
+  // parallelism); the CPU's share of them; the expert-parallel ranks the routed sum is summed over.
+  const ExpertSubset* expert_share = nullptr;
+  CpuExperts* cpu_experts = nullptr;
+  RoutedSumAcrossRanks* expert_ranks = nullptr;
   int64_t packed_prefill_gemms = 0;   // packed expert GEMMs of this step on a prefill GEMM rather than a decode GEMV
 
   // y = x·Wᵀ for every weight kind; x f32 or bf16, y f32 or bf16 (converted where a GEMM cannot).

@@ -1,0 +1,140 @@
+// Expert parallelism on the CUDA backend (docs/cuda-backend.md "Expert parallelism"): in-process
+// ranks, each a CUDA executor holding its split of every MoE layer's routed experts, here all on one
+// GPU (each rank its own arena), against the one-executor run on the same checkpoint. The ranks'
+// partial routed sums are added in rank order where one executor adds every pick in pick order: only
+// fp32 reassociation of the routed sum differs. Every test skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "backend/cuda/executor/cuda_model.h"
+#include "cuda_test_util.h"
+#include "eval/chat_reply.h"
+#include "eval/eval.h"
+#include "eval/greedy.h"
+#include "model/engine_test_util.h"
+#include "runtime/parallel_executor.h"
+#include "tokenizer/tokenizer.h"
+
+namespace k3::cuda {
+namespace {
+
+CudaOptions rank_options() {
+  CudaOptions o;
+  o.memory = "2G";
+  o.max_sequences = 8;
+  o.max_context = 512;
+  return o;
+}
+
+// One executor (ranks == 1) or `ranks` expert-parallel ranks on device 0.
+EngineOptions expert_parallel(int ranks) {
+  EngineOptions e;
+  e.max_context = 512;
+  e.executor = [ranks](const K3Config& c, const LoadPlan& p, PlanFiles& f) -> std::unique_ptr<Executor> {
+    if (ranks == 1) return make_cuda_executor(rank_options(), c, p, f);
+    return make_rank_executors(ranks, [&c, &p, &f](Communicator& rank) { return make_cuda_executor(rank_options(), c, p, f, &rank); });
+  };
+  return e;
+}
+
+// Pinned routing spread over the experts: every token picks experts 0, E/k, 2E/k, … (the correction
+// bias, selection only), so with 2 or 4 ranks every rank computes some of every token's picks.
+k3::test::TinyCheckpoint spread_routing(FamilyId family) {
+  const K3Config config = parse_k3_config(parse_json(tiny_config_json(TinyArch::KimiLinear, TinySize::Small).dump(), "config.json"));
+  const int64_t E = config.moe->num_experts, k = config.moe->experts_per_token;
+  auto pin = [E, k](MasterWeights& master) {
+    for (auto& [name, values] : master.values) {
+      if (name.find("e_score_correction_bias") == std::string::npos) continue;
+      std::fill(values.begin(), values.end(), 0.0f);
+      for (int64_t j = 0; j < k; ++j) values[static_cast<size_t>(j * (E / k))] = 100.0f;
+    }
+  };
+  return k3::test::make_tiny_conditioned(family, TinyArch::KimiLinear, 11, TinySize::Small, pin, "spread_");
+}
+
+class CudaExpertParallelModel : public ::testing::TestWithParam<FamilyId> {};
+
+// Reassociation of the fp32 routed sum, carried through 8 layers of random weights: 1e-3 relative
+// covers it with room (the measured figures are printed).
+TEST_P(CudaExpertParallelModel, RanksOnOneGpuGiveTheOneExecutorLogits) {
+  K3_REQUIRE_GPU();
+  const FamilyId family = GetParam();
+  const k3::test::TinyCheckpoint ckpt = spread_routing(family);
+  Engine one(ckpt.dir, expert_parallel(1));
+  const int64_t vocab = one.config().vocab_size;
+  const std::vector<int64_t> prompt = k3::test::test_prompt(40, vocab);
+  const std::vector<float> want_prefill = k3::test::prefill_logits(one, prompt);
+  for (const int ranks : {2, 4}) {
+    Engine ep(ckpt.dir, expert_parallel(ranks));
+    const double prefill_err = k3::test::relative_max_error(k3::test::prefill_logits(ep, prompt), want_prefill);
+    EXPECT_LT(prefill_err, 1e-3) << family_name(family) << ", " << ranks << " ranks";
+    const std::vector<int64_t> head(prompt.begin(), prompt.begin() + 20);
+    const int64_t so = one.new_sequence(), se = ep.new_sequence();
+    one.step({{so, head, false}});
+    ep.step({{se, head, false}});
+    double decode_err = 0;
+    for (int i = 0; i < 6; ++i) {
+      const int64_t tok = prompt[20 + i];
+      const std::vector<float> a = one.step({{so, {tok}, false}}).front().logits;
+      const std::vector<float> b = ep.step({{se, {tok}, false}}).front().logits;
+      decode_err = std::max(decode_err, k3::test::relative_max_error(b, a));
+    }
+    one.free_sequence(so);
+    EXPECT_LT(decode_err, 1e-3) << family_name(family) << ", " << ranks << " ranks";
+    std::printf("[ %s ] %d expert-parallel ranks on one GPU vs one executor: prefill rel err %.2e, decode rel err %.2e\n",
+                family_name(family), ranks, prefill_err, decode_err);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, CudaExpertParallelModel,
+                         ::testing::Values(FamilyId::Bf16, FamilyId::ModelOptNvfp4, FamilyId::Gguf),
+                         test::CaseIndexName());
+
+// The trained tiny Kimi-K3 (4 experts, top-2) over 2 ranks (experts {0, 1} and {2, 3}): greedy
+// replies to the eval prompts, decoded in one continuous batch, are the one-executor run's.
+TEST(CudaExpertParallelTrained, GreedyRepliesEqualTheOneExecutorRun) {
+  K3_REQUIRE_GPU();
+  const std::string model = std::string(K3_SOURCE_DIR) + "/models/tiny-k3";
+  ASSERT_TRUE(std::filesystem::exists(model + "/config.json")) << model;
+  Engine one(model, expert_parallel(1));
+  Engine ep(model, expert_parallel(2));
+  const Tokenizer tokenizer = Tokenizer::load(model);
+  const eval::ChatFormat format = eval::chat_format_of(one.config());
+  eval::EvalOptions options;
+  options.n = 4;
+  std::vector<eval::DecodeJob> jobs;
+  for (const eval::Example& x : eval::make_eval_examples(options)) jobs.push_back({eval::prompt_ids(tokenizer, format, x.prompt), 48});
+  const std::vector<int64_t> stops = eval::stop_ids(tokenizer, format, one.config());
+  const eval::DecodeRun want = eval::greedy_decode(one, jobs, stops, 4096);
+  const eval::DecodeRun got = eval::greedy_decode(ep, jobs, stops, 4096);
+  ASSERT_EQ(got.replies.size(), want.replies.size());
+  for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(got.replies[i], want.replies[i]) << "prompt " << i;
+  std::printf("[ trained kimi-k3 ] %zu prompts, %lld tokens: one executor %.2f s, 2 expert-parallel ranks on one GPU %.2f s\n",
+              jobs.size(), static_cast<long long>(got.generated_tokens), want.seconds, got.seconds);
+}
+
+TEST(CudaExpertParallelErrors, NotWithCpuExpertsOrStreaming) {
+  K3_REQUIRE_GPU();
+  const k3::test::TinyCheckpoint ckpt = k3::test::make_tiny_pinned_routing(FamilyId::Bf16, TinyArch::KimiLinear, 11);
+  EngineOptions e;
+  e.executor = [](const K3Config& c, const LoadPlan& p, PlanFiles& f) -> std::unique_ptr<Executor> {
+    return make_rank_executors(2, [&c, &p, &f](Communicator& rank) {
+      CudaOptions o = rank_options();
+      o.experts_on_cpu = 1;
+      return make_cuda_executor(o, c, p, f, &rank);
+    });
+  };
+  try {
+    Engine bad(ckpt.dir, e);
+    FAIL() << "accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("--expert-parallel"), std::string::npos) << err.what();
+  }
+}
+
+}  // namespace
+}  // namespace k3::cuda

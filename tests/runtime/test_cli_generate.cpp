@@ -100,6 +100,9 @@ TEST(CliPeerFixture, ParallelLayoutsGiveTheSameSamples) {
   const test::CliResult alone = test::run_k3(args + " --expert-placement " + histogram);
   EXPECT_EQ(alone.code, 1);
   EXPECT_NE(alone.err.find("'--expert-placement': places the experts among ranks"), std::string::npos) << alone.err;
+  const test::CliResult on_gpus = test::run_k3(args + " --device cuda --expert-parallel 3 --expert-placement " + histogram);
+  EXPECT_EQ(on_gpus.code, 1);
+  EXPECT_NE(on_gpus.err.find("the CUDA backend's expert-parallel ranks take the contiguous split"), std::string::npos) << on_gpus.err;
   std::remove(histogram.c_str());
   const test::CliResult uneven = test::run_k3(args + " --tensor-parallel 2 --expert-parallel 3");
   EXPECT_EQ(uneven.code, 1) << uneven.err;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <stdexcept>
 #include <vector>
 
 #include "quant/families/family_test_util.h"
@@ -88,6 +89,34 @@ inline std::vector<int64_t> test_prompt(int64_t n, int64_t vocab, int64_t salt =
   std::vector<int64_t> ids;
   for (int64_t i = 0; i < n; ++i) ids.push_back((i * 131 + salt * 17 + 7) % vocab);
   return ids;
+}
+
+// How far `got`'s logits are from `want`'s on the same checkpoint (relative_max_error): a 40-token
+// prompt prefilled at once, and 6 decode steps after a 20-token prefill. Throws std::runtime_error
+// when `got` gives a non-finite logit.
+struct EngineLogitErrors {
+  double prefill = 0, decode = 0;
+};
+inline EngineLogitErrors compare_engine_logits(Engine& got, Engine& want) {
+  const std::vector<int64_t> prompt = test_prompt(40, want.config().vocab_size);
+  EngineLogitErrors e;
+  e.prefill = relative_max_error(prefill_logits(got, prompt), prefill_logits(want, prompt));
+  const std::vector<int64_t> head(prompt.begin(), prompt.begin() + 20);
+  const int64_t sg = got.new_sequence(), sw = want.new_sequence();
+  got.step({{sg, head, false}});
+  want.step({{sw, head, false}});
+  for (int i = 0; i < 6; ++i) {
+    const int64_t tok = prompt[20 + i];
+    const std::vector<float> a = want.step({{sw, {tok}, false}}).front().logits;
+    const std::vector<float> b = got.step({{sg, {tok}, false}}).front().logits;
+    for (float v : b) {
+      if (!std::isfinite(v)) throw std::runtime_error("compare_engine_logits: a non-finite logit");
+    }
+    e.decode = std::max(e.decode, relative_max_error(b, a));
+  }
+  got.free_sequence(sg);
+  want.free_sequence(sw);
+  return e;
 }
 
 }  // namespace k3::test

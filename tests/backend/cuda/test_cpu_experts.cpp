@@ -12,11 +12,8 @@
 #include "backend/cuda/executor/cuda_model.h"
 #include "backend/cuda/moe/moe.h"
 #include "cuda_test_util.h"
-#include "eval/chat_reply.h"
-#include "eval/eval.h"
-#include "eval/greedy.h"
 #include "model/engine_test_util.h"
-#include "tokenizer/tokenizer.h"
+#include "trained_replies.h"
 
 namespace k3::cuda {
 namespace {
@@ -80,24 +77,8 @@ TEST_P(HybridExpertsModel, HalfTheExpertsOnTheCpuGiveTheAllGpuLogits) {
     counts[0] = counts[1] = 0;
   }
   Engine hybrid(ckpt.dir, hybrid_options(N, &cold));
-  const int64_t vocab = all_gpu.config().vocab_size;
-  const std::vector<int64_t> prompt = k3::test::test_prompt(40, vocab);
-  const double prefill_err =
-      k3::test::relative_max_error(k3::test::prefill_logits(hybrid, prompt), k3::test::prefill_logits(all_gpu, prompt));
+  const auto [prefill_err, decode_err] = k3::test::compare_engine_logits(hybrid, all_gpu);
   EXPECT_LT(prefill_err, 0.04) << family_name(family);
-
-  const std::vector<int64_t> head(prompt.begin(), prompt.begin() + 20);
-  const int64_t sa = all_gpu.new_sequence(), sh = hybrid.new_sequence();
-  all_gpu.step({{sa, head, false}});
-  hybrid.step({{sh, head, false}});
-  double decode_err = 0;
-  for (int i = 0; i < 6; ++i) {
-    const int64_t tok = prompt[20 + i];
-    const std::vector<float> a = all_gpu.step({{sa, {tok}, false}}).front().logits;
-    const std::vector<float> b = hybrid.step({{sh, {tok}, false}}).front().logits;
-    for (float v : b) ASSERT_TRUE(std::isfinite(v));
-    decode_err = std::max(decode_err, k3::test::relative_max_error(b, a));
-  }
   EXPECT_LT(decode_err, 0.04) << family_name(family);
 
   const CudaExecutorStats s = cuda_executor_stats(hybrid.executor()), r = cuda_executor_stats(all_gpu.executor());
@@ -125,27 +106,17 @@ INSTANTIATE_TEST_SUITE_P(Families, HybridExpertsModel,
 // the eval prompts, decoded in one continuous batch, are the all-GPU run's token for token.
 TEST(HybridExpertsTrained, GreedyRepliesEqualTheAllGpuRun) {
   K3_REQUIRE_GPU();
-  const std::string model = std::string(K3_SOURCE_DIR) + "/models/tiny-k3";
+  const std::string& model = k3::test::kTrainedModel;
   ASSERT_TRUE(std::filesystem::exists(model + "/config.json")) << model;
   Engine all_gpu(model, hybrid_options(0, nullptr));
   Engine hybrid(model, hybrid_options(2, nullptr));
-  const Tokenizer tokenizer = Tokenizer::load(model);
-  const eval::ChatFormat format = eval::chat_format_of(all_gpu.config());
-  eval::EvalOptions options;
-  options.n = 8;
-  std::vector<eval::DecodeJob> jobs;
-  for (const eval::Example& x : eval::make_eval_examples(options)) jobs.push_back({eval::prompt_ids(tokenizer, format, x.prompt), 48});
-  const std::vector<int64_t> stops = eval::stop_ids(tokenizer, format, all_gpu.config());
-  const eval::DecodeRun want = eval::greedy_decode(all_gpu, jobs, stops, 4096);
-  const eval::DecodeRun got = eval::greedy_decode(hybrid, jobs, stops, 4096);
-  ASSERT_EQ(got.replies.size(), want.replies.size());
-  for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(got.replies[i], want.replies[i]) << "prompt " << i;
+  const k3::test::TrainedReplies r = k3::test::expect_same_trained_replies(hybrid, all_gpu, 8, 48);
   const CudaExecutorStats s = cuda_executor_stats(hybrid.executor());
   EXPECT_GT(s.cpu_picks, 0);
   EXPECT_GT(s.gpu_picks, 0);
   std::printf("[ trained kimi-k3 ] %zu prompts, %lld tokens: all-GPU %.2f s, 2 of 4 experts on the CPU %.2f s (%lld CPU, "
               "%lld GPU picks)\n",
-              jobs.size(), static_cast<long long>(got.generated_tokens), want.seconds, got.seconds,
+              r.prompts, static_cast<long long>(r.got.generated_tokens), r.want.seconds, r.got.seconds,
               static_cast<long long>(s.cpu_picks), static_cast<long long>(s.gpu_picks));
 }
 

@@ -12,12 +12,9 @@
 
 #include "backend/cuda/executor/cuda_model.h"
 #include "cuda_test_util.h"
-#include "eval/chat_reply.h"
-#include "eval/eval.h"
-#include "eval/greedy.h"
 #include "model/engine_test_util.h"
 #include "runtime/parallel_executor.h"
-#include "tokenizer/tokenizer.h"
+#include "trained_replies.h"
 
 namespace k3::cuda {
 namespace {
@@ -65,25 +62,10 @@ TEST_P(CudaExpertParallelModel, RanksOnOneGpuGiveTheOneExecutorLogits) {
   const FamilyId family = GetParam();
   const k3::test::TinyCheckpoint ckpt = spread_routing(family);
   Engine one(ckpt.dir, expert_parallel(1));
-  const int64_t vocab = one.config().vocab_size;
-  const std::vector<int64_t> prompt = k3::test::test_prompt(40, vocab);
-  const std::vector<float> want_prefill = k3::test::prefill_logits(one, prompt);
   for (const int ranks : {2, 4}) {
     Engine ep(ckpt.dir, expert_parallel(ranks));
-    const double prefill_err = k3::test::relative_max_error(k3::test::prefill_logits(ep, prompt), want_prefill);
+    const auto [prefill_err, decode_err] = k3::test::compare_engine_logits(ep, one);
     EXPECT_LT(prefill_err, 1e-3) << family_name(family) << ", " << ranks << " ranks";
-    const std::vector<int64_t> head(prompt.begin(), prompt.begin() + 20);
-    const int64_t so = one.new_sequence(), se = ep.new_sequence();
-    one.step({{so, head, false}});
-    ep.step({{se, head, false}});
-    double decode_err = 0;
-    for (int i = 0; i < 6; ++i) {
-      const int64_t tok = prompt[20 + i];
-      const std::vector<float> a = one.step({{so, {tok}, false}}).front().logits;
-      const std::vector<float> b = ep.step({{se, {tok}, false}}).front().logits;
-      decode_err = std::max(decode_err, k3::test::relative_max_error(b, a));
-    }
-    one.free_sequence(so);
     EXPECT_LT(decode_err, 1e-3) << family_name(family) << ", " << ranks << " ranks";
     std::printf("[ %s ] %d expert-parallel ranks on one GPU vs one executor: prefill rel err %.2e, decode rel err %.2e\n",
                 family_name(family), ranks, prefill_err, decode_err);
@@ -98,23 +80,13 @@ INSTANTIATE_TEST_SUITE_P(Families, CudaExpertParallelModel,
 // replies to the eval prompts, decoded in one continuous batch, are the one-executor run's.
 TEST(CudaExpertParallelTrained, GreedyRepliesEqualTheOneExecutorRun) {
   K3_REQUIRE_GPU();
-  const std::string model = std::string(K3_SOURCE_DIR) + "/models/tiny-k3";
+  const std::string& model = k3::test::kTrainedModel;
   ASSERT_TRUE(std::filesystem::exists(model + "/config.json")) << model;
   Engine one(model, expert_parallel(1));
   Engine ep(model, expert_parallel(2));
-  const Tokenizer tokenizer = Tokenizer::load(model);
-  const eval::ChatFormat format = eval::chat_format_of(one.config());
-  eval::EvalOptions options;
-  options.n = 4;
-  std::vector<eval::DecodeJob> jobs;
-  for (const eval::Example& x : eval::make_eval_examples(options)) jobs.push_back({eval::prompt_ids(tokenizer, format, x.prompt), 48});
-  const std::vector<int64_t> stops = eval::stop_ids(tokenizer, format, one.config());
-  const eval::DecodeRun want = eval::greedy_decode(one, jobs, stops, 4096);
-  const eval::DecodeRun got = eval::greedy_decode(ep, jobs, stops, 4096);
-  ASSERT_EQ(got.replies.size(), want.replies.size());
-  for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(got.replies[i], want.replies[i]) << "prompt " << i;
+  const k3::test::TrainedReplies r = k3::test::expect_same_trained_replies(ep, one, 4, 48);
   std::printf("[ trained kimi-k3 ] %zu prompts, %lld tokens: one executor %.2f s, 2 expert-parallel ranks on one GPU %.2f s\n",
-              jobs.size(), static_cast<long long>(got.generated_tokens), want.seconds, got.seconds);
+              r.prompts, static_cast<long long>(r.got.generated_tokens), r.want.seconds, r.got.seconds);
 }
 
 TEST(CudaExpertParallelErrors, NotWithCpuExpertsOrStreaming) {

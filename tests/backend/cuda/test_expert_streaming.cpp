@@ -148,24 +148,8 @@ TEST_P(ExpertStreamingModel, ThreeSlotsGiveTheResidentLogits) {
     per_expert = s.cache_bytes / static_cast<uint64_t>(s.cache_slots);
   }
   Engine streamed(ckpt.dir, cuda_options(3 * per_expert));
-  const int64_t vocab = resident.config().vocab_size;
-  const std::vector<int64_t> prompt = k3::test::test_prompt(40, vocab);
-  const double prefill_err =
-      k3::test::relative_max_error(k3::test::prefill_logits(streamed, prompt), k3::test::prefill_logits(resident, prompt));
+  const auto [prefill_err, decode_err] = k3::test::compare_engine_logits(streamed, resident);
   EXPECT_LT(prefill_err, 0.04) << family_name(family);
-
-  const std::vector<int64_t> head(prompt.begin(), prompt.begin() + 20);
-  const int64_t sr = resident.new_sequence(), ss = streamed.new_sequence();
-  resident.step({{sr, head, false}});
-  streamed.step({{ss, head, false}});
-  double decode_err = 0;
-  for (int i = 0; i < 6; ++i) {
-    const int64_t tok = prompt[20 + i];
-    const std::vector<float> a = resident.step({{sr, {tok}, false}}).front().logits;
-    const std::vector<float> b = streamed.step({{ss, {tok}, false}}).front().logits;
-    for (float v : b) ASSERT_TRUE(std::isfinite(v));
-    decode_err = std::max(decode_err, k3::test::relative_max_error(b, a));
-  }
   EXPECT_LT(decode_err, 0.04) << family_name(family);
 
   const CudaExecutorStats s = cuda_executor_stats(streamed.executor());

@@ -136,16 +136,17 @@ double ExpertPlacement::imbalance(const RoutingHistogram& histogram, int64_t lay
 }
 
 std::vector<std::vector<bool>> choose_cpu_experts(const std::vector<bool>& moe_layers, int64_t experts, int64_t count,
-                                                  const RoutingHistogram* histogram) {
-  if (count <= 0 || count >= experts) {
+                                                  const RoutingHistogram* histogram, int64_t first, int64_t end) {
+  if (first < 0 || end > experts || first >= end) throw Error("choose_cpu_experts: an empty or out-of-range expert range");
+  if (count <= 0 || count >= end - first) {
     throw Error(Where{"", "", "--experts-on-cpu"}, "is " + std::to_string(count) + "; it must be between 1 and " +
-                                                       std::to_string(experts - 1) + " (the GPU keeps at least one expert)");
+                                                       std::to_string(end - first - 1) + " (the GPU keeps at least one expert)");
   }
   std::vector<std::vector<bool>> on_cpu(moe_layers.size());
   for (size_t l = 0; l < moe_layers.size(); ++l) {
     if (!moe_layers[l]) continue;
-    std::vector<int64_t> order(static_cast<size_t>(experts));
-    std::iota(order.begin(), order.end(), 0);
+    std::vector<int64_t> order(static_cast<size_t>(end - first));
+    std::iota(order.begin(), order.end(), first);
     const std::vector<uint64_t>* picks = nullptr;
     if (histogram != nullptr) {
       const auto it = histogram->layers.find(static_cast<int64_t>(l));

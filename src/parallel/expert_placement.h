@@ -58,13 +58,14 @@ class ExpertPlacement {
   std::map<int64_t, std::vector<std::vector<int>>> holders_;  // balanced layers only
 };
 
-// Hybrid CPU/GPU experts: which `count` routed experts of each MoE layer the CPU computes (the rest
-// stay on the GPU). With a histogram, a layer's `count` experts with the fewest recorded picks (ties:
-// the higher index), so the hot experts stay on the GPU; without one, or for a layer the histogram
-// lacks, the last `count`. The result is indexed [layer][expert] over `moe_layers` (true: a MoE
-// layer); non-MoE layers get an empty list. Throws k3::Error (field '--experts-on-cpu') unless
-// 0 < count < experts.
+// Hybrid CPU/GPU experts: which `count` routed experts of each MoE layer the CPU computes among the
+// experts [first, end) a GPU would hold (all of them, or an expert-parallel rank's split); the rest
+// stay on the GPU. With a histogram, the `count` candidates with the fewest recorded picks (ties: the
+// higher index), so the hot experts stay on the GPU; without one, or for a layer the histogram
+// lacks, the last `count`. The result is indexed [layer][expert] (all `experts`) over `moe_layers`
+// (true: a MoE layer); non-MoE layers get an empty list. Throws k3::Error (field '--experts-on-cpu')
+// unless 0 < count < end − first.
 std::vector<std::vector<bool>> choose_cpu_experts(const std::vector<bool>& moe_layers, int64_t experts, int64_t count,
-                                                  const RoutingHistogram* histogram);
+                                                  const RoutingHistogram* histogram, int64_t first, int64_t end);
 
 }  // namespace k3

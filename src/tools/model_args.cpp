@@ -324,7 +324,7 @@ void set_expert_routing_options(const ModelArgs& args, const K3Config& config, b
     }
     if (!config.moe) throw Error(Where{args.expert_placement, "", ""}, "the model has no routed experts to place");
   }
-  if (!args.expert_placement.empty() && args.expert_parallel > 1) {
+  if (!args.expert_placement.empty() && args.expert_parallel > 1 && !cuda) {
     const RoutingHistogram& histogram = placement_histogram(args.expert_placement, experts);
     options.expert_histogram = &histogram;
     options.redundant_experts = args.redundant_experts;
@@ -376,7 +376,7 @@ EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
   if (device >= 0 && args.tensor_parallel > 1) {
     throw Error(Where{"", "", "--tensor-parallel"}, "divides the model among CPU ranks: it needs the CPU backend");
   }
-  if (device >= 0 && args.expert_parallel > 1 && !args.expert_placement.empty()) {
+  if (device >= 0 && args.expert_parallel > 1 && !args.expert_placement.empty() && args.experts_on_cpu == 0) {
     throw Error(Where{"", "", "--expert-placement"}, "places experts among CPU ranks: the CUDA backend's expert-parallel ranks take the contiguous split");
   }
   DeviceRankExecutor device_ranks;  // under mpirun: each rank's CUDA executor

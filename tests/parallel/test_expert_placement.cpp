@@ -149,22 +149,26 @@ TEST_P(PlacedExperts, GiveTheOneRankLogitsBitForBit) {
 INSTANTIATE_TEST_SUITE_P(BothArchitectures, PlacedExperts, ::testing::Values(TinyArch::KimiK3, TinyArch::KimiLinear),
                          [](const auto& info) { return info.param == TinyArch::KimiK3 ? "KimiK3" : "KimiLinear"; });
 
-// Hybrid CPU/GPU experts: the coldest experts of each MoE layer go to the CPU (ties: the higher
-// index), the last ones where the histogram has no record, none in a dense layer; the count is bounded.
+// Hybrid CPU/GPU experts: the coldest experts of each MoE layer (or of a rank's split) go to the CPU
+// (ties: the higher index), the last ones where the histogram has no record, none in a dense layer;
+// the count is bounded.
 TEST(CpuExperts, TheColdestOfEachLayerGoToTheCpu) {
   RoutingHistogram h;
   h.experts = 6;
   h.layers[1] = {50, 0, 7, 7, 90, 3};
   const std::vector<bool> moe = {false, true, true};
-  const auto on_cpu = choose_cpu_experts(moe, 6, 3, &h);
+  const auto on_cpu = choose_cpu_experts(moe, 6, 3, &h, 0, 6);
   ASSERT_EQ(on_cpu.size(), 3u);
   EXPECT_TRUE(on_cpu[0].empty());
   EXPECT_EQ(on_cpu[1], (std::vector<bool>{false, true, false, true, false, true}));  // 0 picks, 3, then 7 (index 3 first)
   EXPECT_EQ(on_cpu[2], (std::vector<bool>{false, false, false, true, true, true}));  // no record: the last three
-  EXPECT_EQ(choose_cpu_experts(moe, 6, 2, nullptr)[1], (std::vector<bool>{false, false, false, false, true, true}));
+  EXPECT_EQ(choose_cpu_experts(moe, 6, 2, nullptr, 0, 6)[1], (std::vector<bool>{false, false, false, false, true, true}));
+  // Within an expert-parallel rank's split [2, 5): the coldest there, or the last there.
+  EXPECT_EQ(choose_cpu_experts(moe, 6, 1, &h, 2, 5)[1], (std::vector<bool>{false, false, false, true, false, false}));
+  EXPECT_EQ(choose_cpu_experts(moe, 6, 2, nullptr, 2, 5)[2], (std::vector<bool>{false, false, false, true, true, false}));
   for (const int64_t bad : {0, 6, -1}) {
     try {
-      choose_cpu_experts(moe, 6, bad, nullptr);
+      choose_cpu_experts(moe, 6, bad, nullptr, 0, 6);
       FAIL() << bad;
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("--experts-on-cpu"), std::string::npos) << e.what();

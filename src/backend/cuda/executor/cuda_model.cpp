@@ -635,28 +635,36 @@ std::unique_ptr<Executor> make_cuda_executor(const CudaOptions& options, const K
   check_options(options);
   check_geometry(config);
   CudaExecutor::Share share;
-  if (expert_ranks != nullptr && expert_ranks->size() > 1) {
-    if (options.experts_on_cpu > 0 || options.expert_cache_bytes > 0) {
-      throw Error(Where{"", "", "--expert-parallel"}, "divides the experts among GPUs: not with --experts-on-cpu or --expert-cache");
-    }
-    if (!config.moe) throw Error(Where{"", "", "--expert-parallel"}, "the model has no routed experts");
-    const IndexRange mine = split_range(config.moe->num_experts, expert_ranks->size(), expert_ranks->rank());
-    share.subset = std::make_unique<ExpertSubset>(
-        config, [mine](int64_t, int64_t e) { return e >= mine.first && e < mine.end(); }, "--expert-parallel");
-    share.expert_ranks = std::make_unique<RoutedSumAcrossRanks>(*expert_ranks);
+  const bool expert_parallel = expert_ranks != nullptr && expert_ranks->size() > 1;
+  if (!config.moe && (expert_parallel || options.experts_on_cpu > 0)) {
+    throw Error(Where{"", "", expert_parallel ? "--expert-parallel" : "--experts-on-cpu"}, "the model has no routed experts");
   }
+  if (expert_parallel && options.expert_cache_bytes > 0) {
+    throw Error(Where{"", "", "--expert-parallel"}, "divides the experts among GPUs: not with --expert-cache");
+  }
+  // The experts this rank computes: its split under expert parallelism, else all; with CPU experts,
+  // `experts_on_cpu` of them (the coldest of the split) on this rank's CPU, the rest on its GPU.
+  const IndexRange mine = expert_parallel ? split_range(config.moe->num_experts, expert_ranks->size(), expert_ranks->rank())
+                          : config.moe      ? IndexRange{0, config.moe->num_experts}
+                                            : IndexRange{};
+  std::vector<std::vector<bool>> on_cpu;
   if (options.experts_on_cpu > 0) {
-    if (!config.moe) throw Error(Where{"", "", "--experts-on-cpu"}, "the model has no routed experts");
     std::vector<bool> moe_layers;
     for (int64_t l = 0; l < config.num_layers; ++l) moe_layers.push_back(config.is_moe(l));
-    std::vector<std::vector<bool>> on_cpu =
-        choose_cpu_experts(moe_layers, config.moe->num_experts, options.experts_on_cpu, options.cpu_expert_histogram);
+    on_cpu = choose_cpu_experts(moe_layers, config.moe->num_experts, options.experts_on_cpu, options.cpu_expert_histogram,
+                                mine.first, mine.end());
+  }
+  const auto cpu = [&](int64_t l, int64_t e) { return !on_cpu.empty() && on_cpu[static_cast<size_t>(l)][static_cast<size_t>(e)]; };
+  if (expert_parallel || options.experts_on_cpu > 0) {
+    share.subset = std::make_unique<ExpertSubset>(
+        config, [&](int64_t l, int64_t e) { return e >= mine.first && e < mine.end() && !cpu(l, e); },
+        expert_parallel ? "--expert-parallel" : "--experts-on-cpu");
+  }
+  if (expert_parallel) share.expert_ranks = std::make_unique<RoutedSumAcrossRanks>(*expert_ranks);
+  if (options.experts_on_cpu > 0) {
     cpu::LinearOptions numerics;  // the GPU's activation contract (CudaOptions::w4a4)
     numerics.activation = options.w4a4 ? cpu::ActivationNumerics::CheckpointContract : cpu::ActivationNumerics::WeightOnly;
-    std::vector<CpuHandles::Experts> banks = bind_routed_experts(
-        config, plan, files, numerics, [&](int64_t l, int64_t e) { return on_cpu[static_cast<size_t>(l)][static_cast<size_t>(e)]; });
-    share.subset = std::make_unique<ExpertSubset>(
-        config, [&](int64_t l, int64_t e) { return !on_cpu[static_cast<size_t>(l)][static_cast<size_t>(e)]; }, "--experts-on-cpu");
+    std::vector<CpuHandles::Experts> banks = bind_routed_experts(config, plan, files, numerics, cpu);
     share.cpu_experts = std::make_unique<CpuExperts>(config, std::move(on_cpu), std::move(banks));
   }
   return std::make_unique<CudaExecutor>(

@@ -44,12 +44,12 @@ EngineOptions hybrid_options(int64_t experts_on_cpu, const RoutingHistogram* his
   CudaOptions o;
   o.memory = "3G";
   o.max_sequences = 8;
-  o.max_context = 512;
+  o.max_context = 1024;  // the trained model's eval prompts run to ~560 tokens
   o.experts_on_cpu = experts_on_cpu;
   o.cpu_expert_histogram = histogram;
   o.expert_cache_bytes = expert_cache;
   EngineOptions e;
-  e.max_context = 512;
+  e.max_context = 1024;
   e.executor = [o](const K3Config& c, const LoadPlan& p, PlanFiles& f) { return make_cuda_executor(o, c, p, f); };
   return e;
 }
@@ -59,8 +59,10 @@ class HybridExpertsModel : public ::testing::TestWithParam<FamilyId> {};
 // Pinned routing picks experts 0..k−1 for every token; the histogram makes experts 0 and 1 the
 // coldest, so the CPU computes two of each token's four picks and the GPU the other two. The CPU's
 // experts multiply in float what the GPU's multiply in bf16, and each token's sum adds the two sides
-// in another order: the same-contract CPU-vs-GPU bound of test_cuda_model.cpp for Kimi-Linear small,
-// 0.04, covers it.
+// in another order: the CPU-vs-GPU bounds of test_cuda_model.cpp for Kimi-Linear small apply — 0.04
+// where both take 16-bit activations, 0.3 for ModelSlim and GGUF, whose int8 activation codes flip
+// between the two sides' slightly different GEMM 2 inputs (H200: bf16, NVFP4, MXFP4 ≤ 1.1e-2; W4A8
+// 4.0e-2, GGUF 4.0e-2).
 TEST_P(HybridExpertsModel, HalfTheExpertsOnTheCpuGiveTheAllGpuLogits) {
   K3_REQUIRE_GPU();
   const FamilyId family = GetParam();
@@ -78,8 +80,10 @@ TEST_P(HybridExpertsModel, HalfTheExpertsOnTheCpuGiveTheAllGpuLogits) {
   }
   Engine hybrid(ckpt.dir, hybrid_options(N, &cold));
   const auto [prefill_err, decode_err] = k3::test::compare_engine_logits(hybrid, all_gpu);
-  EXPECT_LT(prefill_err, 0.04) << family_name(family);
-  EXPECT_LT(decode_err, 0.04) << family_name(family);
+  const bool int8_contract = family == FamilyId::ModelSlimW4A8 || family == FamilyId::Gguf;
+  const double bound = int8_contract ? 0.3 : 0.04;
+  EXPECT_LT(prefill_err, bound) << family_name(family);
+  EXPECT_LT(decode_err, bound) << family_name(family);
 
   const CudaExecutorStats s = cuda_executor_stats(hybrid.executor()), r = cuda_executor_stats(all_gpu.executor());
   EXPECT_EQ(s.cpu_experts_per_layer, N);

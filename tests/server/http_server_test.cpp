@@ -296,11 +296,16 @@ TEST_F(HttpServerTest, StopAcceptingRefusesNewWorkWhileAStreamCompletes) {
   server_->stop_accepting();
   RawClient fresh(port());
   EXPECT_FALSE(fresh.connected());
-  // A kept-alive connection's next request: 503, Connection: close.
-  ASSERT_TRUE(idle.send("GET /echo HTTP/1.1\r\nHost: x\r\n\r\n"));
+  // A kept-alive connection's next request: 503, Connection: close. The client can read its first
+  // response before the server's write handler has finished it; when that handler runs after
+  // stop_accepting, the server closes the connection instead of waiting for another request (a
+  // loaded machine shows this). Either way no new request is served.
+  const bool sent = idle.send("GET /echo HTTP/1.1\r\nHost: x\r\n\r\n");
   auto r = idle.read_response();
-  EXPECT_EQ(r.status, 503);
-  EXPECT_TRUE(r.has("Connection: close"));
+  if (sent && r.status != 0) {
+    EXPECT_EQ(r.status, 503);
+    EXPECT_TRUE(r.has("Connection: close"));
+  }
   EXPECT_TRUE(idle.wait_closed());
   // The in-flight stream runs to its end, then the connection closes.
   std::string rest = s.read_until("\r\n0\r\n\r\n");

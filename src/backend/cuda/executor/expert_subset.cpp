@@ -8,7 +8,7 @@
 namespace k3::cuda {
 
 ExpertSubset::ExpertSubset(const K3Config& config, const std::function<bool(int64_t, int64_t)>& kept, const char* flag)
-    : config_(config), flag_(flag), layers_(static_cast<size_t>(config.num_layers)) {
+    : config_(config), layers_(static_cast<size_t>(config.num_layers)) {
   if (!config.moe) throw Error(Where{"", "", flag}, "the model has no routed experts");
   experts_ = config.moe->num_experts;
   kept_.resize(layers_.size());

@@ -24,7 +24,8 @@ namespace k3::cuda {
 
 class ExpertSubset final : public ExpertBankSink {
  public:
-  // kept(layer, expert): whether this GPU holds the expert; every MoE layer must keep at least one.
+  // kept(layer, expert): whether this GPU holds the expert; every MoE layer must keep at least one
+  // (else k3::Error naming `flag`, the option that chose them).
   ExpertSubset(const K3Config& config, const std::function<bool(int64_t layer, int64_t expert)>& kept, const char* flag);
 
   uint64_t keep(int64_t layer, int role, const DeviceExperts& bank) override;
@@ -47,7 +48,6 @@ class ExpertSubset final : public ExpertBankSink {
   };
 
   const K3Config& config_;
-  const char* flag_;
   int64_t experts_ = 0;
   std::vector<std::vector<bool>> kept_;  // [layer][expert]; empty for non-MoE layers
   std::vector<int64_t> counts_;

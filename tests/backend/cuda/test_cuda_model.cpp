@@ -177,9 +177,10 @@ INSTANTIATE_TEST_SUITE_P(Families, CudaModelVsCpu,
 // (weight-only W4A16 experts, a different contract). Not closer by much, and not within the
 // same-contract bound: the contract's quantisers are discontinuous, and their inputs differ upstream
 // by the GPU's bf16 rounding (FP8 1×128 and FP4 per-16 codes flip where the CPU's f32 inputs round
-// the other way), which Kimi-K3 amplifies most. H200, 2026-11-29: W4A4 0.89 vs W4A16 1.26 (Kimi-K3),
-// 0.32 vs 0.37 (Kimi-Linear); the bounds below are those with margin. The quantisation itself is
-// checked bit for bit (test_moe_nvfp4_act.cpp).
+// the other way), which the random Kimi-K3 amplifies to O(1): there both errors are noise (measured
+// W4A4 0.89 vs W4A16 1.26 on an H200, 1.36 vs 1.26 on an H100), so only the bound is checked; on
+// Kimi-Linear (0.32–0.33 vs 0.37 on both) the option must also be the closer. The bounds are those
+// with margin. The quantisation itself is checked bit for bit (test_moe_nvfp4_act.cpp).
 TEST(CudaModel, W4a4OptionFollowsTheCheckpointContract) {
   K3_REQUIRE_GPU();
   for (TinyArch arch : {TinyArch::KimiK3, TinyArch::KimiLinear}) {
@@ -197,7 +198,7 @@ TEST(CudaModel, W4a4OptionFollowsTheCheckpointContract) {
     std::printf("[ modelopt-mixed %s, CPU checkpoint contract ] GPU W4A4 rel err %.2e, GPU W4A16 %.2e\n",
                 arch == TinyArch::KimiK3 ? "kimi-k3" : "kimi-linear", err, err_weight_only);
     EXPECT_LT(err, arch == TinyArch::KimiK3 ? 1.5 : 0.5);
-    EXPECT_LT(err, err_weight_only);
+    if (arch == TinyArch::KimiLinear) EXPECT_LT(err, err_weight_only);
   }
 }
 

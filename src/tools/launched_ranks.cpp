@@ -12,25 +12,35 @@
 #include "core/sha256.h"
 #include "parallel/group_communicator.h"
 #include "runtime/rank_calls.h"
+#include "tools/node_ranks.h"
 
 #ifdef K3_HAVE_MPI
 #include "parallel/mpi/mpi_world.h"
+#endif
+#ifdef K3_HAVE_NCCL
+#include "parallel/nccl/nccl_world.h"
+#include "parallel/tcp_rendezvous.h"
+#endif
+#if defined(K3_HAVE_MPI) || defined(K3_HAVE_NCCL)
+#define K3_LAUNCHED_RANKS 1  // ranks in processes: under mpirun, or started by tools/node_ranks.h
 #endif
 
 namespace k3::cli {
 namespace {
 
-// The world size mpirun gave this process (1 when not launched by it).
+// The world size mpirun or the node launcher gave this process (1 when not launched by either).
 int launched_world_size() {
+  if (const std::optional<NodeRank> node = started_node_rank()) return node->world;
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
     if (const char* v = std::getenv(name)) return std::atoi(v);
   }
   return 1;
 }
 
-#ifdef K3_HAVE_MPI
+#ifdef K3_LAUNCHED_RANKS
 
-// mpirun ends the surviving ranks of a failed job with SIGTERM: each says so before it goes.
+// The launcher (mpirun, or the node supervisor of tools/node_ranks.h) ends the surviving ranks of a
+// failed job with SIGTERM: each says so before it goes.
 char g_terminated_line[128];
 extern "C" void say_terminated(int) {
   const ssize_t ignored = ::write(STDERR_FILENO, g_terminated_line, std::strlen(g_terminated_line));
@@ -79,11 +89,38 @@ CpuCacheOptions agreed_caches(Communicator& world, const K3Config& config, const
   std::exit(code);  // the world's destructor (at exit) finalizes MPI, or aborts the job after a failure
 }
 
+// This process's world: the NcclWorld of the node launcher's ranks (started at rank 0's TCP
+// rendezvous), or mpirun's MpiWorld.
+Communicator& launched_world(const ModelArgs& args, int size) {
+  const std::chrono::milliseconds timeout(static_cast<int64_t>(args.rank_timeout * 1000));
+  if (const std::optional<NodeRank> node = started_node_rank()) {
+#ifdef K3_HAVE_NCCL
+    try {
+      static TcpRendezvous rendezvous(args.master_addr, args.master_port, node->rank, size, timeout);
+      static NcclWorld world(rendezvous, parse_device(args.device) + node->local_rank, timeout);
+      return world;
+    } catch (const Error& e) {
+      throw Error(e.where(), "rank " + std::to_string(node->rank) + " of " + std::to_string(size) + ": " + e.detail());
+    }
+#else
+    throw Error(Where{"", "", "--nnodes"}, "this k3 was built without NCCL");
+#endif
+  }
+#ifdef K3_HAVE_MPI
+  static MpiWorld world(timeout);
+  return world;
+#else
+  throw Error(Where{"", "", "mpirun"}, "started " + std::to_string(size) + " ranks, but this k3 was built without MPI "
+                                       "(install libopenmpi-dev and reconfigure)");
+#endif
+}
+
 #endif
 
 }  // namespace
 
 int launched_local_rank() {
+  if (const std::optional<NodeRank> node = started_node_rank()) return node->local_rank;
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}) {
     if (const char* v = std::getenv(name)) return std::atoi(v);
   }
@@ -93,21 +130,21 @@ int launched_local_rank() {
 void join_launched_ranks(const ModelArgs& args, EngineOptions& options, const DeviceRankExecutor& device) {
   const int size = launched_world_size();
   if (size <= 1) return;
-#ifdef K3_HAVE_MPI
+#ifdef K3_LAUNCHED_RANKS
   const ParallelLayout layout{args.tensor_parallel, args.expert_parallel};
   if (layout.world() != size) {
-    throw Error(Where{"", "", "--tensor-parallel"}, "mpirun started " + std::to_string(size) + " ranks, but --tensor-parallel " +
+    throw Error(Where{"", "", "--tensor-parallel"}, "the launcher started " + std::to_string(size) + " ranks, but --tensor-parallel " +
                                                         std::to_string(layout.tensor) + " and --expert-parallel " +
                                                         std::to_string(layout.experts) + " use " +
                                                         std::to_string(layout.world()));
   }
   if (device && layout.tensor > 1) {
-    throw Error(Where{"", "", "--tensor-parallel"}, "CUDA ranks under mpirun divide the routed experts only (--expert-parallel)");
+    throw Error(Where{"", "", "--tensor-parallel"}, "CUDA ranks in separate processes divide the routed experts only (--expert-parallel)");
   }
   static bool joined = false;  // the workers follow one engine: a second one (eval --kl-base) would not be followed
-  if (joined) throw Error(Where{"", "", "mpirun"}, "a command under mpirun runs one model (not --kl-base)");
+  if (joined) throw Error(Where{"", "", "--kl-base"}, "a command over launched ranks runs one model (not --kl-base)");
   joined = true;
-  static MpiWorld world(std::chrono::milliseconds(static_cast<int64_t>(args.rank_timeout * 1000)));
+  Communicator& world = launched_world(args, size);
   static std::unique_ptr<GroupCommunicator> group;
   ParallelRanks ranks;
   if (layout.tensor > 1) {
@@ -121,7 +158,7 @@ void join_launched_ranks(const ModelArgs& args, EngineOptions& options, const De
     ranks.placement = placement.get();
   }
   std::snprintf(g_terminated_line, sizeof g_terminated_line,
-                "k3: rank %d of %d: ended by mpirun: another rank failed or the job was stopped\n", world.rank(), size);
+                "k3: rank %d of %d: ended by its launcher: another rank failed or the job was stopped\n", world.rank(), size);
   std::signal(SIGTERM, say_terminated);
   options.tensor_parallel = options.expert_parallel = 1;  // the ranks are processes, not threads
   options.expert_histogram = nullptr;                     // placed above
@@ -129,7 +166,7 @@ void join_launched_ranks(const ModelArgs& args, EngineOptions& options, const De
   ranks.routing_record = options.routing_record;
   options.routing_record = nullptr;  // counted by rank 0's executor (ranks.routing_record)
   const std::string settings = rank_settings(args);
-  options.executor = [ranks, settings, options, device](const K3Config& config, const LoadPlan& plan, PlanFiles& files) {
+  options.executor = [&world, ranks, settings, options, device](const K3Config& config, const LoadPlan& plan, PlanFiles& files) {
     agree_on_model(world, model_fingerprint(config, plan, settings));
     if (device) return make_leader_executor(device(config, plan, files, world), world);
     const CpuCacheOptions caches = agreed_caches(world, config, options);

@@ -1,9 +1,10 @@
-// `mpirun -np N k3 <command> … --tensor-parallel T --expert-parallel E` (max(T, E) = N): one engine
-// over N processes. Rank 0 runs the command — its output, its server — over a leader executor; every
+// `mpirun -np N k3 <command> … --tensor-parallel T --expert-parallel E` (max(T, E) = N), or the
+// rank processes `--nnodes` starts (tools/node_ranks.h, CUDA ranks over NCCL): one engine over N
+// processes. Rank 0 runs the command — its output, its server — over a leader executor; every
 // other rank follows its executor calls (runtime/rank_calls.h) and exits when rank 0's engine ends.
 // The ranks agree on the model, plan and flags before loading; a mismatch is one line on every
 // rank. A rank that waits longer than --rank-timeout in a collective fails the job; a rank that dies
-// is reported by mpirun, which ends the others.
+// is reported by its launcher, which ends the others.
 #pragma once
 
 #include <functional>
@@ -27,7 +28,7 @@ using DeviceRankExecutor =
 // started, or when this k3 was built without MPI.
 void join_launched_ranks(const ModelArgs& args, EngineOptions& options, const DeviceRankExecutor& device = {});
 
-// This process's rank among those mpirun started on its node (0 when not launched by it).
+// This process's rank among those mpirun or --nnodes started on its node (0 when not launched).
 int launched_local_rank();
 
 }  // namespace k3::cli

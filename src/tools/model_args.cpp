@@ -14,6 +14,7 @@
 #include "quant/families/family.h"
 #include "tools/flag_checks.h"
 #include "tools/launched_ranks.h"
+#include "tools/node_ranks.h"
 #include "runtime/parallel_executor.h"
 
 #ifdef K3_HAVE_CUDA
@@ -59,8 +60,9 @@ void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input) {
   cmd->add_option("--record-routing", args.record_routing,
                   "CPU: count every routed pick per MoE layer and expert; written to this file as JSON at exit");
   cmd->add_option("--rank-timeout", args.rank_timeout,
-                  "under mpirun: seconds a rank waits for the others in a collective before the job fails")
+                  "under mpirun or --nnodes: seconds a rank waits for the others in a collective before the job fails")
       ->check(CLI::Range(0.1, 86400.0));
+  add_node_rank_options(cmd, args);
   cmd->add_option("--activations", args.activations,
                   "activation numerics: weight-only (float activations, default), checkpoint (the "
                   "checkpoint's contract: NVFP4 W4A4 with its input_scale, FP8 e4m3 activations; on CUDA the "
@@ -356,6 +358,7 @@ EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
                               : args.activations == "bf16"     ? cpu::ActivationNumerics::Bf16Inputs
                                                                : cpu::ActivationNumerics::WeightOnly;
   const int device = parse_device(args.device);
+  start_node_ranks(args);  // with --nnodes: this node's rank processes run the command; not here
   const uint64_t expert_cache = args.expert_cache.empty() ? 0 : parse_expert_cache(args.expert_cache);
   if (expert_cache > 0 && device < 0) {
     throw Error(Where{"", "", "--expert-cache"}, "streams experts to a GPU: it needs --device cuda");

@@ -20,6 +20,10 @@ namespace k3::cli {
 // Which prompt options a command takes.
 enum class PromptInput { kIds, kIdsOrText, kNone };
 
+// --master-addr and --master-port without the flags (tools/node_ranks.h).
+inline constexpr const char* kDefaultMasterAddr = "127.0.0.1";
+inline constexpr int kDefaultMasterPort = 29500;
+
 struct ModelArgs {
   std::string model;
   std::string ids;
@@ -27,7 +31,11 @@ struct ModelArgs {
   int threads = 0;                    // 0 = all cores
   int tensor_parallel = 1;            // in-process tensor-parallel ranks (CPU)
   int expert_parallel = 1;            // in-process expert-parallel ranks (CPU)
-  double rank_timeout = 60;           // --rank-timeout: seconds a rank under mpirun waits in a collective
+  double rank_timeout = 60;           // --rank-timeout: seconds a launched rank waits in a collective
+  int nnodes = 0;                     // --nnodes: start CUDA ranks without mpirun (0: not used; tools/node_ranks.h)
+  int node_rank = 0;                  // --node-rank
+  std::string master_addr = kDefaultMasterAddr;  // --master-addr: rank 0's host
+  int master_port = kDefaultMasterPort;          // --master-port
   std::string expert_placement;       // --expert-placement FILE: a routing histogram to place experts from
   int redundant_experts = 1;          // --redundant-experts: extra expert copies per rank with a placement
   std::string record_routing;         // --record-routing FILE: count every routed pick, written at exit

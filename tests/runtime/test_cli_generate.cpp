@@ -3,6 +3,7 @@
 // and the one-line errors for bad ids and flags.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -107,6 +108,51 @@ TEST(CliPeerFixture, ParallelLayoutsGiveTheSameSamples) {
   const test::CliResult uneven = test::run_k3(args + " --tensor-parallel 2 --expert-parallel 3");
   EXPECT_EQ(uneven.code, 1) << uneven.err;
   EXPECT_NE(uneven.err.find("'--expert-parallel': 3 is not a multiple of --tensor-parallel 2"), std::string::npos) << uneven.err;
+}
+
+// --nnodes (tools/node_ranks.h) starts CUDA ranks over NCCL; its flags are checked before any rank
+// process starts.
+TEST(CliErrors, NodeRankFlagsAreCheckedBeforeAnyRankStarts) {
+  const std::string args = "generate --model " + peer("ckpt") + " --ids 360,96 --max-tokens 2";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {" --nnodes 2 --expert-parallel 2", "field '--nnodes': starts CUDA ranks over NCCL (--device cuda); CPU ranks in several "
+                                          "processes run under mpirun"},
+      {" --node-rank 1", "field '--node-rank': --node-rank, --master-addr and --master-port go with --nnodes"},
+      {" --master-addr 10.0.0.1", "field '--node-rank': --node-rank, --master-addr and --master-port go with --nnodes"},
+      {" --device cuda --expert-parallel 3 --nnodes 2", "field '--nnodes': --expert-parallel 3 ranks do not divide over 2 nodes"},
+      {" --device cuda --expert-parallel 2 --nnodes 2 --node-rank 2", "field '--node-rank': 2 is not a node of 2"},
+      {" --device cuda --tensor-parallel 2 --nnodes 1", "field '--tensor-parallel': CUDA ranks divide the routed experts only "
+                                                        "(--expert-parallel)"},
+  };
+  for (const auto& [flags, err] : cases) {
+    const test::CliResult got = test::run_k3(args + flags);
+    EXPECT_EQ(got.code, 1) << flags << ": " << got.err;
+    EXPECT_EQ(got.err, "k3 generate: error: " + err + "\n") << flags;
+  }
+  for (const char* flags : {" --nnodes 0", " --master-port 70000", " --node-rank -1"}) {
+    const test::CliResult got = test::run_k3(args + flags);
+    EXPECT_EQ(got.code, 2) << flags << ": " << got.err;
+  }
+}
+
+// The node's supervisor: rank processes on GPUs no machine has (cuda:60, cuda:61) fail after meeting
+// at the rendezvous; the command names the first that exits and ends with 1, promptly. Needs a k3 built
+// with NCCL (CUDA toolkit and NCCL found), else that refusal is checked.
+TEST(CliErrors, NodeRanksThatFailEndTheNodesCommand) {
+  const std::string args = "generate --model " + peer("ckpt") + " --ids 360,96 --max-tokens 2 --device cuda:60 --expert-parallel 2 "
+                           "--nnodes 1 --rank-timeout 20 --master-port " + std::to_string(29400 + ::getpid() % 500);
+  const auto started = std::chrono::steady_clock::now();
+  const test::CliResult got = test::run_k3(args);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
+  EXPECT_EQ(got.code, 1) << got.err;
+  if (got.err.find("built without NCCL") != std::string::npos) {
+    EXPECT_EQ(got.err, "k3 generate: error: field '--nnodes': this k3 was built without NCCL (configure with the CUDA backend "
+                       "and NCCL found, or -DK3_NCCL_ROOT=DIR)\n");
+    return;
+  }
+  EXPECT_NE(got.err.find("k3 generate: error: rank 0 of 2: NCCL world: cudaSetDevice: "), std::string::npos) << got.err;
+  EXPECT_NE(got.err.find("k3: node 0: rank "), std::string::npos) << got.err;
+  EXPECT_NE(got.err.find(" exited with code 1; ending this node's other ranks\n"), std::string::npos) << got.err;
 }
 
 TEST(CliErrors, BadIdsAndFlagsGiveOneLine) {

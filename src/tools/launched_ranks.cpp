@@ -28,6 +28,9 @@
 namespace k3::cli {
 namespace {
 
+// What started this process's ranks, for messages.
+std::string launcher_name() { return started_node_rank() ? "--nnodes" : "mpirun"; }
+
 // The world size mpirun or the node launcher gave this process (1 when not launched by either).
 int launched_world_size() {
   if (const std::optional<NodeRank> node = started_node_rank()) return node->world;
@@ -133,7 +136,7 @@ void join_launched_ranks(const ModelArgs& args, EngineOptions& options, const De
 #ifdef K3_LAUNCHED_RANKS
   const ParallelLayout layout{args.tensor_parallel, args.expert_parallel};
   if (layout.world() != size) {
-    throw Error(Where{"", "", "--tensor-parallel"}, "the launcher started " + std::to_string(size) + " ranks, but --tensor-parallel " +
+    throw Error(Where{"", "", "--tensor-parallel"}, launcher_name() + " started " + std::to_string(size) + " ranks, but --tensor-parallel " +
                                                         std::to_string(layout.tensor) + " and --expert-parallel " +
                                                         std::to_string(layout.experts) + " use " +
                                                         std::to_string(layout.world()));
@@ -158,7 +161,8 @@ void join_launched_ranks(const ModelArgs& args, EngineOptions& options, const De
     ranks.placement = placement.get();
   }
   std::snprintf(g_terminated_line, sizeof g_terminated_line,
-                "k3: rank %d of %d: ended by its launcher: another rank failed or the job was stopped\n", world.rank(), size);
+                "k3: rank %d of %d: ended by %s: another rank failed or the job was stopped\n", world.rank(), size,
+                launcher_name().c_str());
   std::signal(SIGTERM, say_terminated);
   options.tensor_parallel = options.expert_parallel = 1;  // the ranks are processes, not threads
   options.expert_histogram = nullptr;                     // placed above

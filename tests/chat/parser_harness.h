@@ -23,6 +23,9 @@ struct Token {
 using Reply = std::vector<Token>;
 using MakeParser = std::function<std::unique_ptr<OutputParser>()>;
 
+// The Kimi-K3 format's marker indices: <|open|> <|close|> <|sep|> <|end_of_msg|>.
+enum K3Marker { kO, kC, kS, kE };
+
 inline Token mark(int index) { return {index, ""}; }
 inline Token text(std::string bytes) { return {-1, std::move(bytes)}; }
 

@@ -10,8 +10,6 @@
 namespace k3::chat::test {
 namespace {
 
-enum { kO, kC, kS, kE };  // <|open|> <|close|> <|sep|> <|end_of_msg|>
-
 MakeParser k3(bool thinking) {
   return [thinking] { return std::make_unique<K3OutputParser>(thinking); };
 }

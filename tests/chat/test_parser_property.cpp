@@ -57,8 +57,6 @@ void add_random_text(Reply& r, Rng& g, bool spelled) {
 
 // ---- Kimi-K3 ----
 
-enum { kO, kC, kS, kE };
-
 void k3_open(Reply& r, Rng& g, const std::string& header) {
   r.push_back(mark(kO));
   add_text(r, g, header);

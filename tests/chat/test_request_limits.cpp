@@ -13,7 +13,7 @@
 namespace k3::chat {
 namespace {
 
-using test::error_of;
+using k3::test::error_of;
 
 std::string nested(int depth) {
   std::string s;

@@ -13,7 +13,7 @@
 namespace k3 {
 namespace {
 
-std::vector<uint8_t> slurp(const std::string& path) {
+std::vector<uint8_t> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
 }
@@ -50,7 +50,7 @@ TEST(SafetensorsStreamWriter, SameBytesAsSafetensorsWriterInAnyOrderAndPieces) {
     stream.write(i, 0, std::span<const uint8_t>(bytes).first(half));
   }
   stream.close();
-  EXPECT_EQ(slurp(path), whole.serialize());
+  EXPECT_EQ(read_bytes(path), whole.serialize());
 }
 
 TEST(SafetensorsStreamWriter, ShortOrOverlongPayloadsAreErrors) {
@@ -89,7 +89,7 @@ TEST(GgufStreamWriter, SameBytesAsGgufWriter) {
   stream.close();
   const std::vector<uint8_t> want = whole.to_bytes();
   EXPECT_EQ(stream.file_size(), want.size());
-  EXPECT_EQ(slurp(path), want);
+  EXPECT_EQ(read_bytes(path), want);
 }
 
 }  // namespace

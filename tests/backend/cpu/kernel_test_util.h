@@ -94,4 +94,7 @@ inline void expect_driver_matches(std::unique_ptr<WeightMatrix> matrix, uint32_t
   }
 }
 
+// Names a test parameterized by the CPU kernel tier after the tier.
+inline std::string tier_name(const ::testing::TestParamInfo<CpuIsa>& info) { return isa_name(info.param); }
+
 }  // namespace k3::cpu::testing

@@ -22,10 +22,9 @@ namespace {
 using testing::expect_driver_matches;
 using testing::expect_matches_float64;
 using testing::random_floats;
+using testing::tier_name;
 
 class FormatTest : public ::testing::TestWithParam<CpuIsa> {};
-
-std::string tier_name(const ::testing::TestParamInfo<CpuIsa>& info) { return isa_name(info.param); }
 
 TEST_P(FormatTest, Bf16AndF16MatchFloat64) {
   const int64_t n = 37, k = 300;

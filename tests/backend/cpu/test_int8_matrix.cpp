@@ -25,10 +25,9 @@ namespace {
 using testing::expect_driver_matches;
 using testing::expect_matches_float64;
 using testing::random_floats;
+using testing::tier_name;
 
 class Int8MatrixTest : public ::testing::TestWithParam<CpuIsa> {};
-
-std::string tier_name(const ::testing::TestParamInfo<CpuIsa>& info) { return isa_name(info.param); }
 
 void expect_same_bits(const std::vector<float>& want, const std::vector<float>& got, const std::string& what) {
   ASSERT_EQ(want.size(), got.size()) << what;

@@ -42,6 +42,10 @@ inline const TinyApi& tiny_api(TinyArch arch = TinyArch::KimiK3) {
   return *slot;
 }
 
+// The tiny Kimi-K3 API's tokenizer and its first end-of-sequence id.
+inline const Tokenizer& tok() { return tiny_api().tokenizer; }
+inline int64_t eos() { return tiny_api().config.tokens.eos.at(0); }
+
 inline std::vector<int64_t> ids_of(const Tokenizer& t, std::string_view text) {
   const std::vector<uint32_t> ids = t.encode(text, Specials::kAll);
   return {ids.begin(), ids.end()};

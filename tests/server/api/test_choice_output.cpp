@@ -9,9 +9,6 @@
 namespace k3::server::test {
 namespace {
 
-const Tokenizer& tok() { return tiny_api().tokenizer; }
-int64_t eos() { return tiny_api().config.tokens.eos.at(0); }
-
 ChoiceConfig completion_config(std::vector<std::string> stop = {}, int64_t max_tokens = 100, int top_logprobs = -1) {
   ChoiceConfig c;
   c.stop = std::move(stop);

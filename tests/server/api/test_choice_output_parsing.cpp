@@ -9,9 +9,6 @@
 namespace k3::server::test {
 namespace {
 
-const Tokenizer& tok() { return tiny_api().tokenizer; }
-int64_t eos() { return tiny_api().config.tokens.eos.at(0); }
-
 ChoiceConfig k3_config(std::vector<std::string> stop = {}) {
   ChoiceConfig c;
   c.kind = OutputKind::kChatK3;

@@ -7,9 +7,6 @@
 namespace k3::server::test {
 namespace {
 
-const Tokenizer& tok() { return tiny_api().tokenizer; }
-int64_t eos() { return tiny_api().config.tokens.eos.at(0); }
-
 ChoiceOutput finished(OutputKind kind, const std::string& model_text, int top_logprobs = -1) {
   ChoiceConfig c;
   c.kind = kind;

@@ -14,8 +14,6 @@ namespace {
 
 using chat::Json;
 
-const Tokenizer& tok() { return tiny_api().tokenizer; }
-int64_t eos() { return tiny_api().config.tokens.eos.at(0); }
 
 const char* kToolReply =
     "I should call it.<|close|>think<|sep|><|open|>response<|sep|>Sure.<|close|>response<|sep|><|open|>tools<|sep|>"

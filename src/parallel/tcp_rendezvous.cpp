@@ -54,13 +54,12 @@ bool wait_for(int fd, short events, const Deadline& deadline) {
   }
 }
 
-// Reads or writes exactly `bytes`; returns the problem ("" when done).
-std::string read_all(int fd, void* data, size_t bytes, const Deadline& deadline) {
-  auto* p = static_cast<char*>(data);
+// Reads (or writes) exactly `bytes`; returns the problem ("" when done).
+std::string transfer(int fd, char* p, size_t bytes, bool write, const Deadline& deadline) {
   while (bytes > 0) {
-    if (!wait_for(fd, POLLIN, deadline)) return "timed out";
-    const ssize_t n = ::recv(fd, p, bytes, 0);
-    if (n == 0) return "closed the connection";
+    if (!wait_for(fd, write ? POLLOUT : POLLIN, deadline)) return "timed out";
+    const ssize_t n = write ? ::send(fd, p, bytes, MSG_NOSIGNAL) : ::recv(fd, p, bytes, 0);
+    if (n == 0 && !write) return "closed the connection";
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
       return errno_text();
@@ -71,19 +70,10 @@ std::string read_all(int fd, void* data, size_t bytes, const Deadline& deadline)
   return "";
 }
 
-std::string write_all(int fd, const void* data, size_t bytes, const Deadline& deadline) {
-  const auto* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    if (!wait_for(fd, POLLOUT, deadline)) return "timed out";
-    const ssize_t n = ::send(fd, p, bytes, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return errno_text();
-    }
-    p += n;
-    bytes -= static_cast<size_t>(n);
-  }
-  return "";
+std::string read_all(int fd, void* data, size_t bytes, const Deadline& d) { return transfer(fd, static_cast<char*>(data), bytes, false, d); }
+
+std::string write_all(int fd, const void* data, size_t bytes, const Deadline& d) {
+  return transfer(fd, const_cast<char*>(static_cast<const char*>(data)), bytes, true, d);
 }
 
 // One length-prefixed value.

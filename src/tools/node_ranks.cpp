@@ -126,13 +126,22 @@ void start_node_ranks(const ModelArgs& args) {
                                          "or -DK3_NCCL_ROOT=DIR)");
 #else
   const int per_node = world / args.nnodes;
-  const std::vector<std::string> argv_text = own_arguments();
+  std::vector<std::string> argv_text = own_arguments();
   std::vector<char*> argv;
-  for (const std::string& a : argv_text) argv.push_back(const_cast<char*>(a.c_str()));
+  for (std::string& a : argv_text) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::fflush(nullptr);
   for (int local = 0; local < per_node; ++local) {
     const int rank = args.node_rank * per_node + local;
+    // The rank's environment is made before fork: between fork and exec the child only calls
+    // async-signal-safe functions (this process may have other threads).
+    std::vector<std::string> env_text = {std::string(kRankEnv) + "=" + std::to_string(rank),
+                                         std::string(kLocalRankEnv) + "=" + std::to_string(local),
+                                         std::string(kWorldEnv) + "=" + std::to_string(world)};
+    for (char** e = environ; *e != nullptr; ++e) env_text.emplace_back(*e);
+    std::vector<char*> envp;
+    for (std::string& e : env_text) envp.push_back(e.data());
+    envp.push_back(nullptr);
     const pid_t pid = ::fork();
     if (pid < 0) {
       const std::string why = std::strerror(errno);
@@ -140,11 +149,10 @@ void start_node_ranks(const ModelArgs& args) {
       throw Error(Where{"", "", "--nnodes"}, "cannot start rank " + std::to_string(rank) + ": " + why);
     }
     if (pid == 0) {
-      ::setenv(kRankEnv, std::to_string(rank).c_str(), 1);
-      ::setenv(kLocalRankEnv, std::to_string(local).c_str(), 1);
-      ::setenv(kWorldEnv, std::to_string(world).c_str(), 1);
-      ::execv("/proc/self/exe", argv.data());
-      std::fprintf(stderr, "k3: rank %d: cannot start: %s\n", rank, std::strerror(errno));
+      ::execve("/proc/self/exe", argv.data(), envp.data());
+      constexpr char kCannotStart[] = "k3: a rank process cannot start: exec of /proc/self/exe failed\n";
+      const ssize_t ignored = ::write(STDERR_FILENO, kCannotStart, sizeof kCannotStart - 1);
+      (void)ignored;
       ::_exit(127);
     }
     g_ranks.push_back(pid);

@@ -8,6 +8,10 @@
 //
 //   OMP_NUM_THREADS=2 OMP_PROC_BIND=close OMP_WAIT_POLICY=passive build/<dir>/bench/k3_bench_bench_cpu_gemv
 //     [--types nvfp4,ct-mxfp4,q4_0,q2_K,q4_K,w4a8,w8a8,fp8-block,bf16,…|all] [--rounds 7] [--gib 1.5] [--m 1] [--k 8192] [--huge 1]
+//     [--path auto|fused|tiles]
+//
+// With m > 1 the table also gives GFLOP/s (2·m·N·K per call); --path forces the driver's path
+// (cpu_linear.h LinearPath) for A/B runs of the many-token kernels.
 //
 // Add a format to the table by appending a Candidate (name, factory, packed bytes) in main().
 #include <immintrin.h>
@@ -50,10 +54,11 @@ struct Options {
   int64_t m = 1;
   int64_t k = 8192;
   bool huge = true;
+  k3::cpu::LinearPath path = k3::cpu::LinearPath::kByTokens;
 };
 
 [[noreturn]] void usage(const char* msg) {
-  std::fprintf(stderr, "bench_cpu_gemv: %s\nflags: --types a,b|all --rounds N --gib G --m M --k K --huge 0|1\n", msg);
+  std::fprintf(stderr, "bench_cpu_gemv: %s\nflags: --types a,b|all --rounds N --gib G --m M --k K --huge 0|1 --path auto|fused|tiles\n", msg);
   std::exit(2);
 }
 
@@ -77,6 +82,11 @@ Options parse(int argc, char** argv) {
       o.k = std::stoll(v);
     } else if (flag == "--huge") {
       o.huge = v != "0";
+    } else if (flag == "--path") {
+      if (v == "auto") o.path = k3::cpu::LinearPath::kByTokens;
+      else if (v == "fused") o.path = k3::cpu::LinearPath::kFused;
+      else if (v == "tiles") o.path = k3::cpu::LinearPath::kTiles;
+      else usage("--path takes auto, fused or tiles");
     } else {
       usage(("unknown flag " + flag).c_str());
     }
@@ -142,6 +152,53 @@ double stream_seconds(const Buffer& buf, bool avx512) {
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   if (total == 42) std::puts("");  // keep the sum alive
   return s;
+}
+
+// ---- the compute ceiling: float32 FMAs from registers with every thread ---------------------
+
+// One thread's 24 independent chains of 512-bit (else 256-bit) FMAs over `iterations` steps; the
+// asm barrier keeps every chain in its register and live.
+__attribute__((target("avx512f"))) float fma_chains_512(int64_t iterations) {
+  __m512 acc[24];
+  for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+  for (int64_t it = 0; it < iterations; ++it) {
+    for (int i = 0; i < 24; ++i) {
+      acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+      asm volatile("" : "+v"(acc[i]));
+    }
+  }
+  float sink = 0;
+  for (int i = 0; i < 24; ++i) sink += _mm512_reduce_add_ps(acc[i]);
+  return sink;
+}
+
+__attribute__((target("avx2,fma"))) float fma_chains_256(int64_t iterations) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
+  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f);
+  for (int64_t it = 0; it < 2 * iterations; ++it) {
+    for (int i = 0; i < 12; ++i) {
+      acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+      asm volatile("" : "+x"(acc[i]));
+    }
+  }
+  alignas(32) float l[8];
+  _mm256_store_ps(l, acc[0]);
+  return l[0];
+}
+
+// GFLOP/s of all threads running their FMA chains at once.
+double fma_gflops(bool avx512) {
+  constexpr int64_t kIterations = 1 << 22;
+  double sink = 0;
+  const auto t0 = Clock::now();
+#pragma omp parallel reduction(+ : sink)
+  sink += avx512 ? fma_chains_512(kIterations) : fma_chains_256(kIterations);
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (sink == 42) std::puts("");
+  // Both variants do 24 · 16 lanes of FMA per iteration (the 256-bit one twice the iterations of 12).
+  return 2.0 * 24 * 16 * static_cast<double>(kIterations) * omp_get_max_threads() / s / 1e9;
 }
 
 // ---- weights ------------------------------------------------------------------------------
@@ -285,8 +342,9 @@ int main(int argc, char** argv) {
   struct Run {
     std::unique_ptr<k3::cpu::CpuLinear> linear;
     std::vector<float> x, y;
-    std::vector<double> gbps, ratio;
+    std::vector<double> gbps, ratio, gflops;
   };
+  const k3::cpu::ScopedLinearPath forced_path(o.path);
   std::vector<Run> runs;
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -301,10 +359,11 @@ int main(int argc, char** argv) {
   }
   stream_seconds(stream, avx512);
 
-  std::vector<double> ceiling;
+  std::vector<double> ceiling, fma_peak;
   for (int round = 0; round < o.rounds; ++round) {
     const double roof = static_cast<double>(stream.n) / stream_seconds(stream, avx512) / 1e9;
     ceiling.push_back(roof);
+    if (o.m > 1) fma_peak.push_back(fma_gflops(avx512));
     for (size_t i = 0; i < runs.size(); ++i) {
       Run& run = runs[i];
       const auto t0 = Clock::now();
@@ -312,27 +371,34 @@ int main(int argc, char** argv) {
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
       const double gbps = static_cast<double>(candidates[i].bytes) / s / 1e9;
       run.gbps.push_back(gbps);
+      run.gflops.push_back(2.0 * static_cast<double>(o.m * run.linear->rows() * run.linear->cols()) / s / 1e9);
       run.ratio.push_back(gbps / roof);
     }
   }
 
   std::printf("machine: %s, %d OpenMP threads, tier %s, huge pages %s\n", cpu_model().c_str(), omp_get_max_threads(),
               k3::cpu::isa_name(isa), o.huge ? "on" : "off");
-  std::printf("GEMV m=%lld, K=%lld, %.2f GiB per matrix, %d interleaved rounds, medians\n\n",
-              static_cast<long long>(o.m), static_cast<long long>(o.k), o.gib, o.rounds);
+  const char* path_name = o.path == k3::cpu::LinearPath::kFused ? "fused" : o.path == k3::cpu::LinearPath::kTiles ? "tiles" : "auto";
+  std::printf("GEMV m=%lld, K=%lld, %.2f GiB per matrix, path %s, %d interleaved rounds, medians\n\n",
+              static_cast<long long>(o.m), static_cast<long long>(o.k), o.gib, path_name, o.rounds);
   const double roof = median(ceiling);
-  std::printf("%-8s %-22s %9s %9s %9s %9s %10s %10s\n", "type", "kernel", "GiB", "GB/s", "min", "max", "%ceiling",
-              "%per-round");
-  std::printf("%-8s %-22s %9.2f %9.1f %9.1f %9.1f %10s %10s\n", "stream", avx512 ? "2 thr. 512-bit loads" : "256-bit loads",
+  std::printf("%-8s %-22s %9s %9s %9s %9s %10s %10s %9s\n", "type", "kernel", "GiB", "GB/s", "min", "max", "%ceiling",
+              "%per-round", "GFLOP/s");
+  std::printf("%-8s %-22s %9.2f %9.1f %9.1f %9.1f %10s %10s %9s\n", "stream", avx512 ? "2 thr. 512-bit loads" : "256-bit loads",
               static_cast<double>(stream.n) / (1ull << 30), roof, *std::min_element(ceiling.begin(), ceiling.end()),
-              *std::max_element(ceiling.begin(), ceiling.end()), "100", "100");
+              *std::max_element(ceiling.begin(), ceiling.end()), "100", "100", "");
   for (size_t i = 0; i < runs.size(); ++i) {
     const Run& r = runs[i];
     const double g = median(r.gbps);
-    std::printf("%-8s %-22s %9.2f %9.1f %9.1f %9.1f %9.1f%% %9.1f%%\n", candidates[i].name.c_str(),
+    std::printf("%-8s %-22s %9.2f %9.1f %9.1f %9.1f %9.1f%% %9.1f%% %9.1f\n", candidates[i].name.c_str(),
                 r.linear->kernel_name().c_str(), static_cast<double>(candidates[i].bytes) / (1ull << 30), g,
                 *std::min_element(r.gbps.begin(), r.gbps.end()), *std::max_element(r.gbps.begin(), r.gbps.end()),
-                100.0 * g / roof, 100.0 * median(r.ratio));
+                100.0 * g / roof, 100.0 * median(r.ratio), median(r.gflops));
+  }
+  if (!fma_peak.empty()) {
+    std::printf("\nfloat32 FMA ceiling (%d threads, 24 register chains of %d-bit FMAs): %.1f GFLOP/s (%.1f–%.1f)\n",
+                omp_get_max_threads(), avx512 ? 512 : 256, median(fma_peak),
+                *std::min_element(fma_peak.begin(), fma_peak.end()), *std::max_element(fma_peak.begin(), fma_peak.end()));
   }
   return 0;
 }

@@ -35,6 +35,19 @@ int64_t row_chunk(int64_t rows) {
   return std::max<int64_t>(16, (per + 15) / 16 * 16);
 }
 
+// Weight bytes of one work item when the fused kernels take more tokens than one pass holds: they
+// pass over the item's rows once per kFusedMaxTokens tokens, so the item must stay in the core's L2
+// (1–2 MiB on current x86 server cores) next to the activations streaming through.
+constexpr uint64_t kFusedItemBytes = 128u << 10;
+
+int64_t fused_row_chunk(const WeightMatrix& w, int64_t m) {
+  const int64_t chunk = row_chunk(w.rows());
+  if (m <= kFusedMaxTokens || w.rows() == 0) return chunk;
+  const uint64_t row_bytes = std::max<uint64_t>(1, w.weight_bytes() / static_cast<uint64_t>(w.rows()));
+  const int64_t cached = static_cast<int64_t>(kFusedItemBytes / row_bytes) / 16 * 16;
+  return std::min(chunk, std::max<int64_t>(16, cached));
+}
+
 // Rows [first, first + count) of a matrix shared with others: every call forwards to the whole
 // matrix with the rows shifted.
 class RowSliceMatrix final : public WeightMatrix {
@@ -76,9 +89,16 @@ class KernelLinear final : public CpuLinear {
     if (m <= 0) return;
     PreparedActivations a;
     w_->prepare(x, m, a);
-    const int64_t n = rows(), k = cols(), chunk = row_chunk(n), chunks = (n + chunk - 1) / chunk;
+    const int64_t n = rows(), k = cols();
     const LinearPath path = current_linear_path();
-    if (path == LinearPath::kFused || (path == LinearPath::kByTokens && m <= kFusedMaxTokens)) {
+    // Integer activations (fixed point, int8) take the fused kernels for any number of tokens: their
+    // integer dot products do two to four multiply-adds per lane and instruction where the decoded
+    // tiles' float32 FMAs do one, and their rows are never decoded. Float activations (BF16, FP8,
+    // F32 weights) decode tiles of rows once when more tokens come than one fused pass takes.
+    const bool fused = path == LinearPath::kFused || a.form != ActivationForm::F32 ||
+                       (path == LinearPath::kByTokens && m <= kFusedMaxTokens);
+    if (fused) {
+      const int64_t chunk = fused_row_chunk(*w_, m), chunks = (n + chunk - 1) / chunk;
       // One chunk (router, small projections): no fork/join.
 #pragma omp parallel for schedule(static) if (chunks > 1)
       for (int64_t c = 0; c < chunks; ++c) w_->dot_rows(a, c * chunk, std::min(n, (c + 1) * chunk), y, n);

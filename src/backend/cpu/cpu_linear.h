@@ -98,13 +98,14 @@ std::unique_ptr<CpuLinear> make_f32_linear(std::vector<float> weight, int64_t ro
 
 // The driver around any WeightMatrix (backend/cpu/kernels/weight_matrix.h): prepares the
 // activations once, then splits rows over OpenMP threads; up to kFusedMaxTokens tokens run the
-// fused dot_rows kernels (each weight byte read once for all of them), more tokens decode tiles of
-// rows to float32 once and multiply them with every token.
+// fused dot_rows kernels (each weight byte read once for all of them). More tokens: kernels with
+// integer activations keep dot_rows over cache-sized row blocks; float ones decode tiles of rows to
+// float32 once and multiply them with every token (docs/cpu-kernels.md, "Many tokens").
 class WeightMatrix;
 inline constexpr int64_t kFusedMaxTokens = 4;
 
 // Which of the two paths a linear call takes. kByTokens (the default) picks by the token count as
-// above. A forward call that must give every row the same numerics whatever the batch holds
+// above; for integer-activation kernels both paths are dot_rows. A forward call that must give every row the same numerics whatever the batch holds
 // (backend/cpu/forward.h: decode calls fused, prefill calls tiled) forces one: both paths compute
 // each token's row independently of the other tokens, so a forced path is batch invariant.
 enum class LinearPath { kByTokens, kFused, kTiles };

@@ -63,21 +63,22 @@ inline void expect_matches_float64(const WeightMatrix& matrix, const std::vector
   }
 }
 
-// The driver: forward() == α · (float64 of decoded rows · values) for one token and for enough
-// tokens to take the tile path.
+// The driver: forward() == α · (float64 of decoded rows · values) for one token and for token
+// counts past one fused pass (float activations: the decoded tiles' register blocks and their
+// tails; integer activations: the fused kernels over cache-sized row blocks).
 inline void expect_driver_matches(std::unique_ptr<WeightMatrix> matrix, uint32_t seed) {
   const int64_t n = matrix->rows(), k = matrix->cols();
   std::vector<float> w(static_cast<size_t>(n * k));
   matrix->decode_rows(0, n, w.data());
   const float alpha = matrix->output_scale();
   PreparedActivations a;
-  const int64_t m = kFusedMaxTokens + 5;
+  const int64_t m = 13;
   const std::vector<float> x = random_floats(static_cast<size_t>(m * k), seed);
   matrix->prepare(x.data(), m, a);
   std::vector<float> xv(static_cast<size_t>(m * k));
   for (int64_t t = 0; t < m; ++t) a.values(t, xv.data() + t * k);
   auto linear = make_kernel_linear(std::move(matrix));
-  for (int64_t tokens : {int64_t{1}, m}) {
+  for (int64_t tokens : {int64_t{1}, kFusedMaxTokens + 1, int64_t{9}, m}) {
     std::vector<float> y(static_cast<size_t>(tokens * n));
     linear->forward(x.data(), tokens, y.data());
     for (int64_t t = 0; t < tokens; ++t) {

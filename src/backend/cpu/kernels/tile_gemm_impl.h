@@ -1,5 +1,7 @@
-// Portable body of gemm_rows_f32, compiled once per tier (tile_gemm*.cpp) so the compiler
-// vectorises it for that tier's registers. 4 rows × 4 tokens per register block.
+// Portable body of gemm_rows_f32, compiled once per tier without hand-written kernels
+// (tile_gemm.cpp, tile_gemm_avx2.cpp) so the compiler vectorises it for that tier's registers.
+// 4 rows × 4 tokens per register block; tokens are the outer loop, so a block's activation rows
+// stay in cache while the tile's rows pass over them.
 #pragma once
 
 #include <cstdint>
@@ -8,10 +10,10 @@ namespace k3::cpu::K3_TIER {
 
 inline void gemm_rows_f32(const float* w, int64_t rows, const float* x, int64_t m, int64_t k, float* y, int64_t ldy) {
   constexpr int64_t R = 4, T = 4;
-  for (int64_t r0 = 0; r0 < rows; r0 += R) {
-    const int64_t nr = rows - r0 < R ? rows - r0 : R;
-    for (int64_t t0 = 0; t0 < m; t0 += T) {
-      const int64_t nt = m - t0 < T ? m - t0 : T;
+  for (int64_t t0 = 0; t0 < m; t0 += T) {
+    const int64_t nt = m - t0 < T ? m - t0 : T;
+    for (int64_t r0 = 0; r0 < rows; r0 += R) {
+      const int64_t nr = rows - r0 < R ? rows - r0 : R;
       if (nr == R && nt == T) {
         const float *w0 = w + r0 * k, *w1 = w0 + k, *w2 = w1 + k, *w3 = w2 + k;
         const float *x0 = x + t0 * k, *x1 = x0 + k, *x2 = x1 + k, *x3 = x2 + k;

@@ -12,7 +12,10 @@ void dequant_fp8_block(const uint8_t* q, const float* scale, int64_t n, int64_t 
   const int64_t kb = (k + block_k - 1) / block_k;
   for (int64_t r = 0; r < n; ++r) {
     const float* srow = scale + (r / block_n) * kb;
-    for (int64_t c = 0; c < k; ++c) out[r * k + c] = decode_e4m3fn(q[r * k + c]) * srow[c / block_k];
+    for (int64_t b = 0; b < kb; ++b) {
+      const int64_t c1 = std::min(k, (b + 1) * block_k);
+      for (int64_t c = b * block_k; c < c1; ++c) out[r * k + c] = decode_e4m3fn(q[r * k + c]) * srow[b];
+    }
   }
 }
 

@@ -10,6 +10,10 @@
 // pinned host memory behind an LRU device cache of SIZE, CUDA graphs off) and adds per batch size the
 // cache's hit rate and the host→device GB/s of the timed steps; --layers N keeps the first N layers
 // of the config (so that the experts' pinned host copy fits the machine).
+// --experts-on-cpu N computes N routed experts of every MoE layer on the host's CPU (hybrid CPU/GPU
+// experts over host copies of the generated bf16 banks, CUDA graphs off); the same run first measures
+// the all-GPU eager step, and reports per batch size the CPU's time per step and how much of it the
+// step hides (overlap = 1 − (hybrid step − eager all-GPU step) / CPU time).
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -19,6 +23,8 @@
 #include <memory>
 #include <random>
 #include <span>
+
+#include <omp.h>
 
 #include "core/error.h"
 #include "io/json.h"
@@ -43,6 +49,7 @@ constexpr int64_t kMaxBatch = 4096;       // the executor's slot limit
 constexpr int64_t kWarmupSteps = 2;       // eager step, then graph capture
 constexpr int64_t kMaxBenchContext = int64_t{1} << 24;
 constexpr int64_t kMaxBenchSteps = int64_t{1} << 20;
+constexpr int64_t kMaxBenchExperts = int64_t{1} << 20;  // flag range; the config's expert count bounds it next
 
 struct BenchArgs {
   std::string synthetic;
@@ -55,6 +62,7 @@ struct BenchArgs {
   std::string json;
   std::string expert_cache;  // expert streaming (empty: every expert resident)
   int64_t layers = 0;        // 0: all of the config's
+  int64_t experts_on_cpu = 0;  // hybrid CPU/GPU experts (0: all on the GPU)
 };
 
 [[noreturn]] void bad_flag(const char* flag, const std::string& why) { throw Error(Where{"", "", flag}, why); }
@@ -104,6 +112,10 @@ struct DecodeResult {
   int64_t hits = 0, misses = 0;
   uint64_t bytes_copied = 0;
   double copy_seconds = 0;
+  // Hybrid CPU/GPU experts, over the timed steps: the host's time computing the CPU's picks and
+  // waiting for their inputs, the picks on each side, and the all-GPU eager run's time for the same steps.
+  double cpu_seconds = 0, wait_seconds = 0, all_gpu_eager_seconds = 0;
+  int64_t cpu_picks = 0, gpu_picks = 0;
 };
 
 struct PrefillResult {
@@ -117,9 +129,15 @@ struct Measured {
   bool streaming = false;
   int64_t cache_slots = 0;
   uint64_t cache_bytes = 0, host_expert_bytes = 0;
+  int64_t cpu_experts_per_layer = 0, routed_experts = 0;
   std::vector<DecodeResult> decode;  // traffic left for the caller
   PrefillResult prefill;
 };
+
+// The share of the CPU's time per step that the hybrid step hides against the all-GPU eager step.
+double overlap(double hybrid_ms, double eager_ms, double cpu_ms) {
+  return cpu_ms > 0 ? std::clamp(1.0 - (hybrid_ms - eager_ms) / cpu_ms, 0.0, 1.0) : 0.0;
+}
 
 void print_report(const BenchArgs& a, const Measured& m) {
   std::printf("k3 bench: %s, synthetic bf16 weights %.2f GB on %s; context %lld, %lld decode steps, CUDA graphs %s\n",
@@ -153,6 +171,20 @@ void print_report(const BenchArgs& a, const Measured& m) {
                   static_cast<double>(r.bytes_copied) / r.seconds / 1e9);
     }
   }
+  if (m.cpu_experts_per_layer > 0) {
+    std::printf("hybrid experts: %lld of %lld routed experts of every MoE layer on the CPU (%d OpenMP threads); the "
+                "all-GPU eager step measured first in this run\n",
+                static_cast<long long>(m.cpu_experts_per_layer), static_cast<long long>(m.routed_experts), omp_get_max_threads());
+    std::printf("%6s %12s %9s %9s %9s %9s\n", "batch", "all-GPU ms", "CPU ms", "wait ms", "overlap", "CPU picks");
+    for (const DecodeResult& r : m.decode) {
+      const double steps = static_cast<double>(a.steps), ms = r.seconds * 1e3 / steps, cpu_ms = r.cpu_seconds * 1e3 / steps;
+      const double eager_ms = r.all_gpu_eager_seconds * 1e3 / steps;
+      const int64_t picks = r.cpu_picks + r.gpu_picks;
+      std::printf("%6lld %12.3f %9.3f %9.3f %9.2f %8.1f%%\n", static_cast<long long>(r.batch), eager_ms, cpu_ms,
+                  r.wait_seconds * 1e3 / steps, overlap(ms, eager_ms, cpu_ms),
+                  picks > 0 ? 100.0 * static_cast<double>(r.cpu_picks) / static_cast<double>(picks) : 0.0);
+    }
+  }
   std::printf("prefill: one %lld-token step (batch %lld, its last sequence) in %.3f ms = %.0f tok/s\n",
               static_cast<long long>(m.prefill.tokens), static_cast<long long>(m.prefill.batch),
               m.prefill.seconds * 1e3, static_cast<double>(m.prefill.tokens) / m.prefill.seconds);
@@ -176,7 +208,14 @@ Json report_json(const BenchArgs& a, const Measured& m) {
                     {"cache_hits", r.hits},
                     {"cache_misses", r.misses},
                     {"bytes_copied", r.bytes_copied},
-                    {"copy_seconds", r.copy_seconds}});
+                    {"copy_seconds", r.copy_seconds},
+                    {"cpu_expert_ms", r.cpu_seconds * 1e3 / static_cast<double>(a.steps)},
+                    {"cpu_wait_ms", r.wait_seconds * 1e3 / static_cast<double>(a.steps)},
+                    {"all_gpu_eager_ms", r.all_gpu_eager_seconds * 1e3 / static_cast<double>(a.steps)},
+                    {"overlap", overlap(step_s * 1e3, r.all_gpu_eager_seconds * 1e3 / static_cast<double>(a.steps),
+                                        r.cpu_seconds * 1e3 / static_cast<double>(a.steps))},
+                    {"cpu_picks", r.cpu_picks},
+                    {"gpu_picks", r.gpu_picks}});
   }
   return {{"config", a.synthetic},
           {"device", a.device},
@@ -188,6 +227,7 @@ Json report_json(const BenchArgs& a, const Measured& m) {
           {"expert_cache_slots", m.cache_slots},
           {"expert_cache_bytes", m.cache_bytes},
           {"host_expert_bytes", m.host_expert_bytes},
+          {"experts_on_cpu", m.cpu_experts_per_layer},
           {"read_ceiling_bytes_per_s", kReadCeiling},
           {"decode", rows},
           {"prefill",
@@ -202,8 +242,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Prefill then timed decode at each batch size, on one executor sized for the largest.
-Measured measure(const BenchArgs& a, const K3Config& config, const std::vector<int64_t>& batches, int device) {
+// Prefill then timed decode at each batch size, on one executor sized for the largest, with
+// `experts_on_cpu` routed experts per MoE layer on the CPU.
+Measured measure_executor(const BenchArgs& a, const K3Config& config, const std::vector<int64_t>& batches, int device,
+                          int64_t experts_on_cpu) {
   cuda::CudaOptions options;
   options.device = device;
   options.memory = a.gpu_memory;
@@ -211,7 +253,9 @@ Measured measure(const BenchArgs& a, const K3Config& config, const std::vector<i
   options.max_context = (a.context + a.steps + 64 + 63) / 64 * 64;
   options.graphs = !a.no_graphs;
   options.expert_cache_bytes = a.expert_cache.empty() ? 0 : parse_expert_cache(a.expert_cache);
-  if (options.expert_cache_bytes > 0) options.graphs = false;  // streaming reads the picks on the host
+  options.experts_on_cpu = experts_on_cpu;
+  // Streaming and CPU experts read the picks on the host.
+  if (options.expert_cache_bytes > 0 || a.experts_on_cpu > 0) options.graphs = false;
   const std::unique_ptr<Executor> executor = cuda::make_synthetic_cuda_executor(options, config, a.seed);
 
   std::mt19937_64 rng(a.seed);
@@ -264,6 +308,10 @@ Measured measure(const BenchArgs& a, const K3Config& config, const std::vector<i
     r.misses = after.cache_misses - before.cache_misses;
     r.bytes_copied = after.bytes_copied - before.bytes_copied;
     r.copy_seconds = after.copy_seconds - before.copy_seconds;
+    r.cpu_seconds = after.cpu_expert_seconds - before.cpu_expert_seconds;
+    r.wait_seconds = after.cpu_wait_seconds - before.cpu_wait_seconds;
+    r.cpu_picks = after.cpu_picks - before.cpu_picks;
+    r.gpu_picks = after.gpu_picks - before.gpu_picks;
     m.decode.push_back(r);
     for (int64_t s = 0; s < batch; ++s) executor->free_sequence(s);
   }
@@ -273,6 +321,18 @@ Measured measure(const BenchArgs& a, const K3Config& config, const std::vector<i
   m.cache_slots = stats.cache_slots;
   m.cache_bytes = stats.cache_bytes;
   m.host_expert_bytes = stats.host_expert_bytes;
+  m.cpu_experts_per_layer = stats.cpu_experts_per_layer;
+  m.routed_experts = config.moe ? config.moe->num_experts : 0;
+  return m;
+}
+
+// With CPU experts the all-GPU eager executor runs first (its own weights, freed before the hybrid
+// one is made) for the overlap's baseline.
+Measured measure(const BenchArgs& a, const K3Config& config, const std::vector<int64_t>& batches, int device) {
+  if (a.experts_on_cpu == 0) return measure_executor(a, config, batches, device, 0);
+  const Measured all_gpu = measure_executor(a, config, batches, device, 0);
+  Measured m = measure_executor(a, config, batches, device, a.experts_on_cpu);
+  for (size_t i = 0; i < m.decode.size(); ++i) m.decode[i].all_gpu_eager_seconds = all_gpu.decode[i].seconds;
   return m;
 }
 #else
@@ -291,6 +351,14 @@ int run_bench(const BenchArgs& a) {
   if (!a.expert_cache.empty()) parse_expert_cache(a.expert_cache);
   K3Config config = resolve_synthetic_config(a.synthetic);
   keep_first_layers(config, a.layers);
+  if (a.experts_on_cpu > 0) {
+    if (!config.moe) bad_flag("--experts-on-cpu", a.synthetic + " has no routed experts");
+    if (a.experts_on_cpu >= config.moe->num_experts) {
+      bad_flag("--experts-on-cpu", "must be between 1 and " + std::to_string(config.moe->num_experts - 1) +
+                                       " (the GPU keeps at least one expert per layer), got " + std::to_string(a.experts_on_cpu));
+    }
+    if (!a.expert_cache.empty()) bad_flag("--experts-on-cpu", "and --expert-cache: choose one");
+  }
   if (!a.json.empty()) check_output_path(a.json, "--json");
   Measured m = measure(a, config, batches, device);
   // Cached rows read per MLA layer and sequence, averaged over the timed steps.
@@ -335,6 +403,10 @@ Registered add_bench(CLI::App& app) {
       ->check(parsed_by([](const std::string& t) { parse_expert_cache(t); }));
   cmd->add_option("--layers", args->layers, "keep only the first N layers of the config (0: all)")
       ->check(integer_in(0, kMaxConfigLayers));
+  cmd->add_option("--experts-on-cpu", args->experts_on_cpu,
+                  "hybrid experts: N routed experts of every MoE layer computed on the CPU (graphs off); also "
+                  "measures the all-GPU eager step for the overlap")
+      ->check(integer_in(0, kMaxBenchExperts));
   return {cmd, [args] { return run_bench(*args); }};
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -88,13 +89,20 @@ TEST(CliBench, UnwritableJsonNamesTheFlag) {
   expect_flag_error(run_k3(kBench + "--json /nonexistent-dir/bench.json"), "--json");
 }
 
-// A small model: on a GPU it runs and writes its numbers; elsewhere it stops at the device.
-TEST(CliBench, ValidRunBenchmarksOrSaysThereIsNoDevice) {
+TEST(CliBench, ExpertsOnCpuLeaveTheGpuAnExpertAndExcludeStreaming) {
+  expect_flag_error(run_k3(kBench + "--experts-on-cpu 256"), "--experts-on-cpu");
+  expect_usage_error(run_k3(kBench + "--experts-on-cpu=-1"), "--experts-on-cpu");
+  expect_flag_error(run_k3(kBench + "--experts-on-cpu 8 --expert-cache 4G"), "--experts-on-cpu");
+}
+
+// A run of the small Kimi-Linear: on a GPU it runs and writes its numbers (the JSON document, which
+// `check` inspects); elsewhere it stops at the device with a one-line error.
+void expect_run_or_no_device(const std::string& flags, const std::function<void(const nlohmann::json&)>& check) {
   const std::string config =
       write_file("small.json", k3::tiny_config_json(k3::TinyArch::KimiLinear, k3::TinySize::Small).dump());
   const std::string json = ::testing::TempDir() + "/bench.json";
-  const CliResult r =
-      run_k3("bench --synthetic " + config + " --batch 1,2 --context 70 --steps 3 --gpu-memory 3G --json " + json);
+  const CliResult r = run_k3("bench --synthetic " + config + " --batch 1,2 --context 70 --steps 3 --gpu-memory 3G --json " +
+                             json + " " + flags);
   if (r.code == 0) {
     const nlohmann::json doc = nlohmann::json::parse(k3::test::slurp(json));
     ASSERT_EQ(doc["decode"].size(), 2u);
@@ -104,6 +112,7 @@ TEST(CliBench, ValidRunBenchmarksOrSaysThereIsNoDevice) {
     }
     EXPECT_EQ(doc["prefill"]["tokens"], 70);
     EXPECT_NE(r.out.find("batch"), std::string::npos) << r.out;
+    check(doc);
     return;
   }
   EXPECT_EQ(r.code, 1) << r.err;
@@ -111,6 +120,24 @@ TEST(CliBench, ValidRunBenchmarksOrSaysThereIsNoDevice) {
   const bool no_device = r.err.find("no CUDA device") != std::string::npos;
   const bool no_backend = r.err.find("without the CUDA backend") != std::string::npos;
   EXPECT_TRUE(no_device || no_backend) << r.err;
+}
+
+TEST(CliBench, ValidRunBenchmarksOrSaysThereIsNoDevice) {
+  expect_run_or_no_device("", [](const nlohmann::json& doc) { EXPECT_EQ(doc["experts_on_cpu"], 0); });
+}
+
+// Hybrid experts: the CPU's share of the picks, its time and the overlap against the all-GPU step.
+TEST(CliBench, HybridRunReportsTheCpuShareOrSaysThereIsNoDevice) {
+  expect_run_or_no_device("--experts-on-cpu 4", [](const nlohmann::json& doc) {
+    EXPECT_EQ(doc["experts_on_cpu"], 4);
+    EXPECT_FALSE(doc["graphs"].get<bool>());
+    for (const auto& row : doc["decode"]) {
+      EXPECT_GT(row["cpu_picks"].get<int64_t>() + row["gpu_picks"].get<int64_t>(), 0);
+      EXPECT_GT(row["all_gpu_eager_ms"].get<double>(), 0);
+      EXPECT_GE(row["overlap"].get<double>(), 0);
+      EXPECT_LE(row["overlap"].get<double>(), 1);
+    }
+  });
 }
 
 }  // namespace

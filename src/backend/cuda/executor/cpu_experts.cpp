@@ -43,12 +43,15 @@ CpuExperts::CpuExperts(const K3Config& config, std::vector<std::vector<bool>> on
   experts_ = config.moe->num_experts;
   top_k_ = config.moe->experts_per_token;
   const size_t layers = static_cast<size_t>(config.num_layers);
+  if (cpu_banks_.empty()) cpu_banks_.resize(layers);
   if (on_cpu_.size() != layers || cpu_banks_.size() != layers) throw Error("CpuExperts: one entry per layer expected");
   for (int64_t l = 0; l < config.num_layers; ++l) {
     if (!config.is_moe(l)) continue;
     const std::vector<bool>& mine = on_cpu_[static_cast<size_t>(l)];
     if (static_cast<int64_t>(mine.size()) != experts_) throw Error("CpuExperts: one flag per expert expected");
     stats_.per_layer = std::count(mine.begin(), mine.end(), true);
+    CpuHandles::Experts& bank = cpu_banks_[static_cast<size_t>(l)];
+    for (auto* w : {&bank.w1, &bank.w3, &bank.w2}) w->resize(static_cast<size_t>(experts_));
   }
   K3_CUDA_CHECK(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming));
 }
@@ -58,6 +61,17 @@ CpuExperts::~CpuExperts() {
   for (void* p : {static_cast<void*>(ids_), static_cast<void*>(weights_), static_cast<void*>(rows_), static_cast<void*>(sum_)}) {
     if (p != nullptr) cudaFreeHost(p);
   }
+}
+
+void CpuExperts::bind(int64_t layer, int64_t expert, CpuHandles::Linear w1, CpuHandles::Linear w3, CpuHandles::Linear w2) {
+  if (layer < 0 || layer >= static_cast<int64_t>(on_cpu_.size()) || on_cpu_[static_cast<size_t>(layer)].empty() ||
+      expert < 0 || expert >= experts_ || !on_cpu(layer, expert)) {
+    throw Error("CpuExperts: expert " + std::to_string(expert) + " of layer " + std::to_string(layer) + " is not one of the CPU's");
+  }
+  CpuHandles::Experts& bank = cpu_banks_[static_cast<size_t>(layer)];
+  bank.w1[static_cast<size_t>(expert)] = std::move(w1);
+  bank.w3[static_cast<size_t>(expert)] = std::move(w3);
+  bank.w2[static_cast<size_t>(expert)] = std::move(w2);
 }
 
 void CpuExperts::reserve(int64_t tokens, int64_t width) {
@@ -105,6 +119,11 @@ void CpuExperts::finish(const DeviceTensor& routed, Arena& arena, cudaStream_t s
     for (int64_t j = 0; j < top_k_; ++j) {
       const int32_t e = ids_[t * top_k_ + j];
       if (e >= 0 && e < experts_ && mine[static_cast<size_t>(e)]) {
+        // add_routed_experts skips an unbound expert: that would drop the pick silently.
+        if (!cpu_banks_[static_cast<size_t>(layer_)].w1[static_cast<size_t>(e)]) {
+          throw Error("hybrid experts: expert " + std::to_string(e) + " of layer " + std::to_string(layer_) +
+                      " is the CPU's but was never bound");
+        }
         routing[static_cast<size_t>(t)].push_back({e, weights_[t * top_k_ + j]});
         ++cpu_picks;
       }

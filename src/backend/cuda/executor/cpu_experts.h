@@ -35,8 +35,12 @@ struct CpuExpertStats {
 class CpuExperts {
  public:
   // on_cpu[layer][expert]: the CPU's experts (empty for non-MoE layers); cpu_banks: those experts
-  // bound for the CPU (null elsewhere), from the same checkpoint.
+  // bound for the CPU (null elsewhere), from the same checkpoint, or empty: every expert is bound
+  // later with bind() (synthetic weights, made while the GPU's banks are generated).
   CpuExperts(const K3Config& config, std::vector<std::vector<bool>> on_cpu, std::vector<CpuHandles::Experts> cpu_banks);
+
+  // The CPU's linears of expert `expert` of MoE layer `layer`, one of the CPU's.
+  void bind(int64_t layer, int64_t expert, CpuHandles::Linear w1, CpuHandles::Linear w3, CpuHandles::Linear w2);
   ~CpuExperts();
   CpuExperts(const CpuExperts&) = delete;
   CpuExperts& operator=(const CpuExperts&) = delete;

@@ -13,6 +13,7 @@
 #include "backend/cuda/attention/generic_attention.h"
 #include "backend/cuda/attention/mla/mla.h"
 #include "backend/cuda/executor/cuda_format.h"
+#include "backend/cuda/executor/cpu_expert_copies.h"
 #include "backend/cuda/executor/cpu_experts.h"
 #include "backend/cuda/executor/expert_ranks.h"
 #include "backend/cuda/executor/expert_subset.h"
@@ -677,14 +678,28 @@ std::unique_ptr<Executor> make_cuda_executor(const CudaOptions& options, const K
 
 std::unique_ptr<Executor> make_synthetic_cuda_executor(const CudaOptions& options, const K3Config& config, uint64_t seed) {
   check_options(options);
-  if (options.experts_on_cpu > 0) {
-    throw Error(Where{"", "", "--experts-on-cpu"}, "computes experts from a checkpoint's bytes: synthetic weights have none");
-  }
   check_geometry(config);
-  return std::make_unique<CudaExecutor>(options, config,
-                                        [&](Arena& arena, ExpertBankSink* sink) {
-                                          return synthetic_weights(arena, config, seed, sink);
-                                        });
+  CudaExecutor::Share share;
+  std::unique_ptr<CpuExpertCopies> copies;
+  if (options.experts_on_cpu > 0) {
+    if (!config.moe) throw Error(Where{"", "", "--experts-on-cpu"}, "the model has no routed experts");
+    // The CPU's experts are copied from the generated banks (bf16, the GPU's values) as they are made.
+    std::vector<bool> moe_layers;
+    for (int64_t l = 0; l < config.num_layers; ++l) moe_layers.push_back(config.is_moe(l));
+    const int64_t E = config.moe->num_experts;
+    std::vector<std::vector<bool>> on_cpu = choose_cpu_experts(moe_layers, E, options.experts_on_cpu, options.cpu_expert_histogram, 0, E);
+    share.subset = std::make_unique<ExpertSubset>(
+        config, [&](int64_t l, int64_t e) { return !on_cpu[static_cast<size_t>(l)][static_cast<size_t>(e)]; }, "--experts-on-cpu");
+    share.cpu_experts = std::make_unique<CpuExperts>(config, std::move(on_cpu), std::vector<CpuHandles::Experts>{});
+    copies = std::make_unique<CpuExpertCopies>(config, *share.subset, *share.cpu_experts);
+  }
+  // The executor owns the share; `copies` refers to its objects only while the weights are made.
+  return std::make_unique<CudaExecutor>(
+      options, config,
+      [&](Arena& arena, ExpertBankSink* sink) {
+        return synthetic_weights(arena, config, seed, copies ? static_cast<ExpertBankSink*>(copies.get()) : sink);
+      },
+      std::move(share));
 }
 
 CudaExecutorStats cuda_executor_stats(const Executor& executor) {

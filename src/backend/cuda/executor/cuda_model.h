@@ -44,7 +44,8 @@ struct CudaOptions {
   // Hybrid CPU/GPU experts (docs/cuda-backend.md "Hybrid CPU/GPU experts"): 0 = off, else the routed
   // experts of each MoE layer computed by the CPU (the coldest of cpu_expert_histogram's recorded
   // picks, or the last ones); the GPU holds only the others. Forces decode CUDA graphs off (each MoE
-  // layer waits for its picks on the host). Needs a checkpoint (not synthetic weights).
+  // layer waits for its picks on the host). Over synthetic weights the CPU's experts are host copies
+  // of the generated bf16 banks.
   int64_t experts_on_cpu = 0;
   const RoutingHistogram* cpu_expert_histogram = nullptr;
 };

@@ -3,7 +3,7 @@
 # and bench targets), run the GPU tests (k3_test_cuda, three shards in parallel), run the GPU
 # benchmarks (k3_bench_cuda: ceilings, memory-bound kernels, GEMMs, decode GEMMs, MoE; then its
 # quantized-expert sections: --moe-w4, --moe-w4a8, --moe-ggml; the same MoE layer through PyTorch's torch._grouped_mm, the peer; then
-# `k3 bench --synthetic`),
+# `k3 bench --synthetic`, all on the GPU and with half the experts on the CPU),
 # write the full logs to $OUT (when set) or build/gpu-logs, and print a short summary at the end.
 #
 #   scripts/gpu.sh                     build in build/gpu, test, bench
@@ -125,6 +125,10 @@ if [ "$run_bench" = 1 ]; then
     if [ -x "$bin_k3" ]; then
       bench "$bin_k3" bench --synthetic kimi-linear-48b-a3b --batch 1,8,64 --context 1024 --steps 32 \
         --json "$logs/bench_model.json"
+      # Hybrid experts at real dimensions: half of every MoE layer's experts on the host's CPU (8 layers:
+      # 7 MoE layers, 12.7 GB of bf16 experts in host memory), against the all-GPU eager step.
+      bench "$bin_k3" bench --synthetic kimi-linear-48b-a3b --layers 8 --experts-on-cpu 128 --batch 1,8,64 \
+        --context 256 --steps 16 --json "$logs/bench_hybrid.json"
     fi
   fi
   say "bench: exit $bench_rc in $(( $(date +%s) - t0 )) s"
@@ -132,5 +136,5 @@ if [ "$run_bench" = 1 ]; then
   echo; cat "$logs/bench.log"
 fi
 echo
-echo "logs: $logs (summary.txt, test.log, bench.log, bench_model.json, configure.log, build.log, nvidia-smi.txt)"
+echo "logs: $logs (summary.txt, test.log, bench.log, bench_model.json, bench_hybrid.json, configure.log, build.log, nvidia-smi.txt)"
 [ "$test_rc" = 0 ] && [ "$bench_rc" = 0 ]

@@ -105,12 +105,14 @@ class WeightMatrix;
 inline constexpr int64_t kFusedMaxTokens = 4;
 
 // Which of the two paths a linear call takes. kByTokens (the default) picks by the token count as
-// above; for integer-activation kernels both paths are dot_rows. A forward call that must give every row the same numerics whatever the batch holds
-// (backend/cpu/forward.h: decode calls fused, prefill calls tiled) forces one: both paths compute
-// each token's row independently of the other tokens, so a forced path is batch invariant.
+// above; for integer-activation kernels both paths are dot_rows. A forward call that must give every
+// row the same numerics whatever the batch holds (backend/cpu/forward.h: decode calls fused, prefill
+// calls tiled) forces one: both paths compute each token's row independently of the other tokens, so
+// a forced path is batch invariant.
 enum class LinearPath { kByTokens, kFused, kTiles };
-// Sets the path of the linear calls made on this thread for its lifetime (the OpenMP workers a
-// call forks never read it), then restores the previous one.
+// Sets the path of the linear calls made on this thread for its lifetime, then restores the previous
+// one. The OpenMP workers a linear call forks never read it; a caller that runs linears on its own
+// workers (the MoE's experts across threads) sets the same path on each of them.
 class ScopedLinearPath {
  public:
   explicit ScopedLinearPath(LinearPath path);

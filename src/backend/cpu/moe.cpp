@@ -7,6 +7,8 @@
 // activation scale under an activation contract]), gated_activation applies α_gate and α_up to them
 // BEFORE SiTU's tanh — exactly once — and GEMM2 then requantises its input (under an activation
 // contract) and applies its own α inside `linear`.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -125,14 +127,37 @@ void add_routed_experts(const ActivationConfig& act, const CpuHandles::Experts& 
       if (experts.w1[static_cast<size_t>(r.expert)]) assigned[static_cast<size_t>(r.expert)].push_back({static_cast<int64_t>(t), r.weight});
     }
   }
+  std::vector<size_t> active;
   for (size_t e = 0; e < assigned.size(); ++e) {
+    if (!assigned[e].empty()) active.push_back(e);
+  }
+  std::vector<Tensor> outputs(active.size());
+  const auto run_expert = [&](size_t i) {
+    const size_t e = active[i];
     const auto& tokens = assigned[e];
-    if (tokens.empty()) continue;
-    Tensor in(static_cast<int64_t>(tokens.size()), z.cols), y;
-    for (size_t i = 0; i < tokens.size(); ++i) std::copy_n(z.row(tokens[i].first), z.cols, in.row(static_cast<int64_t>(i)));
-    gated_mlp(act, *experts.w1[e], *experts.w3[e], *experts.w2[e], in, y);
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      add_weighted_row(y.row(static_cast<int64_t>(i)), tokens[i].second, routed.row(tokens[i].first), z.cols);
+    Tensor in(static_cast<int64_t>(tokens.size()), z.cols);
+    for (size_t j = 0; j < tokens.size(); ++j) std::copy_n(z.row(tokens[j].first), z.cols, in.row(static_cast<int64_t>(j)));
+    gated_mlp(act, *experts.w1[e], *experts.w3[e], *experts.w2[e], in, outputs[i]);
+  };
+  // With at least as many experts as threads, each thread runs whole experts (their linears then run
+  // on that thread alone: no fork/join per linear); else each expert's linears split their rows over
+  // the threads. Every row is computed the same way on either path, and the sums are added below in
+  // ascending expert order, so the result does not depend on the path.
+  const int64_t count = static_cast<int64_t>(active.size());
+  if (count >= omp_get_max_threads() && count > 1 && !omp_in_parallel()) {
+    const LinearPath path = current_linear_path();  // the caller's; each worker takes it over
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i = 0; i < count; ++i) {
+      const ScopedLinearPath same_path(path);
+      run_expert(static_cast<size_t>(i));
+    }
+  } else {
+    for (int64_t i = 0; i < count; ++i) run_expert(static_cast<size_t>(i));
+  }
+  for (size_t i = 0; i < active.size(); ++i) {
+    const auto& tokens = assigned[active[i]];
+    for (size_t j = 0; j < tokens.size(); ++j) {
+      add_weighted_row(outputs[i].row(static_cast<int64_t>(j)), tokens[j].second, routed.row(tokens[j].first), z.cols);
     }
   }
 }

@@ -134,9 +134,14 @@ struct Measured {
   PrefillResult prefill;
 };
 
+// Milliseconds per timed step of a total over the timed steps.
+double per_step_ms(const BenchArgs& a, double seconds) { return seconds * 1e3 / static_cast<double>(a.steps); }
+
 // The share of the CPU's time per step that the hybrid step hides against the all-GPU eager step.
-double overlap(double hybrid_ms, double eager_ms, double cpu_ms) {
-  return cpu_ms > 0 ? std::clamp(1.0 - (hybrid_ms - eager_ms) / cpu_ms, 0.0, 1.0) : 0.0;
+double overlap(const BenchArgs& a, const DecodeResult& r) {
+  const double cpu_ms = per_step_ms(a, r.cpu_seconds);
+  const double hidden = cpu_ms - (per_step_ms(a, r.seconds) - per_step_ms(a, r.all_gpu_eager_seconds));
+  return cpu_ms > 0 ? std::clamp(hidden / cpu_ms, 0.0, 1.0) : 0.0;
 }
 
 void print_report(const BenchArgs& a, const Measured& m) {
@@ -177,12 +182,10 @@ void print_report(const BenchArgs& a, const Measured& m) {
                 static_cast<long long>(m.cpu_experts_per_layer), static_cast<long long>(m.routed_experts), omp_get_max_threads());
     std::printf("%6s %12s %9s %9s %9s %9s\n", "batch", "all-GPU ms", "CPU ms", "wait ms", "overlap", "CPU picks");
     for (const DecodeResult& r : m.decode) {
-      const double steps = static_cast<double>(a.steps), ms = r.seconds * 1e3 / steps, cpu_ms = r.cpu_seconds * 1e3 / steps;
-      const double eager_ms = r.all_gpu_eager_seconds * 1e3 / steps;
       const int64_t picks = r.cpu_picks + r.gpu_picks;
-      std::printf("%6lld %12.3f %9.3f %9.3f %9.2f %8.1f%%\n", static_cast<long long>(r.batch), eager_ms, cpu_ms,
-                  r.wait_seconds * 1e3 / steps, overlap(ms, eager_ms, cpu_ms),
-                  picks > 0 ? 100.0 * static_cast<double>(r.cpu_picks) / static_cast<double>(picks) : 0.0);
+      std::printf("%6lld %12.3f %9.3f %9.3f %9.2f %8.1f%%\n", static_cast<long long>(r.batch),
+                  per_step_ms(a, r.all_gpu_eager_seconds), per_step_ms(a, r.cpu_seconds), per_step_ms(a, r.wait_seconds),
+                  overlap(a, r), picks > 0 ? 100.0 * static_cast<double>(r.cpu_picks) / static_cast<double>(picks) : 0.0);
     }
   }
   std::printf("prefill: one %lld-token step (batch %lld, its last sequence) in %.3f ms = %.0f tok/s\n",
@@ -209,11 +212,10 @@ Json report_json(const BenchArgs& a, const Measured& m) {
                     {"cache_misses", r.misses},
                     {"bytes_copied", r.bytes_copied},
                     {"copy_seconds", r.copy_seconds},
-                    {"cpu_expert_ms", r.cpu_seconds * 1e3 / static_cast<double>(a.steps)},
-                    {"cpu_wait_ms", r.wait_seconds * 1e3 / static_cast<double>(a.steps)},
-                    {"all_gpu_eager_ms", r.all_gpu_eager_seconds * 1e3 / static_cast<double>(a.steps)},
-                    {"overlap", overlap(step_s * 1e3, r.all_gpu_eager_seconds * 1e3 / static_cast<double>(a.steps),
-                                        r.cpu_seconds * 1e3 / static_cast<double>(a.steps))},
+                    {"cpu_expert_ms", per_step_ms(a, r.cpu_seconds)},
+                    {"cpu_wait_ms", per_step_ms(a, r.wait_seconds)},
+                    {"all_gpu_eager_ms", per_step_ms(a, r.all_gpu_eager_seconds)},
+                    {"overlap", overlap(a, r)},
                     {"cpu_picks", r.cpu_picks},
                     {"gpu_picks", r.gpu_picks}});
   }

@@ -49,7 +49,6 @@ uint64_t CpuExpertCopies::keep(int64_t layer, int role, const DeviceExperts& ban
     for (int64_t e = 0; e < E; ++e) {
       if (!cpu_.on_cpu(layer, e)) continue;
       pending_w13_[static_cast<size_t>(e)] = host_rows(bank.bf16, e * rows, rows);
-      host_bytes_ += static_cast<uint64_t>(rows * cols) * sizeof(uint16_t);
     }
   } else {
     if (pending_layer_ != layer) throw Error("hybrid experts over synthetic weights: layer " + std::to_string(layer) + "'s w2 came before its w13");
@@ -58,7 +57,6 @@ uint64_t CpuExpertCopies::keep(int64_t layer, int role, const DeviceExperts& ban
       if (w13 == nullptr) continue;
       const int64_t inter = static_cast<int64_t>(w13->size()) / cols / 2;  // w13: [w1 ; w3], I rows each
       const std::shared_ptr<const std::vector<uint16_t>> w2 = host_rows(bank.bf16, e * rows, rows);
-      host_bytes_ += static_cast<uint64_t>(rows * cols) * sizeof(uint16_t);
       cpu_.bind(layer, e, cpu_linear(w13, 0, inter, cols), cpu_linear(w13, inter, inter, cols), cpu_linear(w2, 0, rows, cols));
     }
     pending_layer_ = -1;

@@ -22,15 +22,12 @@ class CpuExpertCopies final : public ExpertBankSink {
   // layer's CPU experts are bound. Returns what the GPU's share returns.
   uint64_t keep(int64_t layer, int role, const DeviceExperts& bank) override;
 
-  uint64_t host_bytes() const { return host_bytes_; }  // bf16 bytes of every CPU expert
-
  private:
   const K3Config& config_;
   ExpertBankSink& gpu_share_;
   CpuExperts& cpu_;
   int64_t pending_layer_ = -1;
   std::vector<std::shared_ptr<const std::vector<uint16_t>>> pending_w13_;  // per expert (null: the GPU's)
-  uint64_t host_bytes_ = 0;
 };
 
 }  // namespace k3::cuda

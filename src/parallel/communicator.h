@@ -68,4 +68,11 @@ class Communicator {
 void all_reduce_by_gathering(Communicator& c, std::span<float> data, ReduceOp op);
 void reduce_scatter_by_exchanging(Communicator& c, std::span<const float> send, std::span<float> recv, ReduceOp op);
 
+// Columns divided among the ranks in groups of `unit` put back together: rank q holds the groups
+// split_range(full_cols / unit, size, q) of every one of `rows` rows (its heads' or channels'
+// values), `local_cols` elements of `elem_bytes` each per row at `local`; `out` receives every row
+// whole ([rows, full_cols]) on every rank. Only moves bytes.
+void gather_column_groups(Communicator& c, const std::byte* local, int64_t rows, int64_t local_cols, int64_t full_cols,
+                          int64_t unit, size_t elem_bytes, std::byte* out);
+
 }  // namespace k3

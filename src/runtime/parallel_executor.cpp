@@ -70,14 +70,27 @@ std::unique_ptr<Executor> make_rank_executors(int world, const RankExecutorFacto
   return std::make_unique<ParallelExecutor>(world, make);
 }
 
+std::unique_ptr<Executor> make_layout_executors(const ParallelLayout& layout, const LayoutRankFactory& make) {
+  // The tensor-parallel groups inside the world, alive as long as the factory.
+  auto groups = std::make_shared<std::vector<std::unique_ptr<GroupCommunicator>>>();
+  return make_rank_executors(layout.world(), [layout, groups, make](Communicator& rank) {
+    ParallelRanks ranks;
+    if (layout.tensor > 1) {
+      ranks.tensor = &rank;
+      if (layout.tensor < layout.world()) ranks.tensor = groups->emplace_back(std::make_unique<GroupCommunicator>(rank, layout.tensor)).get();
+    }
+    if (layout.experts > 1) ranks.experts = &rank;
+    return make(ranks, rank);
+  });
+}
+
 std::unique_ptr<Executor> make_parallel_cpu_executor(const K3Config& config, const LoadPlan& plan, PlanFiles& files,
                                                      const cpu::LinearOptions& linear, CpuCacheOptions caches,
                                                      ParallelLayout layout, RoutingHistogram* routing_record) {
   caches.memory_shares = layout.world();
-  // What the ranks' executors use beyond their communicator, alive as long as the factory.
+  // What the ranks' executors use beyond their communicators, alive as long as the factory.
   struct Shared {
     std::unique_ptr<ExpertPlacement> placement;  // null: the contiguous split
-    std::vector<std::unique_ptr<GroupCommunicator>> groups;  // tensor-parallel groups inside the world
     ModelWeights bound;
   };
   auto shared = std::make_shared<Shared>();
@@ -87,17 +100,13 @@ std::unique_ptr<Executor> make_parallel_cpu_executor(const K3Config& config, con
   // One binding, viewed by every rank: the checkpoint's bytes are bound (repacked, dequantised)
   // once, whatever the rank count.
   shared->bound = bind_weights(config, plan, files, linear);
-  std::unique_ptr<Executor> executor = make_rank_executors(layout.world(), [=, &config, &plan, &files](Communicator& rank) {
-    ParallelRanks ranks;
-    if (layout.tensor > 1) {
-      ranks.tensor = &rank;
-      if (layout.tensor < layout.world()) ranks.tensor = shared->groups.emplace_back(std::make_unique<GroupCommunicator>(rank, layout.tensor)).get();
-    }
-    if (layout.experts > 1) ranks.experts = &rank;
-    ranks.placement = shared->placement.get();
-    if (rank.rank() == 0) ranks.routing_record = routing_record;
-    return make_cpu_executor(config, plan, files, linear, caches, ranks, &shared->bound);
-  });
+  std::unique_ptr<Executor> executor =
+      make_layout_executors(layout, [=, &config, &plan, &files](const ParallelRanks& layout_ranks, Communicator& rank) {
+        ParallelRanks ranks = layout_ranks;
+        ranks.placement = shared->placement.get();
+        if (rank.rank() == 0) ranks.routing_record = routing_record;
+        return make_cpu_executor(config, plan, files, linear, caches, ranks, &shared->bound);
+      });
   shared->bound = ModelWeights{};  // each rank keeps views of what it uses
   return executor;
 }

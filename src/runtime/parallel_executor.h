@@ -23,6 +23,13 @@ using RankExecutorFactory = std::function<std::unique_ptr<Executor>(Communicator
 // ranks below; the CUDA backend's expert-parallel ranks).
 std::unique_ptr<Executor> make_rank_executors(int world, const RankExecutorFactory& make);
 
+// The same over a world laid out as `layout` (check_parallel_layout): `make` receives each rank's
+// communicators — the tensor-parallel group (the world itself, or a GroupCommunicator of `tensor`
+// consecutive ranks) and the expert-parallel world; placement and routing_record unset — and its
+// rank of the world.
+using LayoutRankFactory = std::function<std::unique_ptr<Executor>(const ParallelRanks& ranks, Communicator& world_rank)>;
+std::unique_ptr<Executor> make_layout_executors(const ParallelLayout& layout, const LayoutRankFactory& make);
+
 // `caches` as for make_cpu_executor; the default sizes share the memory budget among the ranks.
 // `layout` must pass check_parallel_layout. `routing_record` (may be null): rank 0 counts every pick.
 std::unique_ptr<Executor> make_parallel_cpu_executor(const K3Config& config, const LoadPlan& plan, PlanFiles& files,

@@ -79,7 +79,7 @@ CpuCacheOptions agreed_caches(Communicator& world, const K3Config& config, const
     agree_on_model(world, model_fingerprint(*ckpt.config, plan, rank_settings(args)));
     std::unique_ptr<Executor> local;
     if (device) {
-      local = device(*ckpt.config, plan, files, world);
+      local = device(*ckpt.config, plan, files, ranks);
     } else {
       const CpuCacheOptions caches = agreed_caches(world, *ckpt.config, options);
       local = make_cpu_executor(*ckpt.config, plan, files, options.linear, caches, ranks);
@@ -141,9 +141,6 @@ void join_launched_ranks(const ModelArgs& args, EngineOptions& options, const De
                                                         std::to_string(layout.experts) + " use " +
                                                         std::to_string(layout.world()));
   }
-  if (device && layout.tensor > 1) {
-    throw Error(Where{"", "", "--tensor-parallel"}, "CUDA ranks in separate processes divide the routed experts only (--expert-parallel)");
-  }
   static bool joined = false;  // the workers follow one engine: a second one (eval --kl-base) would not be followed
   if (joined) throw Error(Where{"", "", "--kl-base"}, "a command over launched ranks runs one model (not --kl-base)");
   joined = true;
@@ -172,7 +169,7 @@ void join_launched_ranks(const ModelArgs& args, EngineOptions& options, const De
   const std::string settings = rank_settings(args);
   options.executor = [&world, ranks, settings, options, device](const K3Config& config, const LoadPlan& plan, PlanFiles& files) {
     agree_on_model(world, model_fingerprint(config, plan, settings));
-    if (device) return make_leader_executor(device(config, plan, files, world), world);
+    if (device) return make_leader_executor(device(config, plan, files, ranks), world);
     const CpuCacheOptions caches = agreed_caches(world, config, options);
     return make_leader_executor(make_cpu_executor(config, plan, files, options.linear, caches, ranks), world);
   };

@@ -16,15 +16,14 @@
 
 namespace k3::cli {
 
-// How a rank makes its executor on a device backend (--device cuda): its share of the routed experts,
-// divided over `expert_ranks` (the world).
+// How a rank makes its executor on a device backend (--device cuda): its share of the heads and of
+// the routed experts, divided over `ranks` (the tensor-parallel group and the world).
 using DeviceRankExecutor =
-    std::function<std::unique_ptr<Executor>(const K3Config&, const LoadPlan&, PlanFiles&, Communicator& expert_ranks)>;
+    std::function<std::unique_ptr<Executor>(const K3Config&, const LoadPlan&, PlanFiles&, const ParallelRanks& ranks)>;
 
 // Under mpirun with more than one rank: on rank 0, points `options` at the leader executor (the
 // in-process layout options are then unused); on the other ranks, loads the model, follows rank 0's
-// calls and exits the process. Each rank runs a CPU executor, or `device`'s (expert parallelism only)
-// when given. Elsewhere: nothing. Throws k3::Error for a layout that does not use the ranks mpirun
+// calls and exits the process. Each rank runs a CPU executor, or `device`'s when given. Elsewhere: nothing. Throws k3::Error for a layout that does not use the ranks mpirun
 // started, or when this k3 was built without MPI.
 void join_launched_ranks(const ModelArgs& args, EngineOptions& options, const DeviceRankExecutor& device = {});
 

@@ -376,9 +376,6 @@ EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
   options.tensor_parallel = args.tensor_parallel;
   options.expert_parallel = args.expert_parallel;
   set_expert_routing_options(args, config, device >= 0, options);
-  if (device >= 0 && args.tensor_parallel > 1) {
-    throw Error(Where{"", "", "--tensor-parallel"}, "divides the model among CPU ranks: it needs the CPU backend");
-  }
   if (device >= 0 && args.expert_parallel > 1 && !args.expert_placement.empty() && args.experts_on_cpu == 0) {
     throw Error(Where{"", "", "--expert-placement"}, "places experts among CPU ranks: the CUDA backend's expert-parallel ranks take the contiguous split");
   }
@@ -390,24 +387,26 @@ EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
     }
     const cuda::CudaOptions cuda = cuda_options(args, config, options, device, expert_cache);
     options.prefill_chunk = cuda.max_step_tokens;
-    // --expert-parallel N: N in-process ranks, rank r on cuda:(device + r) (docs/cuda-backend.md
-    // "Expert parallelism"); the engine sees one executor.
-    const int ranks = args.expert_parallel;
+    // --tensor-parallel T / --expert-parallel E: max(T, E) in-process ranks, rank r on cuda:(device +
+    // r) (docs/cuda-backend.md "Expert parallelism", "Attention tensor parallelism"); the engine sees
+    // one executor.
+    const ParallelLayout layout{args.tensor_parallel, args.expert_parallel};
+    options.tensor_parallel = 1;
     options.expert_parallel = 1;
     options.expert_histogram = nullptr;
-    options.executor = [cuda, ranks](const K3Config& config, const LoadPlan& plan, PlanFiles& files) -> std::unique_ptr<Executor> {
-      if (ranks == 1) return cuda::make_cuda_executor(cuda, config, plan, files);
-      return make_rank_executors(ranks, [cuda, &config, &plan, &files](Communicator& rank) {
+    options.executor = [cuda, layout](const K3Config& config, const LoadPlan& plan, PlanFiles& files) -> std::unique_ptr<Executor> {
+      if (layout.world() == 1) return cuda::make_cuda_executor(cuda, config, plan, files);
+      return make_layout_executors(layout, [cuda, &config, &plan, &files](const ParallelRanks& ranks, Communicator& rank) {
         cuda::CudaOptions o = cuda;
         o.device = cuda.device + rank.rank();
-        return cuda::make_cuda_executor(o, config, plan, files, &rank);
+        return cuda::make_cuda_executor(o, config, plan, files, ranks);
       });
     };
     // Under mpirun: one rank per process, on cuda:(device + its rank on the node).
-    device_ranks = [cuda](const K3Config& config, const LoadPlan& plan, PlanFiles& files, Communicator& world) {
+    device_ranks = [cuda](const K3Config& config, const LoadPlan& plan, PlanFiles& files, const ParallelRanks& ranks) {
       cuda::CudaOptions o = cuda;
       o.device = cuda.device + launched_local_rank();
-      return cuda::make_cuda_executor(o, config, plan, files, &world);
+      return cuda::make_cuda_executor(o, config, plan, files, ParallelRanks{.tensor = ranks.tensor, .experts = ranks.experts});
     };
 #else
     throw Error(Where{"", "", "--device"}, "this k3 was built without the CUDA backend (configure with -DK3_CUDA=ON)");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "parallel/ranks.h"
 #include "tools/flag_checks.h"
 
 namespace k3::cli {
@@ -84,8 +85,9 @@ std::string exit_text(int status) {
 
 void add_node_rank_options(CLI::App* cmd, ModelArgs& args) {
   cmd->add_option("--nnodes", args.nnodes,
-                  "with --device cuda --expert-parallel N: start without mpirun, over this many nodes (N / nnodes "
-                  "rank processes here, one per GPU); run the same command on every node with its --node-rank")
+                  "with --device cuda and N ranks (--expert-parallel, --tensor-parallel): start without mpirun, over this "
+                  "many nodes (N / nnodes rank processes here, one per GPU); run the same command on every node with its "
+                  "--node-rank")
       ->check(integer_in(1, kMaxParallelRanks));
   cmd->add_option("--node-rank", args.node_rank, "with --nnodes: this node's index, 0 on the node of --master-addr")
       ->check(integer_in(0, kMaxParallelRanks - 1));
@@ -112,10 +114,9 @@ void start_node_ranks(const ModelArgs& args) {
   if (args.device.rfind("cuda", 0) != 0) {
     throw Error(Where{"", "", "--nnodes"}, "starts CUDA ranks over NCCL (--device cuda); CPU ranks in several processes run under mpirun");
   }
-  if (args.tensor_parallel > 1) throw Error(Where{"", "", "--tensor-parallel"}, "CUDA ranks divide the routed experts only (--expert-parallel)");
-  const int world = args.expert_parallel;
+  const int world = ParallelLayout{args.tensor_parallel, args.expert_parallel}.world();
   if (world % args.nnodes != 0) {
-    throw Error(Where{"", "", "--nnodes"}, "--expert-parallel " + std::to_string(world) + " ranks do not divide over " +
+    throw Error(Where{"", "", "--nnodes"}, std::to_string(world) + " ranks (--tensor-parallel, --expert-parallel) do not divide over " +
                                                std::to_string(args.nnodes) + " nodes");
   }
   if (args.node_rank >= args.nnodes) {

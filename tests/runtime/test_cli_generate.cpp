@@ -119,10 +119,11 @@ TEST(CliErrors, NodeRankFlagsAreCheckedBeforeAnyRankStarts) {
                                           "processes run under mpirun"},
       {" --node-rank 1", "field '--node-rank': --node-rank, --master-addr and --master-port go with --nnodes"},
       {" --master-addr 10.0.0.1", "field '--node-rank': --node-rank, --master-addr and --master-port go with --nnodes"},
-      {" --device cuda --expert-parallel 3 --nnodes 2", "field '--nnodes': --expert-parallel 3 ranks do not divide over 2 nodes"},
+      {" --device cuda --expert-parallel 3 --nnodes 2",
+       "field '--nnodes': 3 ranks (--tensor-parallel, --expert-parallel) do not divide over 2 nodes"},
       {" --device cuda --expert-parallel 2 --nnodes 2 --node-rank 2", "field '--node-rank': 2 is not a node of 2"},
-      {" --device cuda --tensor-parallel 2 --nnodes 1", "field '--tensor-parallel': CUDA ranks divide the routed experts only "
-                                                        "(--expert-parallel)"},
+      {" --device cuda --tensor-parallel 2 --nnodes 3",
+       "field '--nnodes': 2 ranks (--tensor-parallel, --expert-parallel) do not divide over 3 nodes"},
   };
   for (const auto& [flags, err] : cases) {
     const test::CliResult got = test::run_k3(args + flags);

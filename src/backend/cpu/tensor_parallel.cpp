@@ -140,15 +140,8 @@ void shard_tensor_parallel(const K3Config& config, ModelWeights& w, Communicator
 
 void gather_columns(Communicator& ranks, const float* local, int64_t rows, int64_t local_cols, int64_t full_cols,
                     int64_t unit, float* out) {
-  const int64_t n = ranks.size(), widest = (full_cols / unit + n - 1) / n * unit;
-  std::vector<float> padded(static_cast<size_t>(rows * widest), 0.0f), all(padded.size() * static_cast<size_t>(n));
-  for (int64_t t = 0; t < rows; ++t) std::copy_n(local + t * local_cols, local_cols, &padded[static_cast<size_t>(t * widest)]);
-  ranks.all_gather(bytes_of(padded), bytes_of(all));
-  for (int64_t q = 0; q < n; ++q) {
-    const IndexRange part = scaled(split_range(full_cols / unit, n, q), unit);
-    const float* from = &all[static_cast<size_t>(q * rows * widest)];
-    for (int64_t t = 0; t < rows; ++t) std::copy_n(from + t * widest, part.count, out + t * full_cols + part.first);
-  }
+  gather_column_groups(ranks, reinterpret_cast<const std::byte*>(local), rows, local_cols, full_cols, unit, sizeof(float),
+                       reinterpret_cast<std::byte*>(out));
 }
 
 Tensor gather_columns(Communicator& ranks, const Tensor& local, int64_t full_cols, int64_t unit) {

@@ -35,7 +35,9 @@ EngineOptions expert_parallel(int ranks, const CudaOptions& o = rank_options()) 
   e.max_context = 1024;
   e.executor = [ranks, o](const K3Config& c, const LoadPlan& p, PlanFiles& f) -> std::unique_ptr<Executor> {
     if (ranks == 1) return make_cuda_executor(o, c, p, f);
-    return make_rank_executors(ranks, [&c, &p, &f, o](Communicator& rank) { return make_cuda_executor(o, c, p, f, &rank); });
+    return make_rank_executors(ranks, [&c, &p, &f, o](Communicator& rank) {
+      return make_cuda_executor(o, c, p, f, ParallelRanks{.experts = &rank});
+    });
   };
   return e;
 }

@@ -28,6 +28,7 @@
 #include "backend/cuda/gemm/gemm.h"
 #include "backend/cuda/moe/moe.h"
 #include "backend/cuda/ops/ops.h"
+#include "parallel/sharding.h"
 #include "quant/formats/scheme_list.h"
 #include "quant/plan/load_plan.h"
 #include "quant/plan/materialize.h"
@@ -129,8 +130,9 @@ struct ExpertBankSource {
 };
 
 struct CudaFormat {
-  // Sets w (n and k set) to the format's GEMM form of plan parameter i; false: bf16.
-  bool (*linear)(UploadContext& up, size_t i, const std::string& name, DeviceLinear& w) = nullptr;
+  // Sets w to the format's GEMM form of rows [rows.first, rows.end()) of plan parameter i (w.n =
+  // rows.count and w.k set; all rows but under attention tensor parallelism); false: bf16.
+  bool (*linear)(UploadContext& up, size_t i, const std::string& name, IndexRange rows, DeviceLinear& w) = nullptr;
   // Routed-expert bank packing: only with CudaOptions::packed_int_experts when set.
   bool needs_packed_int = false;
   // The layout a bank of `experts` × [n, k] (one source tensor per expert) stays packed in, or nullopt.

@@ -12,10 +12,11 @@
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/attention/generic_attention.h"
 #include "backend/cuda/attention/mla/mla.h"
+#include "backend/cpu/tensor_parallel.h"
 #include "backend/cuda/executor/cuda_format.h"
 #include "backend/cuda/executor/cpu_expert_copies.h"
 #include "backend/cuda/executor/cpu_experts.h"
-#include "backend/cuda/executor/expert_ranks.h"
+#include "backend/cuda/executor/rank_exchange.h"
 #include "backend/cuda/executor/expert_subset.h"
 #include "backend/cuda/executor/expert_stream.h"
 #include "backend/cuda/executor/rows.h"
@@ -32,9 +33,15 @@ void StepContext::linear(const DeviceLinear& w, const DeviceTensor& x, const Dev
   if (!w) throw Error("CUDA linear: the layer has no weight");
   const size_t mark = arena.mark();
   DeviceTensor xb = x;
-  if (w.kind == DeviceLinear::Kind::kBf16 && x.dtype != DType::kBF16) {
-    xb = scratch(DType::kBF16, x.rows, x.cols, "bf16 GEMM input");
-    copy_rows(x, nullptr, xb, nullptr, x.rows, stream);
+  if (w.gathered_input_unit > 0) {
+    if (tensor_ranks == nullptr) throw Error("CUDA linear: a gathered input without tensor-parallel ranks");
+    xb = scratch(x.dtype, x.rows, w.k, "tensor-parallel gathered heads");
+    tensor_ranks->all_gather(x, xb, w.gathered_input_unit, stream);
+  }
+  if (w.kind == DeviceLinear::Kind::kBf16 && xb.dtype != DType::kBF16) {
+    const DeviceTensor wide = xb;
+    xb = scratch(DType::kBF16, wide.rows, wide.cols, "bf16 GEMM input");
+    copy_rows(wide, nullptr, xb, nullptr, wide.rows, stream);
   }
   // cuBLASLt writes f32 only from the bf16 GEMM; the packed forms' GEMMs write bf16 that is then widened.
   const bool widen = w.kind != DeviceLinear::Kind::kBf16 && y.dtype == DType::kF32;
@@ -180,11 +187,13 @@ class CudaExecutor final : public Executor {
   // The weights into the arena; routed-expert banks to the sink when it is set (expert streaming).
   using WeightSource = std::function<DeviceWeights(Arena&, ExpertBankSink*)>;
   // Where only some routed experts are on this GPU: `subset` (which ones), `cpu_experts` (the CPU's
-  // share, hybrid), `expert_ranks` (the other expert-parallel ranks); else null.
+  // share, hybrid), `expert_ranks` (the other expert-parallel ranks); where only some heads are:
+  // `tensor_ranks` (the ranks holding the others); else null.
   struct Share {
     std::unique_ptr<ExpertSubset> subset;
     std::unique_ptr<CpuExperts> cpu_experts;
     std::unique_ptr<RoutedSumAcrossRanks> expert_ranks;
+    std::unique_ptr<HeadsAcrossRanks> tensor_ranks;
   };
   CudaExecutor(const CudaOptions& o, const K3Config& config, const WeightSource& weights, Share share = {})
       : options_(o), config_(config), device_(select(o.device)), arena_(o.device, parse_memory(o)),
@@ -375,8 +384,10 @@ class CudaExecutor final : public Executor {
     const int64_t L = static_cast<int64_t>(logit_rows.size());
     // Graphs need every launch shape fixed per batch size: the generic MLA path's grows with the context.
     // Expert streaming, hybrid experts and expert-parallel ranks wait on the host in every MoE
-    // layer: no graphs.
-    if (options_.graphs && !experts_ && !share_.subset && fast_mla_ && meta.decode && L == meta.rows) return replay_decode(meta);
+    // layer, tensor-parallel ranks in every attention layer: no graphs.
+    if (options_.graphs && !experts_ && !share_.subset && !share_.tensor_ranks && fast_mla_ && meta.decode && L == meta.rows) {
+      return replay_decode(meta);
+    }
     ++stats_.eager_steps;
     return forward(meta, L);
   }
@@ -558,6 +569,7 @@ class CudaExecutor final : public Executor {
     ctx.expert_share = share_.subset.get();
     ctx.cpu_experts = share_.cpu_experts.get();
     ctx.expert_ranks = share_.expert_ranks.get();
+    ctx.tensor_ranks = share_.tensor_ranks.get();
     CudaOps ops(ctx);
     Act x, normed;
     x.t = arena_.alloc_tensor(DType::kF32, meta.rows, config_.hidden_size, "embedded rows");
@@ -632,16 +644,39 @@ class CudaExecutor final : public Executor {
 }  // namespace
 
 std::unique_ptr<Executor> make_cuda_executor(const CudaOptions& options, const K3Config& config, const LoadPlan& plan,
-                                             PlanFiles& files, Communicator* expert_ranks) {
+                                             PlanFiles& files, const ParallelRanks& ranks) {
   check_options(options);
   check_geometry(config);
+  if (ranks.placement != nullptr || ranks.routing_record != nullptr) {
+    throw Error(Where{"", "", "--expert-placement"}, "the CUDA backend's ranks take the contiguous split and record no routing");
+  }
   CudaExecutor::Share share;
+  Communicator* expert_ranks = ranks.experts;
   const bool expert_parallel = expert_ranks != nullptr && expert_ranks->size() > 1;
   if (!config.moe && (expert_parallel || options.experts_on_cpu > 0)) {
     throw Error(Where{"", "", expert_parallel ? "--expert-parallel" : "--experts-on-cpu"}, "the model has no routed experts");
   }
   if (expert_parallel && options.expert_cache_bytes > 0) {
     throw Error(Where{"", "", "--expert-parallel"}, "divides the experts among GPUs: not with --expert-cache");
+  }
+  // Attention tensor parallelism: this rank runs the blocks with its share of the heads.
+  K3Config local = config;
+  HeadShare heads;
+  if (ranks.tensor != nullptr && ranks.tensor->size() > 1) {
+    const int64_t t = ranks.tensor->size();
+    for (const auto& [field, count] : {std::pair{"linear_attn_config.num_heads", config.kda.num_heads},
+                                       std::pair{"num_attention_heads", config.mla.num_heads}}) {
+      if (count > 0 && count < t) {
+        throw Error(Where{config.file, "", "--tensor-parallel"}, std::to_string(t) + " ranks for " + std::to_string(count) + " " +
+                                                                   field + ": every CUDA rank needs a head");
+      }
+    }
+    if (options.expert_cache_bytes > 0 || options.experts_on_cpu > 0) {
+      throw Error(Where{"", "", "--tensor-parallel"}, "divides the heads among GPUs: not with --expert-cache or --experts-on-cpu");
+    }
+    local = cpu::tensor_parallel_config(config, t, ranks.tensor->rank());
+    heads = HeadShare{ranks.tensor->rank(), t, config.kda.num_heads, config.mla.num_heads};
+    share.tensor_ranks = std::make_unique<HeadsAcrossRanks>(*ranks.tensor);
   }
   // The experts this rank computes: its split under expert parallelism, else all; with CPU experts,
   // `experts_on_cpu` of them (the coldest of the split) on this rank's CPU, the rest on its GPU.
@@ -669,9 +704,10 @@ std::unique_ptr<Executor> make_cuda_executor(const CudaOptions& options, const K
     share.cpu_experts = std::make_unique<CpuExperts>(config, std::move(on_cpu), std::move(banks));
   }
   return std::make_unique<CudaExecutor>(
-      options, config,
+      options, local,
       [&](Arena& arena, ExpertBankSink* sink) {
-        return upload_weights(arena, config, plan, files, ExpertUploadOptions{options.packed_int_experts, options.w4a4}, sink);
+        return upload_weights(arena, local, plan, files, ExpertUploadOptions{options.packed_int_experts, options.w4a4}, sink,
+                              heads);
       },
       std::move(share));
 }

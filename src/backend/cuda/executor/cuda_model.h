@@ -12,6 +12,7 @@
 #include "backend/executor.h"
 #include "parallel/communicator.h"
 #include "parallel/expert_placement.h"
+#include "parallel/ranks.h"
 
 namespace k3::cuda {
 
@@ -51,11 +52,14 @@ struct CudaOptions {
 };
 
 // Checks the options (one-line errors naming the flag) and binds the plan for `options.device`.
-// expert_ranks (size > 1): this executor is one expert-parallel rank (docs/cuda-backend.md "Expert
+// ranks.experts (size > 1): this executor is one expert-parallel rank (docs/cuda-backend.md "Expert
 // parallelism"): its GPU holds its split_range of every MoE layer's routed experts, and the ranks'
-// partial routed sums are summed over `expert_ranks`; every rank must make the same calls.
+// partial routed sums are summed over them. ranks.tensor (size > 1): one attention tensor-parallel
+// rank (docs/cuda-backend.md "Attention tensor parallelism"): its GPU holds its split_range of the
+// KDA and MLA heads and their state, and the heads' outputs are all-gathered before o_proj. Every
+// rank must make the same calls. ranks.placement and routing_record are the CPU ranks' (an error here).
 std::unique_ptr<Executor> make_cuda_executor(const CudaOptions& options, const K3Config& config, const LoadPlan& plan,
-                                             PlanFiles& files, Communicator* expert_ranks = nullptr);
+                                             PlanFiles& files, const ParallelRanks& ranks = {});
 
 // The same executor over weights generated on the GPU (synthetic_weights in device_weights.h): no
 // checkpoint, for benchmarks at real model shapes (`k3 bench --synthetic`).

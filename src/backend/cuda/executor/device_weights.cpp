@@ -4,6 +4,7 @@
 #include <cstring>
 #include <optional>
 #include <span>
+#include <string_view>
 
 #include "backend/cuda/executor/cuda_format.h"
 #include "backend/cuda/executor/expert_packing.h"
@@ -12,26 +13,31 @@
 #include "core/error.h"
 #include "core/numeric.h"
 #include "backend/cpu/weights.h"
+#include "parallel/sharding.h"
 
 namespace k3::cuda {
 namespace {
 
-// The load plan's parameters: copied as stored where the GEMM reads them so, else dequantised.
+// The load plan's parameters: copied as stored where the GEMM reads them so, else dequantised. With
+// a HeadShare, the parameters divided by head are this rank's share of them (device_weights.h).
 class Uploader final : public WeightFiller {
  public:
-  Uploader(Arena& arena, const LoadPlan& plan, PlanFiles& files, const ExpertUploadOptions& experts)
-      : arena_(arena), plan_(plan), files_(files), experts_(experts), up_{arena, plan, files, bytes_, experts.w4a4} {}
+  Uploader(Arena& arena, const LoadPlan& plan, PlanFiles& files, const ExpertUploadOptions& experts, const HeadShare& heads)
+      : arena_(arena), plan_(plan), files_(files), experts_(experts), heads_(heads), up_{arena, plan, files, bytes_, experts.w4a4} {}
 
   DeviceLinear linear(const std::string& name) override {
     const size_t i = index(name);
     DeviceLinear w;
-    w.n = static_cast<int64_t>(plan_.params[i].shape[0]);
+    const int64_t rows = static_cast<int64_t>(plan_.params[i].shape[0]);
     w.k = static_cast<int64_t>(plan_.params[i].shape[1]);
+    const IndexRange held = head_share(i, rows).value_or(IndexRange{0, rows});
+    w.n = held.count;
     const CudaFormat& f = cuda_format(plan_.bindings[i].scheme.kind);
-    if (f.linear == nullptr || !f.linear(up_, i, name, w)) {
+    if (f.linear == nullptr || !f.linear(up_, i, name, held, w)) {
       w.kind = DeviceLinear::Kind::kBf16;
-      w.bf16 = param_bf16(i, name);
+      w.bf16 = param_bf16(i, name, held);
     }
+    w.gathered_input_unit = gathered_unit(i);
     return w;
   }
 
@@ -41,7 +47,7 @@ class Uploader final : public WeightFiller {
     w.kind = DeviceLinear::Kind::kBf16;
     w.n = static_cast<int64_t>(plan_.params[i].shape[0]);
     w.k = static_cast<int64_t>(plan_.params[i].shape[1]);
-    w.bf16 = param_bf16(i, name);
+    w.bf16 = param_bf16(i, name, {0, w.n});
     return w;
   }
 
@@ -78,7 +84,12 @@ class Uploader final : public WeightFiller {
     return bank;
   }
 
-  DeviceVector vector(const std::string& name, VectorRole) override { return upload(floats(name), name); }
+  // A_log holds one entry per head (it may be stored padded past them); dt_bias one per channel.
+  DeviceVector vector(const std::string& name, VectorRole role) override {
+    std::vector<float> v = floats(name);
+    keep_head_share(index(name), v, role == VectorRole::kALog ? 1 : 0);
+    return upload(v, name);
+  }
   DeviceVector zeros(int64_t n, const std::string& what) override {
     return upload(std::vector<float>(static_cast<size_t>(n), 0.0f), what);
   }
@@ -91,10 +102,11 @@ class Uploader final : public WeightFiller {
   }
 
   DeviceVector kda_conv(const std::string& prefix) override {
-    std::vector<float> conv = floats(prefix + "q_conv1d.weight");
-    for (const char* name : {"k_conv1d.weight", "v_conv1d.weight"}) {
-      const std::vector<float> more = floats(prefix + name);
-      conv.insert(conv.end(), more.begin(), more.end());
+    std::vector<float> conv;
+    for (const char* name : {"q_conv1d.weight", "k_conv1d.weight", "v_conv1d.weight"}) {
+      std::vector<float> one = floats(prefix + name);
+      keep_head_share(index(prefix + name), one);
+      conv.insert(conv.end(), one.begin(), one.end());
     }
     return upload(conv, prefix + "q|k|v conv1d");
   }
@@ -102,18 +114,23 @@ class Uploader final : public WeightFiller {
   void absorb_kv_b(const std::string& name, const MlaConfig& m, DeviceMla& w) override {
     const size_t i = index(name);
     const CudaFormat& f = cuda_format(plan_.bindings[i].scheme.kind);
-    if (f.absorbed_kv_b != nullptr && mla_fast_geometry(m)) {  // stays packed
+    if (f.absorbed_kv_b != nullptr && mla_fast_geometry(m) && heads_.ranks == 1) {  // stays packed
       w.absorbed.packed = f.absorbed_kv_b(up_, i, name, m);
       return;
     }
+    std::vector<float> kv_b = floats(name);  // m: this rank's heads
+    keep_head_share(i, kv_b);
     std::vector<float> uk, uv;
-    split_kv_b(floats(name), m, uk, uv);
+    split_kv_b(kv_b, m, uk, uv);
     const int64_t nh = m.num_heads, dn = m.qk_nope_head_dim, dv = m.v_head_dim, r = m.kv_lora_rank;
     w.absorbed.w_uk = matrix_bf16(uk, nh * dn, r, name + " W_UK");
     w.absorbed.w_uv = matrix_bf16(uv, nh * dv, r, name + " W_UV");
   }
 
-  DeviceTensor embedding(const std::string& name) override { return param_bf16(index(name), name); }
+  DeviceTensor embedding(const std::string& name) override {
+    const size_t i = index(name);
+    return param_bf16(i, name, {0, static_cast<int64_t>(plan_.params[i].shape[0])});
+  }
 
  private:
   size_t index(const std::string& name) const {
@@ -122,12 +139,56 @@ class Uploader final : public WeightFiller {
     return static_cast<size_t>(i);
   }
 
-  // 2-D parameter i as a bf16 matrix on the device.
-  DeviceTensor param_bf16(size_t i, const std::string& name) {
+  // This rank's share of `count` entries of parameter i (its rows, or a vector's entries) when
+  // parallel/sharding.h divides the parameter by head and a HeadShare is set; `per_head` entries per
+  // head (0: count over the heads). nullopt: the whole parameter.
+  std::optional<IndexRange> head_share(size_t i, int64_t count, int64_t per_head = 0) const {
+    if (heads_.ranks <= 1) return std::nullopt;
+    const ParamSpec& spec = plan_.params[i];
+    const ShardRule rule = shard_rule(spec);
+    if (rule.split != Split::kRows || std::string_view(rule.axis) != "heads") return std::nullopt;
+    const int64_t heads = spec.group == ParamGroup::Kda ? heads_.kda_heads : heads_.mla_heads;
+    if (per_head == 0) {
+      if (count % heads != 0) {
+        throw Error(Where{"", spec.name, "shape"}, std::to_string(count) + " entries do not divide among " +
+                                                       std::to_string(heads) + " heads");
+      }
+      per_head = count / heads;
+    }
+    const IndexRange mine = split_range(heads, heads_.ranks, heads_.rank);
+    return IndexRange{mine.first * per_head, mine.count * per_head};
+  }
+  // Entries of v (parameter i, row-major) outside this rank's head share dropped.
+  void keep_head_share(size_t i, std::vector<float>& v, int64_t per_head = 0) const {
+    const int64_t rows = static_cast<int64_t>(plan_.params[i].shape[0]);
+    const int64_t per_row = static_cast<int64_t>(v.size()) / rows;  // vectors: 1, or whole rows of a matrix
+    const std::optional<IndexRange> share = head_share(i, per_head == 1 ? static_cast<int64_t>(v.size()) : rows, per_head);
+    if (!share) return;
+    const int64_t width = per_head == 1 ? 1 : per_row;
+    v = std::vector<float>(v.begin() + share->first * width, v.begin() + share->end() * width);
+  }
+  // The o_proj input's group width (one head's values) when the input is all-gathered, else 0.
+  int64_t gathered_unit(size_t i) const {
+    if (heads_.ranks <= 1) return 0;
+    const ParamSpec& spec = plan_.params[i];
+    const ShardRule rule = shard_rule(spec);
+    if (rule.split != Split::kColumns || std::string_view(rule.axis) != "heads") return 0;
+    return static_cast<int64_t>(spec.shape[1]) / (spec.group == ParamGroup::Kda ? heads_.kda_heads : heads_.mla_heads);
+  }
+
+  // Rows [rows.first, rows.end()) of 2-D parameter i as a bf16 matrix on the device.
+  DeviceTensor param_bf16(size_t i, const std::string& name, IndexRange rows) {
     const ParamSpec& s = plan_.params[i];
-    DeviceTensor t = arena_.alloc_tensor(DType::kBF16, static_cast<int64_t>(s.shape[0]), static_cast<int64_t>(s.shape[1]),
-                                         name.c_str());
-    write_bf16(i, -1, t.as<uint16_t>());
+    const int64_t k = static_cast<int64_t>(s.shape[1]);
+    DeviceTensor t = arena_.alloc_tensor(DType::kBF16, rows.count, k, name.c_str());
+    if (rows.count == static_cast<int64_t>(s.shape[0])) {
+      write_bf16(i, -1, t.as<uint16_t>());
+    } else {
+      const std::vector<float> v = floats(name);
+      std::vector<uint16_t> bits(static_cast<size_t>(rows.count * k));
+      for (size_t j = 0; j < bits.size(); ++j) bits[j] = encode_bf16(v[static_cast<size_t>(rows.first * k) + j]);
+      copy_bytes_to_device(t.as<uint16_t>(), bits.data(), bits.size() * 2);
+    }
     bytes_ += t.bytes();
     return t;
   }
@@ -167,6 +228,7 @@ class Uploader final : public WeightFiller {
   const LoadPlan& plan_;
   PlanFiles& files_;
   ExpertUploadOptions experts_;
+  HeadShare heads_;
   UploadContext up_;  // what the formats' entries upload with (bytes_ counts theirs too)
 };
 
@@ -292,12 +354,12 @@ DeviceWeights build_weights(WeightFiller& f, const K3Config& config, Arena* aren
 }
 
 DeviceWeights upload_weights(Arena& arena, const K3Config& config, const LoadPlan& plan, PlanFiles& files,
-                             const ExpertUploadOptions& experts, ExpertBankSink* sink) {
+                             const ExpertUploadOptions& experts, ExpertBankSink* sink, const HeadShare& heads) {
   if (!plan.ok()) {
     throw Error(plan.problems.front().where, "the load plan has " + std::to_string(plan.problems.size()) +
                                                  " problem(s), first: " + plan.problems.front().message);
   }
-  Uploader u(arena, plan, files, experts);
+  Uploader u(arena, plan, files, experts, heads);
   return build_weights(u, config, &arena, sink);
 }
 

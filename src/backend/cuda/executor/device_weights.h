@@ -35,6 +35,9 @@ struct DeviceLinear {
   int64_t n = 0, k = 0;
   DeviceTensor bf16;                              // kBf16
   std::shared_ptr<const DeviceLinearForm> packed;  // kPacked
+  // Attention tensor parallelism (HeadShare): > 0 on an o_proj whose input arrives as this rank's
+  // heads' values, groups of this many columns, that the ranks all-gather before the (whole) linear.
+  int64_t gathered_input_unit = 0;
 
   explicit operator bool() const { return kind != Kind::kNone; }
 };
@@ -142,9 +145,20 @@ struct ExpertUploadOptions {
   bool packed_int = true;  // formats with CudaFormat::needs_packed_int packed (CudaOptions::packed_int_experts)
   bool w4a4 = false;       // banks with an activation contract take their input_scale (CudaOptions::w4a4)
 };
-// Uploads every parameter of an ok plan. Throws k3::Error naming the parameter on any problem.
+// Attention tensor parallelism: rank `rank` of `ranks` holds split_range of the KDA and MLA heads
+// (`kda_heads`, `mla_heads`: the whole model's). The parameters parallel/sharding.h divides by head
+// are uploaded as this rank's rows (or vector entries) — kept in their GEMM form where the rows
+// split on its blocks, else bf16 —; o_proj stays whole and takes its input all-gathered
+// (DeviceLinear::gathered_input_unit); everything else is whole on every rank.
+struct HeadShare {
+  int64_t rank = 0, ranks = 1;
+  int64_t kda_heads = 0, mla_heads = 0;
+};
+// Uploads every parameter of an ok plan for `config` (with a HeadShare: the config of this rank's
+// heads, cpu::tensor_parallel_config). Throws k3::Error naming the parameter on any problem.
 DeviceWeights upload_weights(Arena& arena, const K3Config& config, const LoadPlan& plan, PlanFiles& files,
-                             const ExpertUploadOptions& experts, ExpertBankSink* sink = nullptr);
+                             const ExpertUploadOptions& experts, ExpertBankSink* sink = nullptr,
+                             const HeadShare& heads = {});
 
 // Every parameter the config implies, generated on the GPU (no host copies) in the bf16 form above:
 // matrices uniform with variance 1/K (activations keep their scale through the layers), norm weights

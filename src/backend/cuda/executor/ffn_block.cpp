@@ -9,7 +9,7 @@
 // scale is applied twice. Where GEMM 2's bank quantises its input (an integer or W4A4 activation
 // contract), the activation is applied by the kernel that quantises it (one pass; ExpertInput).
 #include "backend/cuda/executor/cpu_experts.h"
-#include "backend/cuda/executor/expert_ranks.h"
+#include "backend/cuda/executor/rank_exchange.h"
 #include "backend/cuda/executor/expert_subset.h"
 #include "backend/cuda/executor/expert_stream.h"
 #include "backend/cuda/executor/block_ops.h"

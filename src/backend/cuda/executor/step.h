@@ -46,7 +46,8 @@ struct LayerState {
 class ExpertStream;  // expert_stream.h
 class CpuExperts;    // cpu_experts.h
 class ExpertSubset;  // expert_subset.h
-class RoutedSumAcrossRanks;  // expert_ranks.h
+class RoutedSumAcrossRanks;  // rank_exchange.h
+class HeadsAcrossRanks;      // rank_exchange.h
 
 struct StepContext {
   const K3Config& config;
@@ -64,9 +65,13 @@ struct StepContext {
   const ExpertSubset* expert_share = nullptr;
   CpuExperts* cpu_experts = nullptr;
   RoutedSumAcrossRanks* expert_ranks = nullptr;
+  // The attention tensor-parallel ranks this GPU's share of the heads is gathered over (o_proj inputs).
+  HeadsAcrossRanks* tensor_ranks = nullptr;
   int64_t packed_prefill_gemms = 0;   // packed expert GEMMs of this step on a prefill GEMM rather than a decode GEMV
 
-  // y = x·Wᵀ for every weight kind; x f32 or bf16, y f32 or bf16 (converted where a GEMM cannot).
+  // y = x·Wᵀ for every weight kind; x f32 or bf16, y f32 or bf16 (converted where a GEMM cannot). A
+  // weight with a gathered input (DeviceLinear::gathered_input_unit) takes x as this rank's heads'
+  // columns and all-gathers them over tensor_ranks first.
   void linear(const DeviceLinear& w, const DeviceTensor& x, const DeviceTensor& y);
   // Step scratch (given back by the caller's arena.reset).
   DeviceTensor scratch(DType dtype, int64_t rows, int64_t cols, const char* what) {

@@ -36,23 +36,29 @@ class TensorLinear final : public DeviceLinearForm {
   const float* input_scale_;  // device scalar
 };
 
-bool block_linear(UploadContext& up, size_t i, const std::string& name, DeviceLinear& w) {
+// Rows [rows.first, rows.end()) keep their 128×128 blocks when they start on a block row and end on
+// one or at the last row.
+bool block_linear(UploadContext& up, size_t i, const std::string& name, IndexRange rows, DeviceLinear& w) {
   const Binding& b = up.plan.bindings[i];
   if (!fp8_shape(w) || !b.layout_only() || b.scheme.block_n != 128 || b.scheme.block_k != 128) return false;
+  const int64_t whole_rows = static_cast<int64_t>(up.plan.params[i].shape[0]);
+  if (rows.first % 128 != 0 || (rows.end() % 128 != 0 && rows.end() != whole_rows)) return false;
   const SourceTensor& codes = b.source("weight");
   const std::vector<float> scales = decode_source(b.source("weight_scale"), up.files);
+  const int64_t scale_cols = (w.k + 127) / 128;
   const Fp8BlockWeight block =
-      upload_fp8_block_weight(up.arena, up.files.bytes(codes).data(), scales.data(), w.n, w.k, name.c_str());
+      upload_fp8_block_weight(up.arena, up.files.bytes(codes).data() + rows.first * w.k,
+                              scales.data() + rows.first / 128 * scale_cols, w.n, w.k, name.c_str());
   up.bytes += block.codes.bytes() + ((w.n + 127) / 128) * block.scale_ld * sizeof(float);
   w.kind = DeviceLinear::Kind::kPacked;
   w.packed = std::make_shared<BlockLinear>(block);
   return true;
 }
 
-bool tensor_linear(UploadContext& up, size_t i, const std::string& name, DeviceLinear& w) {
+bool tensor_linear(UploadContext& up, size_t i, const std::string& name, IndexRange rows, DeviceLinear& w) {
   const Binding& b = up.plan.bindings[i];
   if (!fp8_shape(w) || !b.layout_only() || b.part("input_scale") == nullptr) return false;
-  const Fp8TensorWeight tensor = upload_fp8_tensor_weight(up.arena, up.files.bytes(b.source("weight")).data(),
+  const Fp8TensorWeight tensor = upload_fp8_tensor_weight(up.arena, up.files.bytes(b.source("weight")).data() + rows.first * w.k,
                                                          scalar_source(b, "weight_scale", -1, up.files), w.n, w.k,
                                                          name.c_str());
   const float* input_scale = up.scalar(scalar_source(b, "input_scale", -1, up.files), name);

@@ -36,6 +36,16 @@ std::span<std::byte> bytes_of(std::vector<T>& v) {
   return std::as_writable_bytes(std::span(v));
 }
 
+// Collectives over the device memory of a rank's GPU, for a GPU backend's ranks (NcclWorld).
+class DeviceCollectives {
+ public:
+  virtual ~DeviceCollectives() = default;
+  // `bytes` at `send` from every rank concatenated in rank order at `recv` (device memory), after
+  // the work queued on `stream` (a cudaStream_t of the rank's GPU) so far; returns when done, or
+  // throws as the host collectives do.
+  virtual void all_gather_device(const void* send, void* recv, size_t bytes, void* stream) = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -61,6 +71,8 @@ class Communicator {
   virtual void barrier() = 0;
   // Marks the world failed: every rank's pending and later collectives throw, naming `reason`.
   virtual void abort(const std::string& reason) = 0;
+  // The same ranks' collectives over GPU memory where this world has them; null: host memory only.
+  virtual DeviceCollectives* device_collectives() { return nullptr; }
 };
 
 // all_reduce and reduce_scatter for communicators that move bytes but do not reduce in a fixed order:

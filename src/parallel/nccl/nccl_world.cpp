@@ -43,6 +43,7 @@ struct NcclWorld::State {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
   DeviceBuffer send, recv;
+  cudaEvent_t queued = nullptr;  // all_gather_device: the caller's stream work before the collective
   bool failed = false;
 };
 
@@ -77,6 +78,7 @@ NcclWorld::~NcclWorld() {
       }
     }
   }
+  if (s_->queued) cudaEventDestroy(s_->queued);
   if (s_->stream) cudaStreamDestroy(s_->stream);
 }
 
@@ -159,6 +161,14 @@ void NcclWorld::all_gather(std::span<const std::byte> send, std::span<std::byte>
   }, [&] {
     check_cuda(cudaMemcpyAsync(recv.data(), s_->recv.data, recv.size(), cudaMemcpyDeviceToHost, s_->stream), "cudaMemcpyAsync");
   });
+}
+
+void NcclWorld::all_gather_device(const void* send, void* recv, size_t bytes, void* stream) {
+  check_cuda(cudaSetDevice(s_->device), "cudaSetDevice");
+  if (s_->queued == nullptr) check_cuda(cudaEventCreateWithFlags(&s_->queued, cudaEventDisableTiming), "cudaEventCreate");
+  check_cuda(cudaEventRecord(s_->queued, static_cast<cudaStream_t>(stream)), "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(s_->stream, s_->queued, 0), "cudaStreamWaitEvent");
+  run("all_gather_device", false, [&] { return ncclAllGather(send, recv, bytes, ncclUint8, s_->comm, s_->stream); }, [] {});
 }
 
 void NcclWorld::all_reduce(std::span<float> data, ReduceOp op) { all_reduce_by_gathering(*this, data, op); }

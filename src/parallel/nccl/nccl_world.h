@@ -2,7 +2,7 @@
 // bootstrap Communicator (MPI ranks under mpirun, or in-process ranks driving several GPUs of one
 // process). The collectives take host spans, as the Communicator interface does, and stage them
 // through device buffers on the rank's GPU, so the CPU backend's tensor- and expert-parallel path runs
-// over NCCL unchanged; a device executor would hand it device buffers instead.
+// over NCCL unchanged; the CUDA executor's ranks hand it device buffers (DeviceCollectives).
 //
 // Numerics: sums are taken after an all-gather, locally and in rank order, so every rank gets the
 // bits the other communicators give (NCCL's own reductions do not fix the order of additions).
@@ -20,7 +20,7 @@
 
 namespace k3 {
 
-class NcclWorld final : public Communicator {
+class NcclWorld final : public Communicator, public DeviceCollectives {
  public:
   // Collective over `bootstrap`: this process's rank and size are bootstrap's; the rank uses GPU
   // `device`. Throws k3::Error when CUDA or NCCL fails (naming the call and its error string).
@@ -40,6 +40,10 @@ class NcclWorld final : public Communicator {
   void broadcast_untimed(std::span<std::byte> data, int root) override;
   void barrier() override;
   void abort(const std::string& reason) override;
+  // Device buffers of this rank's GPU handed to NCCL as they are, on the world's stream behind
+  // `stream`'s work; the same deadline and abort as the collectives above.
+  DeviceCollectives* device_collectives() override { return this; }
+  void all_gather_device(const void* send, void* recv, size_t bytes, void* stream) override;
 
  private:
   struct State;

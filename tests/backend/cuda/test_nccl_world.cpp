@@ -1,17 +1,23 @@
 // GPU ranks over NCCL (parallel/nccl/nccl_world.h), on the GPUs of this process: every collective
-// against its serial definition with one rank per GPU (world size 1 on a one-GPU machine), the CPU
-// backend's tensor- and expert-parallel path over an NCCL world of one rank giving the one-rank
-// logits bit for bit, and, with two GPUs or more, a rank that stops calling failing the others
-// within the timeout. Skipped without a GPU or in builds without NCCL.
+// against its serial definition with one rank per GPU (world size 1 on a one-GPU machine), the CUDA
+// executor's exchanges on device buffers against their host path, the CPU backend's tensor- and
+// expert-parallel path over an NCCL world of one rank giving the one-rank logits bit for bit, and,
+// with two GPUs or more, a rank that stops calling failing the others within the timeout. Skipped
+// without a GPU or in builds without NCCL.
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
 
 #ifdef K3_HAVE_NCCL
+#include <cmath>
 #include <cstring>
 
+#include "backend/cuda/core/upload.h"
+#include "backend/cuda/executor/rank_exchange.h"
+#include "core/numeric.h"
 #include "model/engine_test_util.h"
 #include "parallel/collective_checks.h"
+#include "parallel/sharding.h"
 #include "parallel/nccl/nccl_world.h"
 #include "parallel/thread_world.h"
 
@@ -27,6 +33,57 @@ TEST(NcclWorld, CollectivesMatchTheirSerialDefinitionsOnEveryGpu) {
     bootstrap.run([&](Communicator& c) {
       NcclWorld nccl(c, c.rank());
       for (const std::string& f : test::collective_failures(nccl)) ADD_FAILURE() << n << " GPUs: " << f;
+    });
+  }
+}
+
+// The CUDA executor's exchanges (rank_exchange.h) over the NCCL world take their device path, over the
+// bootstrap world their host path: the same bits, and the gathered heads where each rank put them.
+// Heads 2n + 1 over n ranks (rank 0 one more), each rank's columns a slice of a wider tensor.
+TEST(NcclWorld, TheCudaRanksExchangesOnDeviceEqualTheHostPath) {
+  K3_REQUIRE_GPU();
+  for (int n = 1; n <= gpu_count(); n *= 2) {
+    ThreadWorld bootstrap(n);
+    bootstrap.run([&](Communicator& c) {
+      NcclWorld nccl(c, c.rank());
+      cuda::Arena arena(c.rank(), size_t{64} << 20);
+      const cudaStream_t stream = nullptr;
+      const int64_t rows = 5, width = 24;
+      std::vector<float> part(static_cast<size_t>(rows * width));
+      for (size_t i = 0; i < part.size(); ++i) part[i] = std::sin(0.37f * static_cast<float>(i) + static_cast<float>(c.rank())) * static_cast<float>(1 + i % 7);
+      const cuda::DeviceTensor on_device = cuda::upload_f32(arena, part.data(), rows, width, cuda::DType::kF32, "routed, device path");
+      const cuda::DeviceTensor on_host = cuda::upload_f32(arena, part.data(), rows, width, cuda::DType::kF32, "routed, host path");
+      cuda::RoutedSumAcrossRanks(nccl).all_reduce(on_device, arena, stream);
+      cuda::RoutedSumAcrossRanks(c).all_reduce(on_host, arena, stream);
+      EXPECT_EQ(cuda::download_bytes(on_device), cuda::download_bytes(on_host)) << n << " ranks";
+
+      const int64_t heads = 2 * n + 1, unit = 8;
+      // Exact in bf16 (7 fraction bits), distinct per rank and row by the exponent, per column by the fraction.
+      const auto value = [](int rank, int64_t row, int64_t col) {
+        return std::ldexp(1.0f + static_cast<float>(col % 128) / 128.0f, static_cast<int>(row + 6 * rank));
+      };
+      const IndexRange mine = split_range(heads, n, c.rank());
+      std::vector<float> wide(static_cast<size_t>(rows * (mine.count * unit + unit)));
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < mine.count * unit + unit; ++j) wide[static_cast<size_t>(r * (mine.count * unit + unit) + j)] = value(c.rank(), r, j);
+      }
+      const cuda::DeviceTensor sent =
+          cuda::upload_f32(arena, wide.data(), rows, mine.count * unit + unit, cuda::DType::kBF16, "heads").col_slice(0, mine.count * unit);
+      const cuda::DeviceTensor gathered_device = arena.alloc_tensor(cuda::DType::kBF16, rows, heads * unit, "gathered, device path");
+      const cuda::DeviceTensor gathered_host = arena.alloc_tensor(cuda::DType::kBF16, rows, heads * unit, "gathered, host path");
+      cuda::HeadsAcrossRanks(nccl).all_gather(sent, gathered_device, unit, arena, stream);
+      cuda::HeadsAcrossRanks(c).all_gather(sent, gathered_host, unit, arena, stream);
+      const std::vector<uint8_t> got = cuda::download_bytes(gathered_device);
+      EXPECT_EQ(got, cuda::download_bytes(gathered_host)) << n << " ranks";
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t col = 0; col < heads * unit; ++col) {
+          const int owner = static_cast<int>(split_owner(col / unit, heads, n));
+          const int64_t local = col - split_range(heads, n, owner).first * unit;
+          uint16_t bits = 0;
+          std::memcpy(&bits, &got[static_cast<size_t>(r * heads * unit + col) * 2], 2);
+          ASSERT_EQ(decode_bf16(bits), value(owner, r, local)) << n << " ranks, row " << r << ", column " << col;
+        }
+      }
     });
   }
 }

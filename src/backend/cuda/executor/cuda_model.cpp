@@ -36,7 +36,7 @@ void StepContext::linear(const DeviceLinear& w, const DeviceTensor& x, const Dev
   if (w.gathered_input_unit > 0) {
     if (tensor_ranks == nullptr) throw Error("CUDA linear: a gathered input without tensor-parallel ranks");
     xb = scratch(x.dtype, x.rows, w.k, "tensor-parallel gathered heads");
-    tensor_ranks->all_gather(x, xb, w.gathered_input_unit, stream);
+    tensor_ranks->all_gather(x, xb, w.gathered_input_unit, arena, stream);
   }
   if (w.kind == DeviceLinear::Kind::kBf16 && xb.dtype != DType::kBF16) {
     const DeviceTensor wide = xb;

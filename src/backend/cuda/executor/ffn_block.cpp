@@ -133,7 +133,7 @@ void BlockOps::routed_experts(int64_t layer, const DeviceMoe& w, const DeviceTen
 
 void BlockOps::complete_routed(const DeviceTensor& routed) const {
   if (ctx_.cpu_experts != nullptr) ctx_.cpu_experts->finish(routed, ctx_.arena, ctx_.stream);
-  if (ctx_.expert_ranks != nullptr) ctx_.expert_ranks->all_reduce(routed, ctx_.stream);
+  if (ctx_.expert_ranks != nullptr) ctx_.expert_ranks->all_reduce(routed, ctx_.arena, ctx_.stream);
 }
 
 void mlp_block(StepContext& ctx, const DeviceMlp& w, const DeviceTensor& x, const DeviceTensor& out) {

@@ -178,13 +178,18 @@ std::pair<std::vector<float>, CudaExecutorStats> synthetic_logits(const K3Config
 }
 
 // Synthetic weights (`k3 bench --synthetic … --experts-on-cpu N`): the CPU's experts are host copies
-// of the generated bf16 banks. With half of them on the CPU the logits stay near the all-GPU run's:
-// the CPU multiplies in float what the GPU multiplies in bf16, and on these unpinned random routings a
-// near-tied pick may flip, so the bound is looser than the pinned checkpoint test's 0.04; a CPU
-// expert bound to the wrong rows, or a dropped or doubled CPU sum, moves them by O(1).
+// of the generated bf16 banks. The synthetic router is random and cannot be pinned, and a near-tied
+// pick that flips between the CPU's float and the GPU's bf16 moves a random model's logits by O(1);
+// so every token picks every expert here (Kimi-Linear small with 4 experts, top-4, one group). Half of
+// them on the CPU, the logits stay within the pinned checkpoint test's bound of the all-GPU run's; a
+// CPU expert bound to the wrong rows, or a dropped or doubled CPU sum, moves them by O(1).
 TEST(HybridExpertsSynthetic, HalfTheExpertsOnTheCpuStayNearTheAllGpuLogits) {
   K3_REQUIRE_GPU();
-  const K3Config config = parse_k3_config(parse_json(tiny_config_json(TinyArch::KimiLinear, TinySize::Small).dump(), "config.json"));
+  Json doc = tiny_config_json(TinyArch::KimiLinear, TinySize::Small);
+  doc["num_experts"] = 4;
+  doc["num_experts_per_token"] = 4;
+  doc["num_expert_group"] = 1;
+  const K3Config config = parse_k3_config(parse_json(doc.dump(), "config.json"));
   const int64_t E = config.moe->num_experts;
   const auto [all_gpu, r] = synthetic_logits(config, 0);
   const auto [hybrid, s] = synthetic_logits(config, E / 2);
@@ -195,7 +200,7 @@ TEST(HybridExpertsSynthetic, HalfTheExpertsOnTheCpuStayNearTheAllGpuLogits) {
     diff = std::max(diff, static_cast<double>(std::fabs(hybrid[i] - all_gpu[i])));
     scale = std::max(scale, static_cast<double>(std::fabs(all_gpu[i])));
   }
-  EXPECT_LT(diff / scale, 0.1);
+  EXPECT_LT(diff / scale, 0.04);
   EXPECT_EQ(s.cpu_experts_per_layer, E / 2);
   EXPECT_GT(s.cpu_picks, 0);
   EXPECT_GT(s.gpu_picks, 0);

@@ -47,6 +47,14 @@ class CudaTensorParallelModel : public ::testing::TestWithParam<Case> {};
 // Pinned routing (the same experts for every token): a rounding difference cannot flip a top-k
 // choice, which would move a token's logits by O(1) on these random weights. Layouts: 2 and 4 ranks
 // of heads (the tiny models' 4 heads: one per rank), and 2 ranks of heads inside 4 expert ranks.
+// A one-token step (GEMVs, one row per output whatever the rank's rows) gives the one executor's
+// logits exactly on the H100 and the H200. Over several tokens the GEMMs' kernel choice for fewer
+// rows reassociates sums, and the random 8-layer models amplify a flipped bf16 rounding: measured
+// over the 40-token prefill / decode on both cards, bf16 Kimi-Linear small 8e-3 / 8e-3, GGUF 2.2e-2 /
+// 2.5e-2, FP8-block Kimi-K3 small 0.14 / 0.048, ModelOpt mixed 0.27 / 0.06 (the same for every
+// layout), the tiny Kimi-K3 exact. So the one-token step is held to 1e-6, the longer runs only to
+// "the same model" (0.5; a head on the wrong rank moves them by O(1)), and the trained model below
+// holds decode to equal greedy replies.
 TEST_P(CudaTensorParallelModel, HeadsOnRanksGiveTheOneExecutorLogits) {
   K3_REQUIRE_GPU();
   const Case c = GetParam();
@@ -61,9 +69,9 @@ TEST_P(CudaTensorParallelModel, HeadsOnRanksGiveTheOneExecutorLogits) {
     const std::string what = std::string(family_name(c.family)) + (c.arch == TinyArch::KimiK3 ? " kimi-k3" : " kimi-linear") +
                              (c.size == TinySize::Small ? " small" : " tiny") + ", tensor " + std::to_string(layout.tensor) +
                              " experts " + std::to_string(layout.experts);
-    EXPECT_LT(token_err, 0.04) << what;
-    EXPECT_LT(prefill_err, 0.04) << what;
-    EXPECT_LT(decode_err, 0.04) << what;
+    EXPECT_LT(token_err, 1e-6) << what;
+    EXPECT_LT(prefill_err, 0.5) << what;
+    EXPECT_LT(decode_err, 0.5) << what;
     std::printf("[ %s ] vs one executor: one token rel err %.2e, prefill %.2e, decode %.2e\n", what.c_str(), token_err,
                 prefill_err, decode_err);
   }

@@ -93,7 +93,9 @@ CpuCacheOptions agreed_caches(Communicator& world, const K3Config& config, const
 }
 
 // This process's world: the NcclWorld of the node launcher's ranks (started at rank 0's TCP
-// rendezvous), or mpirun's MpiWorld.
+// rendezvous); under mpirun, an NcclWorld over mpirun's MpiWorld for CUDA ranks (MPI hands out NCCL's
+// unique id, NCCL carries the collectives, on device buffers where the CUDA executor gives them), else
+// the MpiWorld itself.
 Communicator& launched_world(const ModelArgs& args, int size) {
   const std::chrono::milliseconds timeout(static_cast<int64_t>(args.rank_timeout * 1000));
   if (const std::optional<NodeRank> node = started_node_rank()) {
@@ -110,8 +112,18 @@ Communicator& launched_world(const ModelArgs& args, int size) {
 #endif
   }
 #ifdef K3_HAVE_MPI
-  static MpiWorld world(timeout);
-  return world;
+  static MpiWorld mpi(timeout);
+#ifdef K3_HAVE_NCCL
+  if (const int device = parse_device(args.device); device >= 0) {
+    try {
+      static NcclWorld world(mpi, device + launched_local_rank(), timeout);
+      return world;
+    } catch (const Error& e) {
+      throw Error(e.where(), "rank " + std::to_string(mpi.rank()) + " of " + std::to_string(size) + ": " + e.detail());
+    }
+  }
+#endif
+  return mpi;
 #else
   throw Error(Where{"", "", "mpirun"}, "started " + std::to_string(size) + " ranks, but this k3 was built without MPI "
                                        "(install libopenmpi-dev and reconfigure)");

@@ -84,10 +84,9 @@ class Uploader final : public WeightFiller {
     return bank;
   }
 
-  // A_log holds one entry per head (it may be stored padded past them); dt_bias one per channel.
   DeviceVector vector(const std::string& name, VectorRole role) override {
     std::vector<float> v = floats(name);
-    keep_head_share(index(name), v, role == VectorRole::kALog ? 1 : 0);
+    keep_head_share(index(name), v, role == VectorRole::kALog);
     return upload(v, name);
   }
   DeviceVector zeros(int64_t n, const std::string& what) override {
@@ -143,37 +142,39 @@ class Uploader final : public WeightFiller {
   // parallel/sharding.h divides the parameter by head and a HeadShare is set; `per_head` entries per
   // head (0: count over the heads). nullopt: the whole parameter.
   std::optional<IndexRange> head_share(size_t i, int64_t count, int64_t per_head = 0) const {
-    if (heads_.ranks <= 1) return std::nullopt;
-    const ParamSpec& spec = plan_.params[i];
-    const ShardRule rule = shard_rule(spec);
-    if (rule.split != Split::kRows || std::string_view(rule.axis) != "heads") return std::nullopt;
-    const int64_t heads = spec.group == ParamGroup::Kda ? heads_.kda_heads : heads_.mla_heads;
+    const int64_t heads = heads_dividing(i, Split::kRows);
+    if (heads == 0) return std::nullopt;
     if (per_head == 0) {
       if (count % heads != 0) {
-        throw Error(Where{"", spec.name, "shape"}, std::to_string(count) + " entries do not divide among " +
-                                                       std::to_string(heads) + " heads");
+        throw Error(Where{"", plan_.params[i].name, "shape"}, std::to_string(count) + " entries do not divide among " +
+                                                                  std::to_string(heads) + " heads");
       }
       per_head = count / heads;
     }
     const IndexRange mine = split_range(heads, heads_.ranks, heads_.rank);
     return IndexRange{mine.first * per_head, mine.count * per_head};
   }
-  // Entries of v (parameter i, row-major) outside this rank's head share dropped.
-  void keep_head_share(size_t i, std::vector<float>& v, int64_t per_head = 0) const {
+  // v (parameter i, row-major) cut to this rank's head share: its rows of v.size() / rows entries
+  // each; `one_per_head` (A_log, which may be stored padded past the heads): its heads' entries.
+  void keep_head_share(size_t i, std::vector<float>& v, bool one_per_head = false) const {
     const int64_t rows = static_cast<int64_t>(plan_.params[i].shape[0]);
-    const int64_t per_row = static_cast<int64_t>(v.size()) / rows;  // vectors: 1, or whole rows of a matrix
-    const std::optional<IndexRange> share = head_share(i, per_head == 1 ? static_cast<int64_t>(v.size()) : rows, per_head);
-    if (!share) return;
-    const int64_t width = per_head == 1 ? 1 : per_row;
-    v = std::vector<float>(v.begin() + share->first * width, v.begin() + share->end() * width);
+    const int64_t width = one_per_head ? 1 : static_cast<int64_t>(v.size()) / rows;
+    const std::optional<IndexRange> share = one_per_head ? head_share(i, static_cast<int64_t>(v.size()), 1) : head_share(i, rows);
+    if (share) v = std::vector<float>(v.begin() + share->first * width, v.begin() + share->end() * width);
   }
   // The o_proj input's group width (one head's values) when the input is all-gathered, else 0.
   int64_t gathered_unit(size_t i) const {
+    const int64_t heads = heads_dividing(i, Split::kColumns);
+    return heads > 0 ? static_cast<int64_t>(plan_.params[i].shape[1]) / heads : 0;
+  }
+  // Under a HeadShare, the model's heads of parameter i's attention kind when parallel/sharding.h
+  // divides the parameter by head as `split` (kRows: its outputs, kColumns: its inputs); else 0.
+  int64_t heads_dividing(size_t i, Split split) const {
     if (heads_.ranks <= 1) return 0;
     const ParamSpec& spec = plan_.params[i];
     const ShardRule rule = shard_rule(spec);
-    if (rule.split != Split::kColumns || std::string_view(rule.axis) != "heads") return 0;
-    return static_cast<int64_t>(spec.shape[1]) / (spec.group == ParamGroup::Kda ? heads_.kda_heads : heads_.mla_heads);
+    if (rule.split != split || std::string_view(rule.axis) != "heads") return 0;
+    return spec.group == ParamGroup::Kda ? heads_.kda_heads : heads_.mla_heads;
   }
 
   // Rows [rows.first, rows.end()) of 2-D parameter i as a bf16 matrix on the device.

@@ -1,6 +1,7 @@
 // Every collective of a Communicator against its serial definition, for any world (in-process
 // ranks in the gtest suite, MPI processes in the mpirun driver): returns what differed, empty when
-// all matched. Sums must equal the rank-order serial sums bit for bit.
+// all matched. Sums must equal the rank-order serial sums bit for bit. Also the column gather that
+// tensor parallelism builds on them (gather_column_groups).
 #pragma once
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "parallel/communicator.h"
+#include "parallel/sharding.h"
 
 namespace k3::test {
 
@@ -67,6 +69,20 @@ inline std::vector<std::string> collective_failures(Communicator& c) {
   std::vector<int32_t> in(want.size());
   c.all_to_all_v(std::as_bytes(std::span(out)), send_counts, std::as_writable_bytes(std::span(in)), recv_counts);
   check(in == want, "all_to_all_v");
+
+  // gather_column_groups: 2 rows of 2n + 1 groups of 3 two-byte values (rank 0 one group more), each
+  // rank holding its groups' columns of the matrix whose element (row, col) is row · 512 + col.
+  const int64_t groups = 2 * n + 1, unit = 3, cols = groups * unit;
+  const IndexRange own = split_range(groups, n, r);
+  std::vector<uint16_t> local, whole(static_cast<size_t>(2 * cols));
+  for (int64_t row = 0; row < 2; ++row) {
+    for (int64_t col = own.first * unit; col < own.end() * unit; ++col) local.push_back(static_cast<uint16_t>(row * 512 + col));
+  }
+  gather_column_groups(c, reinterpret_cast<const std::byte*>(local.data()), 2, own.count * unit, cols, unit, sizeof(uint16_t),
+                       reinterpret_cast<std::byte*>(whole.data()));
+  for (int64_t i = 0; i < 2 * cols; ++i) {
+    check(whole[static_cast<size_t>(i)] == static_cast<uint16_t>(i / cols * 512 + i % cols), "gather_column_groups element " + std::to_string(i));
+  }
 
   // broadcast from the last rank.
   std::vector<int32_t> b = {r, -r};

@@ -14,6 +14,8 @@
 // experts over host copies of the generated bf16 banks, CUDA graphs off); the same run first measures
 // the all-GPU eager step, and reports per batch size the CPU's time per step and how much of it the
 // step hides (overlap = 1 − (hybrid step − eager all-GPU step) / CPU time).
+// --routing zipf:S skews the synthetic router's picks to Zipf's law over each MoE layer's experts
+// (model/routing_skew.h); the floor then counts the distinct experts such a batch reads.
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -32,8 +34,8 @@
 #include "model/config.h"
 #include "model/known_configs.h"
 #include "model/parameters.h"
+#include "model/routing_skew.h"
 #include "parallel/machine.h"
-#include "parallel/roofline.h"
 #include "tools/cli.h"
 #include "tools/flag_checks.h"
 #include "tools/model_args.h"
@@ -63,21 +65,23 @@ struct BenchArgs {
   std::string expert_cache;  // expert streaming (empty: every expert resident)
   int64_t layers = 0;        // 0: all of the config's
   int64_t experts_on_cpu = 0;  // hybrid CPU/GPU experts (0: all on the GPU)
+  std::string routing = "uniform";  // the synthetic router's skew (model/routing_skew.h)
 };
 
 [[noreturn]] void bad_flag(const char* flag, const std::string& why) { throw Error(Where{"", "", flag}, why); }
 
 // What one decode step must move through memory, in bytes: every weight except the routed experts
 // (bf16 matrices, f32 vectors; the embedding only as the rows looked up unless it is the lm_head),
-// the experts the batch hits (the expected number of distinct experts among B·k uniform picks,
-// E·(1 − (1 − k/E)^B), per MoE layer), each KDA layer's f32 recurrent state read and written once per
+// the experts the batch hits (the expected number of distinct experts a batch of B tokens picks when
+// each picks expert e with probability `shares[e]`, per MoE layer: E·(1 − (1 − k/E)^B) for uniform
+// routing), each KDA layer's f32 recurrent state read and written once per
 // sequence, and each MLA layer's cached latent rows [c | k_pe] (bf16) read once per sequence.
 struct DecodeTraffic {
   double weights = 0, experts = 0, kda_state = 0, mla_cache = 0;
   double total() const { return weights + experts + kda_state + mla_cache; }
 };
 
-DecodeTraffic decode_traffic(const K3Config& c, int64_t batch, double context) {
+DecodeTraffic decode_traffic(const K3Config& c, int64_t batch, double context, std::span<const double> shares) {
   DecodeTraffic t;
   std::vector<double> bank_bytes(static_cast<size_t>(c.num_layers), 0.0);
   for (const ParamSpec& p : parameter_inventory(c)) {
@@ -92,8 +96,7 @@ DecodeTraffic decode_traffic(const K3Config& c, int64_t batch, double context) {
     }
   }
   if (c.moe) {
-    const double E = static_cast<double>(c.moe->num_experts), k = static_cast<double>(c.moe->experts_per_token);
-    const double hit = expected_distinct_experts(E, k, static_cast<double>(batch));
+    const double E = static_cast<double>(c.moe->num_experts), hit = distinct_experts_per_step(shares, batch);
     for (double bank : bank_bytes) t.experts += bank / E * hit;
   }
   const double B = static_cast<double>(batch), D = static_cast<double>(c.kda.head_dim);
@@ -145,9 +148,11 @@ double overlap(const BenchArgs& a, const DecodeResult& r) {
 }
 
 void print_report(const BenchArgs& a, const Measured& m) {
-  std::printf("k3 bench: %s, synthetic bf16 weights %.2f GB on %s; context %lld, %lld decode steps, CUDA graphs %s\n",
+  std::printf("k3 bench: %s, synthetic bf16 weights %.2f GB on %s; context %lld, %lld decode steps, CUDA graphs %s, "
+              "routing %s\n",
               a.synthetic.c_str(), static_cast<double>(m.weight_bytes) / 1e9, a.device.c_str(),
-              static_cast<long long>(a.context), static_cast<long long>(a.steps), m.graphs ? "on" : "off");
+              static_cast<long long>(a.context), static_cast<long long>(a.steps), m.graphs ? "on" : "off",
+              parse_routing_skew(a.routing).text().c_str());
   std::printf("%6s %11s %9s %9s %9s %9s  (floor: the step's bytes at %.2f TB/s)\n", "batch", "tok/s", "ms/step",
               "GB/step", "floor ms", "of floor", kReadCeiling / 1e12);
   for (const DecodeResult& r : m.decode) {
@@ -230,6 +235,7 @@ Json report_json(const BenchArgs& a, const Measured& m) {
           {"expert_cache_bytes", m.cache_bytes},
           {"host_expert_bytes", m.host_expert_bytes},
           {"experts_on_cpu", m.cpu_experts_per_layer},
+          {"routing", parse_routing_skew(a.routing).text()},
           {"read_ceiling_bytes_per_s", kReadCeiling},
           {"decode", rows},
           {"prefill",
@@ -258,7 +264,8 @@ Measured measure_executor(const BenchArgs& a, const K3Config& config, const std:
   options.experts_on_cpu = experts_on_cpu;
   // Streaming and CPU experts read the picks on the host.
   if (options.expert_cache_bytes > 0 || a.experts_on_cpu > 0) options.graphs = false;
-  const std::unique_ptr<Executor> executor = cuda::make_synthetic_cuda_executor(options, config, a.seed);
+  const std::unique_ptr<Executor> executor =
+      cuda::make_synthetic_cuda_executor(options, config, a.seed, parse_routing_skew(a.routing));
 
   std::mt19937_64 rng(a.seed);
   std::uniform_int_distribution<int64_t> token(0, config.vocab_size - 1);
@@ -361,11 +368,21 @@ int run_bench(const BenchArgs& a) {
     }
     if (!a.expert_cache.empty()) bad_flag("--experts-on-cpu", "and --expert-cache: choose one");
   }
+  const RoutingSkew routing = parse_routing_skew(a.routing);
+  if (routing.zipf > 0) {
+    if (!config.moe) bad_flag("--routing", a.synthetic + " has no routed experts");
+    if (config.moe->num_expert_group != 1) {
+      bad_flag("--routing", "a skew is fitted for one expert group; " + a.synthetic + " has " +
+                                std::to_string(config.moe->num_expert_group));
+    }
+  }
   if (!a.json.empty()) check_output_path(a.json, "--json");
   Measured m = measure(a, config, batches, device);
   // Cached rows read per MLA layer and sequence, averaged over the timed steps.
   const double mean_context = static_cast<double>(a.context + kWarmupSteps) + static_cast<double>(a.steps + 1) / 2;
-  for (DecodeResult& r : m.decode) r.traffic = decode_traffic(config, r.batch, mean_context);
+  const std::vector<double> shares =
+      config.moe ? target_pick_shares(config.moe->num_experts, config.moe->experts_per_token, routing) : std::vector<double>{};
+  for (DecodeResult& r : m.decode) r.traffic = decode_traffic(config, r.batch, mean_context, shares);
   print_report(a, m);
   if (!a.json.empty()) {
     const std::string text = report_json(a, m).dump(2) + "\n";
@@ -409,6 +426,10 @@ Registered add_bench(CLI::App& app) {
                   "hybrid experts: N routed experts of every MoE layer computed on the CPU (graphs off); also "
                   "measures the all-GPU eager step for the overlap")
       ->check(integer_in(0, kMaxBenchExperts));
+  cmd->add_option("--routing", args->routing,
+                  "the synthetic router's picks: uniform, or zipf:S (expert shares ∝ rank^−S per MoE layer, S in (0, 4])")
+      ->check(parsed_by([](const std::string& t) { parse_routing_skew(t); }))
+      ->capture_default_str();
   return {cmd, [args] { return run_bench(*args); }};
 }
 

@@ -95,6 +95,14 @@ TEST(CliBench, ExpertsOnCpuLeaveTheGpuAnExpertAndExcludeStreaming) {
   expect_flag_error(run_k3(kBench + "--experts-on-cpu 8 --expert-cache 4G"), "--experts-on-cpu");
 }
 
+TEST(CliBench, RoutingIsUniformOrZipf) {
+  for (const char* bad : {"zipf", "zipf:0", "zipf:9", "skewed"}) expect_usage_error(run_k3(kBench + "--routing " + bad), "--routing");
+  // Kimi-Linear small has two expert groups: a skew is fitted for one.
+  const std::string grouped =
+      write_file("grouped.json", k3::tiny_config_json(k3::TinyArch::KimiLinear, k3::TinySize::Small).dump());
+  expect_flag_error(run_k3("bench --synthetic " + grouped + " --routing zipf:1.2"), "--routing");
+}
+
 // A run of the small Kimi-Linear: on a GPU it runs and writes its numbers (the JSON document, which
 // `check` inspects); elsewhere it stops at the device with a one-line error.
 void expect_run_or_no_device(const std::string& flags, const std::function<void(const nlohmann::json&)>& check) {

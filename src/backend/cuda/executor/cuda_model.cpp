@@ -712,7 +712,8 @@ std::unique_ptr<Executor> make_cuda_executor(const CudaOptions& options, const K
       std::move(share));
 }
 
-std::unique_ptr<Executor> make_synthetic_cuda_executor(const CudaOptions& options, const K3Config& config, uint64_t seed) {
+std::unique_ptr<Executor> make_synthetic_cuda_executor(const CudaOptions& options, const K3Config& config, uint64_t seed,
+                                                       const RoutingSkew& routing) {
   check_options(options);
   check_geometry(config);
   CudaExecutor::Share share;
@@ -733,7 +734,7 @@ std::unique_ptr<Executor> make_synthetic_cuda_executor(const CudaOptions& option
   return std::make_unique<CudaExecutor>(
       options, config,
       [&](Arena& arena, ExpertBankSink* sink) {
-        return synthetic_weights(arena, config, seed, copies ? static_cast<ExpertBankSink*>(copies.get()) : sink);
+        return synthetic_weights(arena, config, seed, copies ? static_cast<ExpertBankSink*>(copies.get()) : sink, routing);
       },
       std::move(share));
 }

@@ -12,6 +12,7 @@
 #include "backend/executor.h"
 #include "parallel/communicator.h"
 #include "parallel/expert_placement.h"
+#include "model/routing_skew.h"
 #include "parallel/ranks.h"
 
 namespace k3::cuda {
@@ -62,8 +63,9 @@ std::unique_ptr<Executor> make_cuda_executor(const CudaOptions& options, const K
                                              PlanFiles& files, const ParallelRanks& ranks = {});
 
 // The same executor over weights generated on the GPU (synthetic_weights in device_weights.h): no
-// checkpoint, for benchmarks at real model shapes (`k3 bench --synthetic`).
-std::unique_ptr<Executor> make_synthetic_cuda_executor(const CudaOptions& options, const K3Config& config, uint64_t seed);
+// checkpoint, for benchmarks at real model shapes (`k3 bench --synthetic`), routing with `routing`'s skew.
+std::unique_ptr<Executor> make_synthetic_cuda_executor(const CudaOptions& options, const K3Config& config, uint64_t seed,
+                                                       const RoutingSkew& routing = {});
 
 // Statistics of an executor made here (tests and benchmarks): weight bytes, graph replays.
 struct CudaExecutorStats {

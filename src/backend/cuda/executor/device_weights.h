@@ -18,6 +18,7 @@
 #include "backend/cuda/core/arena.h"
 #include "backend/cuda/core/tensor.h"
 #include "model/config.h"
+#include "model/routing_skew.h"
 #include "model/weight_tree.h"
 #include "quant/plan/load_plan.h"
 #include "quant/plan/materialize.h"
@@ -163,7 +164,10 @@ DeviceWeights upload_weights(Arena& arena, const K3Config& config, const LoadPla
 // Every parameter the config implies, generated on the GPU (no host copies) in the bf16 form above:
 // matrices uniform with variance 1/K (activations keep their scale through the layers), norm weights
 // 1, conv weights, A_log, dt_bias and the correction bias small, so the forward stays finite and
-// routing spreads tokens over the experts. Deterministic in `seed`. For benchmarks only.
-DeviceWeights synthetic_weights(Arena& arena, const K3Config& config, uint64_t seed, ExpertBankSink* sink = nullptr);
+// routing spreads tokens over the experts — evenly, or with `routing`'s skew through the correction
+// bias (model/routing_skew.h; each MoE layer's popularity order a different permutation of its
+// experts). Deterministic in `seed`. For benchmarks only.
+DeviceWeights synthetic_weights(Arena& arena, const K3Config& config, uint64_t seed, ExpertBankSink* sink = nullptr,
+                                const RoutingSkew& routing = {});
 
 }  // namespace k3::cuda

@@ -1,14 +1,19 @@
 // synthetic_weights (device_weights.h): build_weights over a filler that generates every member on
 // the GPU from a counter-based hash, value(i) = law(hash(key, i)), with one key per member drawn from
-// the seed and the member's position in the walk. Nothing is copied from the host; the shapes are the
-// parameter inventory's (model/parameters.h), so they are exactly the uploader's.
+// the seed and the member's position in the walk. Nothing is copied from the host but a skewed
+// routing's correction biases (fitted on the host); the shapes are the parameter inventory's
+// (model/parameters.h), so they are exactly the uploader's.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
+#include <numeric>
+#include <random>
 
 #include "backend/cuda/core/check.h"
+#include "backend/cuda/core/upload.h"
 #include "backend/cuda/executor/device_weights.h"
 #include "model/parameters.h"
 
@@ -72,8 +77,15 @@ constexpr float kResScoreBound = 0.05f;  // AttnRes: near-uniform mixing over th
 
 class Generator final : public WeightFiller {
  public:
-  Generator(Arena& arena, const K3Config& config, uint64_t seed) : arena_(arena), seed_(seed) {
+  Generator(Arena& arena, const K3Config& config, uint64_t seed, const RoutingSkew& routing) : arena_(arena), seed_(seed) {
     for (ParamSpec& p : parameter_inventory(config)) specs_.emplace(p.name, std::move(p));
+    if (config.moe && routing.zipf > 0) {
+      if (config.moe->num_expert_group != 1) {
+        throw Error(Where{config.file, "", "--routing"}, "a skew is fitted for one expert group; the config has " +
+                                                              std::to_string(config.moe->num_expert_group));
+      }
+      skew_bias_ = skewed_correction_bias(config.moe->num_experts, config.moe->experts_per_token, routing, seed);
+    }
   }
 
   DeviceTensor embedding(const std::string& name) override { return matrix(name); }
@@ -98,6 +110,7 @@ class Generator final : public WeightFiller {
   }
 
   DeviceVector vector(const std::string& name, VectorRole role) override {
+    if (role == VectorRole::kCorrectionBias && !skew_bias_.empty()) return skewed_bias(name);
     return filled_vector(static_cast<int64_t>(spec(name).numel()), vector_draw(role), name);
   }
   DeviceVector zeros(int64_t n, const std::string& what) override {
@@ -158,6 +171,19 @@ class Generator final : public WeightFiller {
     return t.as<float>();
   }
 
+  // The fitted skew with this layer's popularity order: expert perm[i] gets the i-th hottest bias.
+  DeviceVector skewed_bias(const std::string& name) {
+    std::vector<int64_t> perm(skew_bias_.size());
+    std::iota(perm.begin(), perm.end(), 0);
+    std::mt19937_64 rng(mix64(seed_ ^ std::hash<std::string>{}(name)));
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<float> bias(skew_bias_.size());
+    for (size_t i = 0; i < perm.size(); ++i) bias[static_cast<size_t>(perm[i])] = skew_bias_[i];
+    const DeviceTensor t = upload_f32(arena_, bias.data(), 1, static_cast<int64_t>(bias.size()), DType::kF32, name.c_str());
+    bytes_ += t.bytes();
+    return t.as<float>();
+  }
+
   // Each member gets its own key: the seed mixed with the member's position in the walk.
   void fill(const DeviceTensor& t, const Draw& d) {
     const int64_t n = t.numel();
@@ -177,12 +203,14 @@ class Generator final : public WeightFiller {
   uint64_t seed_;
   uint64_t members_ = 0;
   std::map<std::string, ParamSpec> specs_;
+  std::vector<float> skew_bias_;  // --routing zipf:S: the fitted correction bias, hottest first; empty: uniform
 };
 
 }  // namespace
 
-DeviceWeights synthetic_weights(Arena& arena, const K3Config& config, uint64_t seed, ExpertBankSink* sink) {
-  Generator generator(arena, config, seed);
+DeviceWeights synthetic_weights(Arena& arena, const K3Config& config, uint64_t seed, ExpertBankSink* sink,
+                                const RoutingSkew& routing) {
+  Generator generator(arena, config, seed, routing);
   DeviceWeights w = build_weights(generator, config, &arena, sink);
   // The fills ran on the legacy default stream; the executor's streams do not wait for it.
   K3_CUDA_CHECK(cudaDeviceSynchronize());

@@ -79,6 +79,15 @@ RoutingSkew parse_routing_skew(const std::string& text) {
   throw Error(Where{"", "", "--routing"}, why.str());
 }
 
+void check_routing_skew(const K3Config& config, const RoutingSkew& skew, const std::string& model) {
+  if (skew.zipf == 0) return;
+  if (!config.moe) throw Error(Where{"", "", "--routing"}, model + " has no routed experts");
+  if (config.moe->num_expert_group != 1) {
+    throw Error(Where{"", "", "--routing"}, "a skew is fitted for one expert group; " + model + " has " +
+                                                std::to_string(config.moe->num_expert_group));
+  }
+}
+
 std::vector<double> target_pick_shares(int64_t experts, int64_t top_k, const RoutingSkew& skew) {
   check_router(experts, top_k);
   std::vector<double> weight(static_cast<size_t>(experts));

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "model/config.h"
+
 namespace k3 {
 
 struct RoutingSkew {
@@ -26,6 +28,10 @@ struct RoutingSkew {
 // "uniform" or "zipf:S" with 0 < S ≤ kMaxZipf. Throws k3::Error (field '--routing') otherwise.
 inline constexpr double kMaxZipf = 4.0;
 RoutingSkew parse_routing_skew(const std::string& text);
+
+// Throws k3::Error (field '--routing', naming `model`) when `skew` is not uniform and `config` has no
+// routed experts or more than one expert group (the fit's router model has one).
+void check_routing_skew(const K3Config& config, const RoutingSkew& skew, const std::string& model);
 
 // The share of tokens that picks each expert (popularity order: expert 0 the hottest): k · p_e with
 // p_e ∝ (e + 1)^−S, no share above 1 (a token picks an expert at most once; the excess is spread

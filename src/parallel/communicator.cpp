@@ -28,8 +28,8 @@ void reduce_scatter_by_exchanging(Communicator& c, std::span<const float> send, 
 void gather_column_groups(Communicator& c, const std::byte* local, int64_t rows, int64_t local_cols, int64_t full_cols,
                           int64_t unit, size_t elem_bytes, std::byte* out) {
   const int64_t n = c.size(), groups = full_cols / unit;
-  // Every rank sends rows of the widest share, so the all-gather's blocks have equal sizes.
-  const size_t widest = static_cast<size_t>((groups + n - 1) / n * unit) * elem_bytes, have = static_cast<size_t>(local_cols) * elem_bytes;
+  const size_t widest = static_cast<size_t>(gathered_share_columns(groups, n, unit)) * elem_bytes;
+  const size_t have = static_cast<size_t>(local_cols) * elem_bytes;
   const size_t row_bytes = static_cast<size_t>(full_cols) * elem_bytes;
   std::vector<std::byte> padded(static_cast<size_t>(rows) * widest), all(padded.size() * static_cast<size_t>(n));
   for (int64_t t = 0; t < rows; ++t) std::copy_n(local + t * have, have, &padded[static_cast<size_t>(t) * widest]);

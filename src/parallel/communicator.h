@@ -86,5 +86,8 @@ void reduce_scatter_by_exchanging(Communicator& c, std::span<const float> send, 
 // whole ([rows, full_cols]) on every rank. Only moves bytes.
 void gather_column_groups(Communicator& c, const std::byte* local, int64_t rows, int64_t local_cols, int64_t full_cols,
                           int64_t unit, size_t elem_bytes, std::byte* out);
+// The columns every rank sends per row in that gather: the widest share of `groups` groups of `unit`
+// among `ranks` (the narrower shares padded, so the all-gather's blocks have equal sizes).
+inline int64_t gathered_share_columns(int64_t groups, int64_t ranks, int64_t unit) { return (groups + ranks - 1) / ranks * unit; }
 
 }  // namespace k3

@@ -369,13 +369,7 @@ int run_bench(const BenchArgs& a) {
     if (!a.expert_cache.empty()) bad_flag("--experts-on-cpu", "and --expert-cache: choose one");
   }
   const RoutingSkew routing = parse_routing_skew(a.routing);
-  if (routing.zipf > 0) {
-    if (!config.moe) bad_flag("--routing", a.synthetic + " has no routed experts");
-    if (config.moe->num_expert_group != 1) {
-      bad_flag("--routing", "a skew is fitted for one expert group; " + a.synthetic + " has " +
-                                std::to_string(config.moe->num_expert_group));
-    }
-  }
+  check_routing_skew(config, routing, a.synthetic);
   if (!a.json.empty()) check_output_path(a.json, "--json");
   Measured m = measure(a, config, batches, device);
   // Cached rows read per MLA layer and sequence, averaged over the timed steps.

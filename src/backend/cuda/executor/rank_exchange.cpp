@@ -52,7 +52,7 @@ void HeadsAcrossRanks::all_gather(const DeviceTensor& mine, const DeviceTensor& 
     // Rows padded to the widest share (equal blocks), gathered, then each rank's block to its columns.
     const size_t mark = arena.mark();
     const int64_t n = ranks_.size(), groups = whole.cols / unit;
-    const size_t widest = static_cast<size_t>((groups + n - 1) / n * unit) * elem, block = rows * widest;
+    const size_t widest = static_cast<size_t>(gathered_share_columns(groups, n, unit)) * elem, block = rows * widest;
     auto* padded = static_cast<std::byte*>(arena.alloc(block, "tensor-parallel heads, padded"));
     auto* all = static_cast<std::byte*>(arena.alloc(block * static_cast<size_t>(n), "tensor-parallel heads, every rank's"));
     copy_rows_2d(padded, widest, mine.data, static_cast<size_t>(mine.ld) * elem, mine_row, rows, cudaMemcpyDeviceToDevice, stream);

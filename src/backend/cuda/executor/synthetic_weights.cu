@@ -79,13 +79,8 @@ class Generator final : public WeightFiller {
  public:
   Generator(Arena& arena, const K3Config& config, uint64_t seed, const RoutingSkew& routing) : arena_(arena), seed_(seed) {
     for (ParamSpec& p : parameter_inventory(config)) specs_.emplace(p.name, std::move(p));
-    if (config.moe && routing.zipf > 0) {
-      if (config.moe->num_expert_group != 1) {
-        throw Error(Where{config.file, "", "--routing"}, "a skew is fitted for one expert group; the config has " +
-                                                              std::to_string(config.moe->num_expert_group));
-      }
-      skew_bias_ = skewed_correction_bias(config.moe->num_experts, config.moe->experts_per_token, routing, seed);
-    }
+    check_routing_skew(config, routing, config.file.empty() ? "the config" : config.file);
+    if (routing.zipf > 0) skew_bias_ = skewed_correction_bias(config.moe->num_experts, config.moe->experts_per_token, routing, seed);
   }
 
   DeviceTensor embedding(const std::string& name) override { return matrix(name); }

@@ -29,7 +29,8 @@ Libs: -L\${libdir} -lpcre2-8
 Cflags: -I\${includedir} -DPCRE2_STATIC
 PC
 rm -rf .deps/boost
-layers=$(ls -d build/cpu/layers/* 2>/dev/null | sed 's/^/-I/' | tr '\n' ' ')
+# A build tree's header folders when one exists (none is needed: the server's sources include by src/ path).
+layers=$( (ls -d build/*/layers/* 2>/dev/null || true) | sed 's/^/-I/' | tr '\n' ' ')
 { for f in src/server/http/*.cpp; do g++ -std=c++20 -M $layers -Isrc "$f"; done; echo /usr/include/boost/version.hpp; } |
   tr ' \\' '\n\n' | grep '^/usr/include/boost/' | sort -u | while read -r h; do
     mkdir -p ".deps/boost/include/$(dirname "${h#/usr/include/}")"

@@ -16,6 +16,8 @@
 // step hides (overlap = 1 − (hybrid step − eager all-GPU step) / CPU time).
 // --routing zipf:S skews the synthetic router's picks to Zipf's law over each MoE layer's experts
 // (model/routing_skew.h); the floor then counts the distinct experts such a batch reads.
+// Per batch size, and for the prefill chunk, a few more steps run profiled (eager, a CUDA event
+// between op classes: backend/cuda/executor/op_classes.h) and give each op class's time per step.
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -49,6 +51,7 @@ namespace {
 const double kReadCeiling = device_kinds().front().hbm_read_bps;  // bytes/s: the H200's measured read ceiling (parallel/machine.h)
 constexpr int64_t kMaxBatch = 4096;       // the executor's slot limit
 constexpr int64_t kWarmupSteps = 2;       // eager step, then graph capture
+constexpr int64_t kProfiledSteps = 4;     // decode steps per batch size profiled per op class, after the timed ones
 constexpr int64_t kMaxBenchContext = int64_t{1} << 24;
 constexpr int64_t kMaxBenchSteps = int64_t{1} << 20;
 constexpr int64_t kMaxBenchExperts = int64_t{1} << 20;  // flag range; the config's expert count bounds it next
@@ -76,6 +79,19 @@ struct BenchArgs {
 // each picks expert e with probability `shares[e]`, per MoE layer: E·(1 − (1 − k/E)^B) for uniform
 // routing), each KDA layer's f32 recurrent state read and written once per
 // sequence, and each MLA layer's cached latent rows [c | k_pe] (bf16) read once per sequence.
+// Per-op-class stream time over `steps` profiled steps (backend/cuda/executor/op_classes.h).
+struct OpBreakdown {
+  std::vector<std::string> names;  // the op classes
+  std::vector<double> seconds;     // per class
+  int64_t steps = 0;
+  double step_ms() const {
+    double total = 0;
+    for (double s : seconds) total += s;
+    return steps > 0 ? total * 1e3 / static_cast<double>(steps) : 0.0;
+  }
+  double class_ms(size_t c) const { return steps > 0 ? seconds[c] * 1e3 / static_cast<double>(steps) : 0.0; }
+};
+
 struct DecodeTraffic {
   double weights = 0, experts = 0, kda_state = 0, mla_cache = 0;
   double total() const { return weights + experts + kda_state + mla_cache; }
@@ -119,11 +135,13 @@ struct DecodeResult {
   // waiting for their inputs, the picks on each side, and the all-GPU eager run's time for the same steps.
   double cpu_seconds = 0, wait_seconds = 0, all_gpu_eager_seconds = 0;
   int64_t cpu_picks = 0, gpu_picks = 0;
+  OpBreakdown ops;
 };
 
 struct PrefillResult {
   int64_t batch = 0, tokens = 0;
   double seconds = 0;
+  OpBreakdown ops;  // one more chunk of `tokens`, profiled
 };
 
 struct Measured {
@@ -145,6 +163,41 @@ double overlap(const BenchArgs& a, const DecodeResult& r) {
   const double cpu_ms = per_step_ms(a, r.cpu_seconds);
   const double hidden = cpu_ms - (per_step_ms(a, r.seconds) - per_step_ms(a, r.all_gpu_eager_seconds));
   return cpu_ms > 0 ? std::clamp(hidden / cpu_ms, 0.0, 1.0) : 0.0;
+}
+
+// The op classes' time per profiled step, one column per batch size and one for the prefill chunk:
+// µs and share of the profiled step; classes no step spent time in are left out.
+void print_breakdown(const Measured& m) {
+  std::vector<const OpBreakdown*> cols;
+  std::vector<std::string> heads;
+  for (const DecodeResult& r : m.decode) cols.push_back(&r.ops), heads.push_back("b=" + std::to_string(r.batch));
+  cols.push_back(&m.prefill.ops), heads.push_back("prefill " + std::to_string(m.prefill.tokens));
+  std::printf("per op class (%lld profiled decode steps per batch, one profiled prefill chunk; eager, a CUDA event between "
+              "classes): us per step and share\n%-15s",
+              static_cast<long long>(kProfiledSteps), "op class");
+  for (const std::string& h : heads) std::printf(" %18s", h.c_str());
+  std::printf("\n");
+  const std::vector<std::string>& names = cols.front()->names;
+  for (size_t c = 0; c < names.size(); ++c) {
+    bool any = false;
+    for (const OpBreakdown* o : cols) any = any || (o->steps > 0 && o->seconds[c] > 0);
+    if (!any) continue;
+    std::printf("%-15s", names[c].c_str());
+    for (const OpBreakdown* o : cols) {
+      const double step = o->step_ms();
+      std::printf(" %10.1f %6.1f%%", o->class_ms(c) * 1e3, step > 0 ? 100.0 * o->class_ms(c) / step : 0.0);
+    }
+    std::printf("\n");
+  }
+  std::printf("%-15s", "profiled step");
+  for (const OpBreakdown* o : cols) std::printf(" %10.1f %7s", o->step_ms() * 1e3, "");
+  std::printf("\n");
+}
+
+Json breakdown_json(const OpBreakdown& o) {
+  Json classes = Json::object();
+  for (size_t c = 0; c < o.seconds.size(); ++c) classes[o.names[c]] = o.class_ms(c);
+  return {{"profiled_steps", o.steps}, {"profiled_step_ms", o.step_ms()}, {"ms_per_step", classes}};
 }
 
 void print_report(const BenchArgs& a, const Measured& m) {
@@ -196,6 +249,7 @@ void print_report(const BenchArgs& a, const Measured& m) {
   std::printf("prefill: one %lld-token step (batch %lld, its last sequence) in %.3f ms = %.0f tok/s\n",
               static_cast<long long>(m.prefill.tokens), static_cast<long long>(m.prefill.batch),
               m.prefill.seconds * 1e3, static_cast<double>(m.prefill.tokens) / m.prefill.seconds);
+  print_breakdown(m);
 }
 
 Json report_json(const BenchArgs& a, const Measured& m) {
@@ -222,7 +276,8 @@ Json report_json(const BenchArgs& a, const Measured& m) {
                     {"all_gpu_eager_ms", per_step_ms(a, r.all_gpu_eager_seconds)},
                     {"overlap", overlap(a, r)},
                     {"cpu_picks", r.cpu_picks},
-                    {"gpu_picks", r.gpu_picks}});
+                    {"gpu_picks", r.gpu_picks},
+                    {"op_breakdown", breakdown_json(r.ops)}});
   }
   return {{"config", a.synthetic},
           {"device", a.device},
@@ -242,12 +297,30 @@ Json report_json(const BenchArgs& a, const Measured& m) {
            {{"batch", m.prefill.batch},
             {"tokens", m.prefill.tokens},
             {"ms", m.prefill.seconds * 1e3},
-            {"tokens_per_s", static_cast<double>(m.prefill.tokens) / m.prefill.seconds}}}};
+            {"tokens_per_s", static_cast<double>(m.prefill.tokens) / m.prefill.seconds},
+            {"op_breakdown", breakdown_json(m.prefill.ops)}}}};
 }
 
 #ifdef K3_HAVE_CUDA
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The op classes' time of the steps `run` makes, profiled.
+template <typename Run>
+OpBreakdown profile(Executor& executor, Run run) {
+  const cuda::CudaExecutorStats before = cuda::cuda_executor_stats(executor);
+  cuda::set_cuda_op_profiling(executor, true);
+  run();
+  cuda::set_cuda_op_profiling(executor, false);
+  const cuda::CudaExecutorStats after = cuda::cuda_executor_stats(executor);
+  OpBreakdown o;
+  o.steps = after.profiled_steps - before.profiled_steps;
+  for (size_t c = 0; c < after.op_seconds.size(); ++c) {
+    o.names.emplace_back(cuda::op_class_name(static_cast<cuda::OpClass>(c)));
+    o.seconds.push_back(after.op_seconds[c] - before.op_seconds[c]);
+  }
+  return o;
 }
 
 // Prefill then timed decode at each batch size, on one executor sized for the largest, with
@@ -258,7 +331,7 @@ Measured measure_executor(const BenchArgs& a, const K3Config& config, const std:
   options.device = device;
   options.memory = a.gpu_memory;
   options.max_sequences = *std::max_element(batches.begin(), batches.end());
-  options.max_context = (a.context + a.steps + 64 + 63) / 64 * 64;
+  options.max_context = (a.context + kWarmupSteps + a.steps + kProfiledSteps + 63) / 64 * 64;
   options.graphs = !a.no_graphs;
   options.expert_cache_bytes = a.expert_cache.empty() ? 0 : parse_expert_cache(a.expert_cache);
   options.experts_on_cpu = experts_on_cpu;
@@ -300,7 +373,7 @@ Measured measure_executor(const BenchArgs& a, const K3Config& config, const std:
         executor->run(tokens(n), std::span(&slice, 1), std::span(&last, 1));
         // The largest batch's last sequence: its first chunk runs a shape the earlier ones warmed
         // (cold only when that batch is 1 and no other came before).
-        if (done == 0 && s == batch - 1 && batch >= m.prefill.batch) m.prefill = {batch, n, seconds_since(t0)};
+        if (done == 0 && s == batch - 1 && batch >= m.prefill.batch) m.prefill = {batch, n, seconds_since(t0), {}};
         done += n;
       }
     }
@@ -321,8 +394,19 @@ Measured measure_executor(const BenchArgs& a, const K3Config& config, const std:
     r.wait_seconds = after.cpu_wait_seconds - before.cpu_wait_seconds;
     r.cpu_picks = after.cpu_picks - before.cpu_picks;
     r.gpu_picks = after.gpu_picks - before.gpu_picks;
+    r.ops = profile(*executor, [&] {
+      for (int64_t i = 0; i < kProfiledSteps; ++i) decode_step(batch);
+    });
     m.decode.push_back(r);
     for (int64_t s = 0; s < batch; ++s) executor->free_sequence(s);
+  }
+  // The prefill chunk again, profiled, on a fresh sequence.
+  {
+    executor->add_sequence(0, 0);
+    const BatchSlice slice{0, 0, m.prefill.tokens, &tables[0]};
+    const int64_t last = m.prefill.tokens - 1;
+    m.prefill.ops = profile(*executor, [&] { executor->run(tokens(m.prefill.tokens), std::span(&slice, 1), std::span(&last, 1)); });
+    executor->free_sequence(0);
   }
   const cuda::CudaExecutorStats stats = cuda::cuda_executor_stats(*executor);
   m.weight_bytes = stats.weight_bytes;

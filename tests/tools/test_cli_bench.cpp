@@ -120,6 +120,18 @@ void expect_run_or_no_device(const std::string& flags, const std::function<void(
     }
     EXPECT_EQ(doc["prefill"]["tokens"], 70);
     EXPECT_NE(r.out.find("batch"), std::string::npos) << r.out;
+    // The per-op breakdown: four profiled decode steps per batch size and one prefill chunk, whose
+    // classes add up to the profiled step.
+    for (const auto* part : {&doc["decode"][0], &doc["decode"][1], &doc["prefill"]}) {
+      const nlohmann::json& ops = (*part)["op_breakdown"];
+      EXPECT_EQ(ops["profiled_steps"], part == &doc["prefill"] ? 1 : 4);
+      double sum = 0;
+      for (const auto& [name, ms] : ops["ms_per_step"].items()) sum += ms.get<double>();
+      EXPECT_NEAR(sum, ops["profiled_step_ms"].get<double>(), 1e-9 + 1e-9 * sum);
+      EXPECT_GT(ops["ms_per_step"]["moe gemm1"].get<double>(), 0);
+      EXPECT_GT(ops["ms_per_step"]["kda"].get<double>(), 0);
+    }
+    EXPECT_NE(r.out.find("per op class"), std::string::npos) << r.out;
     check(doc);
     return;
   }
@@ -144,6 +156,7 @@ TEST(CliBench, HybridRunReportsTheCpuShareOrSaysThereIsNoDevice) {
       EXPECT_GT(row["all_gpu_eager_ms"].get<double>(), 0);
       EXPECT_GE(row["overlap"].get<double>(), 0);
       EXPECT_LE(row["overlap"].get<double>(), 1);
+      EXPECT_GT(row["op_breakdown"]["ms_per_step"]["cpu experts"].get<double>(), 0);
     }
   });
 }

@@ -1,9 +1,11 @@
 // The executor over synthetic weights (make_synthetic_cuda_executor, `k3 bench --synthetic`) at
 // make-tiny's small shapes of both architectures: a batched prefill and decode steps (eager, graph
 // capture, replays) give finite logits of unit scale (the 1/K variance of the generated matrices),
-// identical for the same seed and different for another.
+// identical for the same seed and different for another. Per-op profiling (set_cuda_op_profiling)
+// changes no logit and splits the step's time over the op classes the model has.
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "backend/cuda/executor/cuda_model.h"
 #include "cuda_test_util.h"
@@ -78,6 +80,51 @@ TEST_P(SyntheticModel, LogitsAreFiniteOfUnitScaleAndDeterministic) {
   EXPECT_LT(stddev, 3.0);
   EXPECT_EQ(differing(run_steps(config, 7), a), 0) << "the same seed gave other logits";
   EXPECT_GT(differing(run_steps(config, 8), a), 0) << "another seed gave the same logits";
+}
+
+// One sequence: a 24-token prefill and three decode steps, eager; the logits of every step.
+std::vector<float> eager_steps(Executor& ex, int64_t vocab) {
+  std::vector<int64_t> prompt(24);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int64_t>((i * 7919 + 5) % static_cast<size_t>(vocab));
+  ex.add_sequence(0, 0);
+  const auto tables = disjoint_block_tables(1, 2);
+  const BatchSlice prefill{0, 0, 24, &tables[0]};
+  const int64_t last = 23, row = 0;
+  std::vector<float> logits = ex.run(prompt, std::span(&prefill, 1), std::span(&last, 1)).data;
+  for (size_t step = 0; step < 3; ++step) {
+    const BatchSlice decode{0, 0, 1, &tables[0]};
+    const std::vector<int64_t> id = {prompt[step]};
+    const std::vector<float> more = ex.run(id, std::span(&decode, 1), std::span(&row, 1)).data;
+    logits.insert(logits.end(), more.begin(), more.end());
+  }
+  return logits;
+}
+
+TEST_P(SyntheticModel, ProfilingPerOpClassChangesNoLogitAndSplitsTheStep) {
+  K3_REQUIRE_GPU();
+  const K3Config config = small_config(GetParam());
+  CudaOptions o;
+  o.memory = "3G";
+  o.max_sequences = 1;
+  o.max_context = 128;
+  const std::unique_ptr<Executor> profiled = make_synthetic_cuda_executor(o, config, 3);  // graphs allowed
+  o.graphs = false;
+  const std::unique_ptr<Executor> plain = make_synthetic_cuda_executor(o, config, 3);
+  set_cuda_op_profiling(*profiled, true);
+  EXPECT_EQ(differing(eager_steps(*profiled, config.vocab_size), eager_steps(*plain, config.vocab_size)), 0);
+  const CudaExecutorStats s = cuda_executor_stats(*profiled);
+  EXPECT_EQ(s.profiled_steps, 4);
+  EXPECT_EQ(s.graph_captures, 0) << "a profiled step runs eagerly";
+  EXPECT_EQ(cuda_executor_stats(*plain).profiled_steps, 0);
+  auto t = [&](OpClass c) { return s.op_seconds[static_cast<size_t>(c)]; };
+  // Every class the model runs took time; the ranks' exchanges and CPU experts it does not have took none.
+  for (OpClass c : {OpClass::kNorms, OpClass::kKda, OpClass::kMla, OpClass::kDenseMlp, OpClass::kMoeRouter,
+                    OpClass::kMoeLinears, OpClass::kMoeDispatch, OpClass::kMoeGemm1, OpClass::kMoeAct, OpClass::kMoeGemm2,
+                    OpClass::kMoeCombine, OpClass::kSharedExperts, OpClass::kLmHead}) {
+    EXPECT_GT(t(c), 0.0) << op_class_name(c);
+  }
+  EXPECT_EQ(t(OpClass::kCommunication), 0.0);
+  EXPECT_EQ(t(OpClass::kCpuExperts), 0.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, SyntheticModel, ::testing::Values(TinyArch::KimiK3, TinyArch::KimiLinear),

@@ -36,6 +36,7 @@ void StepContext::linear(const DeviceLinear& w, const DeviceTensor& x, const Dev
   if (w.gathered_input_unit > 0) {
     if (tensor_ranks == nullptr) throw Error("CUDA linear: a gathered input without tensor-parallel ranks");
     xb = scratch(x.dtype, x.rows, w.k, "tensor-parallel gathered heads");
+    const OpScope exchange = op(OpClass::kCommunication);
     tensor_ranks->all_gather(x, xb, w.gathered_input_unit, arena, stream);
   }
   if (w.kind == DeviceLinear::Kind::kBf16 && xb.dtype != DType::kBF16) {
@@ -83,16 +84,19 @@ class CudaOps {
   explicit CudaOps(StepContext& ctx) : ctx_(ctx), w_(ctx.weights) {}
 
   void norm(NormSite site, int64_t l, const Act& x, Act& y) {
+    ctx_.mark(OpClass::kNorms);
     rms_norm(x.t, norm_weight(site, l), eps(), shaped(y, DType::kBF16), ctx_.stream);
   }
   void mix_norm(NormSite site, int64_t l, const std::vector<const Act*>& cand, Act& y) {
     std::vector<DeviceTensor> views;
     for (const Act* a : cand) views.push_back(a->t);
+    ctx_.mark(OpClass::kNorms);
     attn_res_mix_norm(views, res_score(site, l), norm_weight(site, l), eps(), shaped(y, DType::kBF16), ctx_.stream);
   }
   void mixer(int64_t l, const Act& x, Act& out) {
     const DeviceLayer& lw = layer(l);
     const DeviceTensor& o = shaped(out, DType::kF32);
+    ctx_.mark(ctx_.config.is_kda(l) ? OpClass::kKda : OpClass::kMla);
     if (ctx_.config.is_kda(l)) {
       kda_block(ctx_, l, lw.kda, x.t, o);
     } else {
@@ -102,6 +106,7 @@ class CudaOps {
   void ffn(int64_t l, const Act& x, Act& out) {
     const DeviceLayer& lw = layer(l);
     const DeviceTensor& o = shaped(out, DType::kF32);
+    ctx_.mark(ctx_.config.is_moe(l) ? OpClass::kMoeLinears : OpClass::kDenseMlp);
     if (ctx_.config.is_moe(l)) {
       moe_block(ctx_, l, lw.moe, x.t, o);
     } else {
@@ -290,6 +295,8 @@ class CudaExecutor final : public Executor {
     return std::vector<int64_t>(host.begin(), host.end());
   }
 
+  void set_op_profiling(bool on) { profiling_ = on; }
+
   const CudaExecutorStats& stats() const {
     if (experts_) {
       const ExpertStreamStats& e = experts_->stats();
@@ -385,7 +392,7 @@ class CudaExecutor final : public Executor {
     // Graphs need every launch shape fixed per batch size: the generic MLA path's grows with the context.
     // Expert streaming, hybrid experts and expert-parallel ranks wait on the host in every MoE
     // layer, tensor-parallel ranks in every attention layer: no graphs.
-    if (options_.graphs && !experts_ && !share_.subset && !share_.tensor_ranks && fast_mla_ && meta.decode && L == meta.rows) {
+    if (options_.graphs && !profiling_ && !experts_ && !share_.subset && !share_.tensor_ranks && fast_mla_ && meta.decode && L == meta.rows) {
       return replay_decode(meta);
     }
     ++stats_.eager_steps;
@@ -570,16 +577,24 @@ class CudaExecutor final : public Executor {
     ctx.cpu_experts = share_.cpu_experts.get();
     ctx.expert_ranks = share_.expert_ranks.get();
     ctx.tensor_ranks = share_.tensor_ranks.get();
+    ctx.timeline = profiling_ ? &timeline_ : nullptr;
     CudaOps ops(ctx);
     Act x, normed;
     x.t = arena_.alloc_tensor(DType::kF32, meta.rows, config_.hidden_size, "embedded rows");
+    ctx.mark(OpClass::kEmbedding);
     copy_rows(weights_.embed, meta.ids, x.t, nullptr, meta.rows, stream_);
     run_blocks(config_, ops, std::move(x), normed);
     const DeviceTensor picked = arena_.alloc_tensor(DType::kBF16, L, config_.hidden_size, "logit rows");
+    ctx.mark(OpClass::kLmHead);
     copy_rows(normed.t, meta.logit_rows, picked, nullptr, L, stream_);
     const DeviceTensor logits = arena_.alloc_tensor(DType::kF32, L, config_.vocab_size, "logits");
     ctx.linear(weights_.lm_head, picked, logits);
     stats_.packed_prefill_gemms += ctx.packed_prefill_gemms;
+    if (ctx.timeline != nullptr) {
+      timeline_.end_step(stream_);
+      stats_.op_seconds = timeline_.seconds;
+      stats_.profiled_steps = timeline_.steps;
+    }
     return logits;
   }
 
@@ -639,6 +654,8 @@ class CudaExecutor final : public Executor {
   std::map<std::pair<int, int>, Captured> graphs_;
   std::set<std::pair<int, int>> warmed_;
   mutable CudaExecutorStats stats_;
+  bool profiling_ = false;  // set_cuda_op_profiling
+  OpTimeline timeline_;
 };
 
 }  // namespace
@@ -742,6 +759,12 @@ std::unique_ptr<Executor> make_synthetic_cuda_executor(const CudaOptions& option
 CudaExecutorStats cuda_executor_stats(const Executor& executor) {
   const auto* cuda = dynamic_cast<const CudaExecutor*>(&executor);
   return cuda != nullptr ? cuda->stats() : CudaExecutorStats{};
+}
+
+void set_cuda_op_profiling(Executor& executor, bool on) {
+  auto* cuda = dynamic_cast<CudaExecutor*>(&executor);
+  if (cuda == nullptr) throw Error("per-op profiling: not a CUDA executor");
+  cuda->set_op_profiling(on);
 }
 
 }  // namespace k3::cuda

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/cuda/executor/op_classes.h"
 #include "backend/executor.h"
 #include "parallel/communicator.h"
 #include "parallel/expert_placement.h"
@@ -95,7 +96,15 @@ struct CudaExecutorStats {
   uint64_t gpu_expert_bytes = 0;  // device bytes of the routed experts this GPU holds (hybrid, expert-parallel)
   int64_t hybrid_layer_calls = 0, cpu_picks = 0, gpu_picks = 0;
   double cpu_expert_seconds = 0, cpu_wait_seconds = 0;
+  // Per-op-class profiling (set_cuda_op_profiling): the profiled steps' stream time per op class.
+  OpSeconds op_seconds{};
+  int64_t profiled_steps = 0;
 };
 CudaExecutorStats cuda_executor_stats(const Executor& executor);
+
+// Profiles the steps that follow (on) per op class (op_classes.h) into CudaExecutorStats::op_seconds:
+// they run eagerly (no CUDA graph), with a CUDA event between op classes and a wait at each step's
+// end; the logits are the eager step's. Off: graphs again where the options allow them.
+void set_cuda_op_profiling(Executor& executor, bool on);
 
 }  // namespace k3::cuda

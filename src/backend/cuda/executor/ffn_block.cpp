@@ -21,7 +21,10 @@
 namespace k3::cuda {
 
 DeviceTensor bf16_rows(StepContext& ctx, const ExpertInput& in) {
-  if (in.act != nullptr) gated_activation(*in.act, in.gate, in.up, in.rows, ctx.stream);
+  if (in.act != nullptr) {
+    const OpScope activation = ctx.op(OpClass::kMoeAct);
+    gated_activation(*in.act, in.gate, in.up, in.rows, ctx.stream);
+  }
   return in.rows;
 }
 
@@ -42,6 +45,8 @@ void expert_gemm(StepContext& ctx, const ExpertInput& in, const DeviceExperts& w
 }  // namespace
 
 MlpBuffers BlockOps::mlp_buffers(const DeviceMlp& w, const DeviceTensor& x) const {
+  // An MLP inside a MoE block is its shared experts (a dense layer's is marked by the step).
+  if (ctx_.timeline != nullptr && ctx_.timeline->current() != OpClass::kDenseMlp) ctx_.mark(OpClass::kSharedExperts);
   return {scratch(DType::kBF16, x.rows, w.gate.n, "mlp activation")};
 }
 
@@ -76,6 +81,7 @@ MoeBuffers BlockOps::moe_buffers(const DeviceMoe& w, const DeviceTensor& x, cons
 }
 
 void BlockOps::route(const DeviceTensor& logits, DeviceVector bias, const Routing& routing) const {
+  const OpScope router = ctx_.op(OpClass::kMoeRouter);
   moe_route(router_params(*ctx_.config.moe), logits, bias, routing.ids, routing.weights, ctx_.stream);
 }
 
@@ -89,6 +95,7 @@ void BlockOps::routed_experts(int64_t layer, const DeviceMoe& w, const DeviceTen
   // experts) for the picks `pick_ids` names (−1: skipped).
   // The kernels are chosen for the model's E also over streaming's slot bank, so a streamed layer
   // runs the kernels of a resident one.
+  ctx.mark(OpClass::kMoeDispatch);
   const int64_t E_bank = ctx.experts != nullptr        ? ctx.experts->slots()
                          : ctx.expert_share != nullptr ? ctx.expert_share->count(layer)
                                                        : E;
@@ -101,14 +108,18 @@ void BlockOps::routed_experts(int64_t layer, const DeviceMoe& w, const DeviceTen
   float* row_weight = ctx.arena.alloc_n<float>(static_cast<size_t>(R), "moe row weights");
   auto pass = [&](const DeviceTensor& pick_ids, const DeviceExperts& w13, const DeviceExperts& w2, bool accumulate) {
     const size_t pass_mark = ctx.arena.mark();
+    ctx.mark(OpClass::kMoeDispatch);
     moe_dispatch(pick_ids, d, ctx.stream);
     moe_row_weights(routing.weights, d, row_weight, ctx.stream);
     const MoeDispatch weighted = moe_weighted(d, row_weight);  // GEMM 2 applies the routing weights
     moe_gather(z, d, xs, ctx.stream);
     const GatedActivation act = gated_activation_params(ctx.config.activation);
+    ctx.mark(OpClass::kMoeGemm1);
     expert_gemm(ctx, ExpertInput::of_rows(xs), w13, d, gate_up);
+    ctx.mark(OpClass::kMoeGemm2);
     expert_gemm(ctx, ExpertInput::activated(act, gate_up.col_slice(0, I), gate_up.col_slice(I, I), a), w2, weighted,
                 ys);
+    ctx.mark(OpClass::kMoeCombine);
     moe_combine(ys, d, DeviceTensor(), routed, accumulate, ctx.stream);  // the rows carry their weights
     ctx.arena.reset(pass_mark);
   };
@@ -132,8 +143,15 @@ void BlockOps::routed_experts(int64_t layer, const DeviceMoe& w, const DeviceTen
 }
 
 void BlockOps::complete_routed(const DeviceTensor& routed) const {
-  if (ctx_.cpu_experts != nullptr) ctx_.cpu_experts->finish(routed, ctx_.arena, ctx_.stream);
-  if (ctx_.expert_ranks != nullptr) ctx_.expert_ranks->all_reduce(routed, ctx_.arena, ctx_.stream);
+  if (ctx_.cpu_experts != nullptr) {
+    ctx_.mark(OpClass::kCpuExperts);
+    ctx_.cpu_experts->finish(routed, ctx_.arena, ctx_.stream);
+  }
+  if (ctx_.expert_ranks != nullptr) {
+    ctx_.mark(OpClass::kCommunication);
+    ctx_.expert_ranks->all_reduce(routed, ctx_.arena, ctx_.stream);
+  }
+  ctx_.mark(OpClass::kMoeLinears);  // the latent up-projection and the shared experts' add
 }
 
 void mlp_block(StepContext& ctx, const DeviceMlp& w, const DeviceTensor& x, const DeviceTensor& out) {

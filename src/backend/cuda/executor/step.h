@@ -10,6 +10,7 @@
 #include "backend/cuda/gemm/gemm.h"
 #include "backend/cuda/attention/kda/kda.h"
 #include "backend/cuda/executor/device_weights.h"
+#include "backend/cuda/executor/op_timeline.h"
 #include "backend/cuda/core/tensor.h"
 #include "model/config.h"
 
@@ -68,6 +69,14 @@ struct StepContext {
   // The attention tensor-parallel ranks this GPU's share of the heads is gathered over (o_proj inputs).
   HeadsAcrossRanks* tensor_ranks = nullptr;
   int64_t packed_prefill_gemms = 0;   // packed expert GEMMs of this step on a prefill GEMM rather than a decode GEMV
+  OpTimeline* timeline = nullptr;     // per-op-class profiling of this step, or none
+
+  // From here on the stream's work belongs to op class `c` (profiled steps only).
+  void mark(OpClass c) {
+    if (timeline != nullptr) timeline->mark(c, stream);
+  }
+  // Op class `c` for the returned scope's lifetime.
+  OpScope op(OpClass c) { return OpScope(timeline, c, stream); }
 
   // y = x·Wᵀ for every weight kind; x f32 or bf16, y f32 or bf16 (converted where a GEMM cannot). A
   // weight with a gathered input (DeviceLinear::gathered_input_unit) takes x as this rank's heads'

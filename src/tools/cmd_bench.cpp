@@ -1,8 +1,8 @@
 // `k3 bench --synthetic NAME|CONFIG.json [--batch 1,8,64] [--context N] [--steps N] [--device cuda:N]
 // [--gpu-memory 90%] [--no-graphs] [--seed N] [--json FILE]`: the CUDA executor at a model's real
 // shapes over weights generated on the GPU (no checkpoint). For each batch size B: B sequences are
-// prefilled with `context` synthetic tokens, then `steps` decode steps (one token per sequence) are
-// timed after two untimed ones (the eager step and the graph capture). Reported per B: decode tokens/s,
+// prefilled with `context` synthetic tokens, then `steps` greedy decode steps (one token per sequence,
+// picked on the device) are timed after two untimed ones (the eager step and the graph capture). Reported per B: decode tokens/s,
 // ms per step and the fraction of the memory-bandwidth floor reached: the bytes one decode step must
 // move (decode_traffic) over the H200's measured read ceiling. Also the prefill rate of one
 // min(context, max_step_tokens)-token chunk at the largest batch.
@@ -355,9 +355,11 @@ Measured measure_executor(const BenchArgs& a, const K3Config& config, const std:
     rows.push_back(s);
     slices.push_back({s, s, 1, &tables[static_cast<size_t>(s)]});
   }
+  // A greedy decode step as the engine runs one: the next tokens picked on the device, one id per
+  // sequence back to the host (the logits stay there).
   auto decode_step = [&](int64_t batch) {
     const size_t n = static_cast<size_t>(batch);
-    executor->run(tokens(batch), std::span<const BatchSlice>(slices).first(n), std::span<const int64_t>(rows).first(n));
+    executor->run_argmax(tokens(batch), std::span<const BatchSlice>(slices).first(n), std::span<const int64_t>(rows).first(n));
   };
 
   Measured m;

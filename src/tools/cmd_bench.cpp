@@ -48,7 +48,6 @@
 namespace k3::cli {
 namespace {
 
-const double kReadCeiling = device_kinds().front().hbm_read_bps;  // bytes/s: the H200's measured read ceiling (parallel/machine.h)
 constexpr int64_t kMaxBatch = 4096;       // the executor's slot limit
 constexpr int64_t kWarmupSteps = 2;       // eager step, then graph capture
 constexpr int64_t kProfiledSteps = 4;     // decode steps per batch size profiled per op class, after the timed ones
@@ -145,6 +144,8 @@ struct PrefillResult {
 };
 
 struct Measured {
+  std::string device_name;  // the CUDA device's
+  const DeviceKind* kind = nullptr;  // the kind whose HBM read ceiling the floor uses (parallel/machine.h)
   uint64_t weight_bytes = 0;
   bool graphs = true;
   bool streaming = false;
@@ -201,16 +202,16 @@ Json breakdown_json(const OpBreakdown& o) {
 }
 
 void print_report(const BenchArgs& a, const Measured& m) {
-  std::printf("k3 bench: %s, synthetic bf16 weights %.2f GB on %s; context %lld, %lld decode steps, CUDA graphs %s, "
-              "routing %s\n",
-              a.synthetic.c_str(), static_cast<double>(m.weight_bytes) / 1e9, a.device.c_str(),
+  std::printf("k3 bench: %s, synthetic bf16 weights %.2f GB on %s (%s; floor at the %s read ceiling); context %lld, %lld "
+              "decode steps, CUDA graphs %s, routing %s\n",
+              a.synthetic.c_str(), static_cast<double>(m.weight_bytes) / 1e9, a.device.c_str(), m.device_name.c_str(), m.kind->name,
               static_cast<long long>(a.context), static_cast<long long>(a.steps), m.graphs ? "on" : "off",
               parse_routing_skew(a.routing).text().c_str());
   std::printf("%6s %11s %9s %9s %9s %9s  (floor: the step's bytes at %.2f TB/s)\n", "batch", "tok/s", "ms/step",
-              "GB/step", "floor ms", "of floor", kReadCeiling / 1e12);
+              "GB/step", "floor ms", "of floor", m.kind->hbm_read_bps / 1e12);
   for (const DecodeResult& r : m.decode) {
     const double ms = r.seconds * 1e3 / static_cast<double>(a.steps);
-    const double floor_ms = r.traffic.total() / kReadCeiling * 1e3;
+    const double floor_ms = r.traffic.total() / m.kind->hbm_read_bps * 1e3;
     std::printf("%6lld %11.1f %9.3f %9.3f %9.3f %8.1f%%", static_cast<long long>(r.batch),
                 static_cast<double>(r.batch * a.steps) / r.seconds, ms, r.traffic.total() / 1e9, floor_ms,
                 100.0 * floor_ms / ms);
@@ -255,7 +256,7 @@ void print_report(const BenchArgs& a, const Measured& m) {
 Json report_json(const BenchArgs& a, const Measured& m) {
   Json rows = Json::array();
   for (const DecodeResult& r : m.decode) {
-    const double floor_s = r.traffic.total() / kReadCeiling, step_s = r.seconds / static_cast<double>(a.steps);
+    const double floor_s = r.traffic.total() / m.kind->hbm_read_bps, step_s = r.seconds / static_cast<double>(a.steps);
     rows.push_back({{"batch", r.batch},
                     {"tokens_per_s", static_cast<double>(r.batch * a.steps) / r.seconds},
                     {"ms_per_step", step_s * 1e3},
@@ -291,7 +292,9 @@ Json report_json(const BenchArgs& a, const Measured& m) {
           {"host_expert_bytes", m.host_expert_bytes},
           {"experts_on_cpu", m.cpu_experts_per_layer},
           {"routing", parse_routing_skew(a.routing).text()},
-          {"read_ceiling_bytes_per_s", kReadCeiling},
+          {"device_name", m.device_name},
+          {"read_ceiling_kind", m.kind->name},
+          {"read_ceiling_bytes_per_s", m.kind->hbm_read_bps},
           {"decode", rows},
           {"prefill",
            {{"batch", m.prefill.batch},
@@ -304,6 +307,14 @@ Json report_json(const BenchArgs& a, const Measured& m) {
 #ifdef K3_HAVE_CUDA
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The machine kind a CUDA device's name names ("NVIDIA H100 80GB HBM3": H100); the H200's for any other.
+const DeviceKind& device_kind_named(const std::string& name) {
+  for (const DeviceKind& k : device_kinds()) {
+    if (name.find(k.name) != std::string::npos) return k;
+  }
+  return device_kinds().front();
 }
 
 // The op classes' time of the steps `run` makes, profiled.
@@ -411,6 +422,8 @@ Measured measure_executor(const BenchArgs& a, const K3Config& config, const std:
     executor->free_sequence(0);
   }
   const cuda::CudaExecutorStats stats = cuda::cuda_executor_stats(*executor);
+  m.device_name = cuda::cuda_device_name(device);
+  m.kind = &device_kind_named(m.device_name);
   m.weight_bytes = stats.weight_bytes;
   m.streaming = stats.streaming;
   m.cache_slots = stats.cache_slots;

@@ -761,6 +761,12 @@ CudaExecutorStats cuda_executor_stats(const Executor& executor) {
   return cuda != nullptr ? cuda->stats() : CudaExecutorStats{};
 }
 
+std::string cuda_device_name(int device) {
+  cudaDeviceProp prop{};
+  K3_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return prop.name;
+}
+
 void set_cuda_op_profiling(Executor& executor, bool on) {
   auto* cuda = dynamic_cast<CudaExecutor*>(&executor);
   if (cuda == nullptr) throw Error("per-op profiling: not a CUDA executor");

@@ -102,6 +102,9 @@ struct CudaExecutorStats {
 };
 CudaExecutorStats cuda_executor_stats(const Executor& executor);
 
+// The CUDA device's name, as the driver gives it ("NVIDIA H200").
+std::string cuda_device_name(int device);
+
 // Profiles the steps that follow (on) per op class (op_classes.h) into CudaExecutorStats::op_seconds:
 // they run eagerly (no CUDA graph), with a CUDA event between op classes and a wait at each step's
 // end; the logits are the eager step's. Off: graphs again where the options allow them.

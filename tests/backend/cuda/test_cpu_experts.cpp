@@ -180,21 +180,25 @@ std::pair<std::vector<float>, CudaExecutorStats> synthetic_logits(const K3Config
 // Synthetic weights (`k3 bench --synthetic … --experts-on-cpu N`): the CPU's experts are host copies
 // of the generated bf16 banks. The synthetic router is random and cannot be pinned, and a near-tied
 // pick that flips between the CPU's float and the GPU's bf16 moves a random model's logits by O(1);
-// so every token picks every expert here (Kimi-Linear small with 4 experts, top-4, one group). The
-// model is two layers, a dense KDA layer and a MoE MLA layer, so the routed sum reaches the logits
-// through the final norm and lm_head alone: no deeper layer amplifies the CPU's float against the
-// GPU's bf16 rounding. Half the experts on the CPU, the logits stay within the pinned checkpoint
-// test's bound of the all-GPU run's; a CPU expert bound to the wrong rows, or a dropped or doubled CPU
-// sum, moves them by O(1).
-TEST(HybridExpertsSynthetic, HalfTheExpertsOnTheCpuStayNearTheAllGpuLogits) {
+// so every token picks every expert here (make-tiny's small config with 4 experts, top-4, one group).
+// Kimi-Linear's model is cut to two layers, a dense KDA layer and a MoE MLA layer, so that its routed
+// sum reaches the logits through the final norm and lm_head alone. Half the experts on the CPU, the
+// logits stay within the pinned checkpoint test's bound of the all-GPU run's; a CPU expert bound to
+// the wrong rows, or a dropped, doubled or mis-scaled CPU sum, moves them by O(1).
+class HybridExpertsSynthetic : public ::testing::TestWithParam<TinyArch> {};
+
+TEST_P(HybridExpertsSynthetic, HalfTheExpertsOnTheCpuStayNearTheAllGpuLogits) {
   K3_REQUIRE_GPU();
-  Json doc = tiny_config_json(TinyArch::KimiLinear, TinySize::Small);
+  const TinyArch arch = GetParam();
+  Json doc = tiny_config_json(arch, TinySize::Small);
   doc["num_experts"] = 4;
   doc["num_experts_per_token"] = 4;
   doc["num_expert_group"] = 1;
-  doc["num_hidden_layers"] = 2;
-  doc["linear_attn_config"]["kda_layers"] = Json::array({1});
-  doc["linear_attn_config"]["full_attn_layers"] = Json::array({2});
+  if (arch == TinyArch::KimiLinear) {
+    doc["num_hidden_layers"] = 2;
+    doc["linear_attn_config"]["kda_layers"] = Json::array({1});
+    doc["linear_attn_config"]["full_attn_layers"] = Json::array({2});
+  }
   const K3Config config = parse_k3_config(parse_json(doc.dump(), "config.json"));
   const int64_t E = config.moe->num_experts;
   const auto [all_gpu, r] = synthetic_logits(config, 0);
@@ -212,10 +216,14 @@ TEST(HybridExpertsSynthetic, HalfTheExpertsOnTheCpuStayNearTheAllGpuLogits) {
   EXPECT_GT(s.gpu_picks, 0);
   EXPECT_EQ(s.graph_replays, 0);
   EXPECT_LT(s.weight_bytes, r.weight_bytes);  // the CPU's experts left the device
-  std::printf("[ synthetic kimi-linear small, 2 layers ] %lld of %lld experts on the CPU: rel err %.2e; %lld CPU, %lld GPU picks\n",
+  std::printf("[ synthetic %s small, %lld layers ] %lld of %lld experts on the CPU: rel err %.2e; %lld CPU, %lld GPU picks\n",
+              arch == TinyArch::KimiK3 ? "kimi-k3" : "kimi-linear", static_cast<long long>(config.num_layers),
               static_cast<long long>(E / 2), static_cast<long long>(E), diff / scale, static_cast<long long>(s.cpu_picks),
               static_cast<long long>(s.gpu_picks));
 }
+
+INSTANTIATE_TEST_SUITE_P(Archs, HybridExpertsSynthetic, ::testing::Values(TinyArch::KimiK3, TinyArch::KimiLinear),
+                         test::CaseIndexName());
 
 }  // namespace
 }  // namespace k3::cuda

@@ -2,10 +2,12 @@
 // [--gpu-memory 90%] [--no-graphs] [--seed N] [--json FILE]`: the CUDA executor at a model's real
 // shapes over weights generated on the GPU (no checkpoint). For each batch size B: B sequences are
 // prefilled with `context` synthetic tokens, then `steps` greedy decode steps (one token per sequence,
-// picked on the device) are timed after two untimed ones (the eager step and the graph capture). Reported per B: decode tokens/s,
-// ms per step and the fraction of the memory-bandwidth floor reached: the bytes one decode step must
-// move (decode_traffic) over the H200's measured read ceiling. Also the prefill rate of one
-// min(context, max_step_tokens)-token chunk at the largest batch.
+// picked on the device) are timed after two untimed ones (the eager step and the graph capture).
+// Reported per B: decode tokens/s, ms per step and the fraction of the memory-bandwidth floor
+// reached: the bytes one decode step must move (decode_traffic) over the device's read ceiling
+// (parallel/machine.h), with the expected distinct experts per MoE layer and with those the profiled
+// steps' picks named. Also the prefill rate of one min(context, max_step_tokens)-token chunk at the
+// largest batch.
 // --expert-cache SIZE runs with expert streaming (docs/cuda-backend.md "Expert streaming": routed experts in
 // pinned host memory behind an LRU device cache of SIZE, CUDA graphs off) and adds per batch size the
 // cache's hit rate and the host→device GB/s of the timed steps; --layers N keeps the first N layers
@@ -72,17 +74,15 @@ struct BenchArgs {
 
 [[noreturn]] void bad_flag(const char* flag, const std::string& why) { throw Error(Where{"", "", flag}, why); }
 
-// What one decode step must move through memory, in bytes: every weight except the routed experts
-// (bf16 matrices, f32 vectors; the embedding only as the rows looked up unless it is the lm_head),
-// the experts the batch hits (the expected number of distinct experts a batch of B tokens picks when
-// each picks expert e with probability `shares[e]`, per MoE layer: E·(1 − (1 − k/E)^B) for uniform
-// routing), each KDA layer's f32 recurrent state read and written once per
-// sequence, and each MLA layer's cached latent rows [c | k_pe] (bf16) read once per sequence.
 // Per-op-class stream time over `steps` profiled steps (backend/cuda/executor/op_classes.h).
 struct OpBreakdown {
   std::vector<std::string> names;  // the op classes
   std::vector<double> seconds;     // per class
   int64_t steps = 0;
+  int64_t touched_experts = 0, moe_layer_calls = 0;  // the distinct experts the steps' MoE layer calls picked, summed
+  double touched_per_layer() const {
+    return moe_layer_calls > 0 ? static_cast<double>(touched_experts) / static_cast<double>(moe_layer_calls) : 0.0;
+  }
   double step_ms() const {
     double total = 0;
     for (double s : seconds) total += s;
@@ -91,12 +91,23 @@ struct OpBreakdown {
   double class_ms(size_t c) const { return steps > 0 ? seconds[c] * 1e3 / static_cast<double>(steps) : 0.0; }
 };
 
+// What one decode step must move through memory, in bytes: every weight except the routed experts
+// (bf16 matrices, f32 vectors; the embedding only as the rows looked up unless it is the lm_head),
+// the `experts_hit` distinct experts per MoE layer the batch reads (expected_experts_hit, or those the
+// profiled steps' picks named), each KDA layer's f32 recurrent state read and written once per
+// sequence, and each MLA layer's cached latent rows [c | k_pe] (bf16) read once per sequence.
 struct DecodeTraffic {
   double weights = 0, experts = 0, kda_state = 0, mla_cache = 0;
   double total() const { return weights + experts + kda_state + mla_cache; }
 };
 
-DecodeTraffic decode_traffic(const K3Config& c, int64_t batch, double context, std::span<const double> shares) {
+// The expected distinct experts per MoE layer a batch of B tokens picks when each picks expert e with
+// probability `shares[e]`: E·(1 − (1 − k/E)^B) for uniform routing.
+double expected_experts_hit(const K3Config& c, int64_t batch, std::span<const double> shares) {
+  return c.moe ? distinct_experts_per_step(shares, batch) : 0.0;
+}
+
+DecodeTraffic decode_traffic(const K3Config& c, int64_t batch, double context, double experts_hit) {
   DecodeTraffic t;
   std::vector<double> bank_bytes(static_cast<size_t>(c.num_layers), 0.0);
   for (const ParamSpec& p : parameter_inventory(c)) {
@@ -111,8 +122,8 @@ DecodeTraffic decode_traffic(const K3Config& c, int64_t batch, double context, s
     }
   }
   if (c.moe) {
-    const double E = static_cast<double>(c.moe->num_experts), hit = distinct_experts_per_step(shares, batch);
-    for (double bank : bank_bytes) t.experts += bank / E * hit;
+    const double E = static_cast<double>(c.moe->num_experts);
+    for (double bank : bank_bytes) t.experts += bank / E * experts_hit;
   }
   const double B = static_cast<double>(batch), D = static_cast<double>(c.kda.head_dim);
   t.kda_state = static_cast<double>(c.count(MixerKind::kKda)) * B * 2 * 4 * static_cast<double>(c.kda.num_heads) * D * D;
@@ -124,8 +135,11 @@ DecodeTraffic decode_traffic(const K3Config& c, int64_t batch, double context, s
 struct DecodeResult {
   int64_t batch = 0;
   double seconds = 0;  // the timed steps together
+  // The floor's bytes with the expected distinct experts per MoE layer (`experts_expected`), and
+  // with those the profiled steps' picks named.
+  double experts_expected = 0;
+  DecodeTraffic traffic, touched_traffic;
   int64_t graph_replays = 0;
-  DecodeTraffic traffic;
   // Expert streaming, over the timed steps.
   int64_t hits = 0, misses = 0;
   uint64_t bytes_copied = 0;
@@ -207,14 +221,17 @@ void print_report(const BenchArgs& a, const Measured& m) {
               a.synthetic.c_str(), static_cast<double>(m.weight_bytes) / 1e9, a.device.c_str(), m.device_name.c_str(), m.kind->name,
               static_cast<long long>(a.context), static_cast<long long>(a.steps), m.graphs ? "on" : "off",
               parse_routing_skew(a.routing).text().c_str());
-  std::printf("%6s %11s %9s %9s %9s %9s  (floor: the step's bytes at %.2f TB/s)\n", "batch", "tok/s", "ms/step",
-              "GB/step", "floor ms", "of floor", m.kind->hbm_read_bps / 1e12);
+  std::printf("%6s %11s %9s %9s %9s %9s %10s %10s %9s  (floor: the step's bytes at %.2f TB/s, with the expected "
+              "experts; touched: with the experts the profiled steps picked)\n",
+              "batch", "tok/s", "ms/step", "GB/step", "floor ms", "of floor", "experts", "touched", "of floor",
+              m.kind->hbm_read_bps / 1e12);
   for (const DecodeResult& r : m.decode) {
     const double ms = r.seconds * 1e3 / static_cast<double>(a.steps);
     const double floor_ms = r.traffic.total() / m.kind->hbm_read_bps * 1e3;
-    std::printf("%6lld %11.1f %9.3f %9.3f %9.3f %8.1f%%", static_cast<long long>(r.batch),
+    const double touched_ms = r.touched_traffic.total() / m.kind->hbm_read_bps * 1e3;
+    std::printf("%6lld %11.1f %9.3f %9.3f %9.3f %8.1f%% %10.1f %10.1f %8.1f%%", static_cast<long long>(r.batch),
                 static_cast<double>(r.batch * a.steps) / r.seconds, ms, r.traffic.total() / 1e9, floor_ms,
-                100.0 * floor_ms / ms);
+                100.0 * floor_ms / ms, r.experts_expected, r.ops.touched_per_layer(), 100.0 * touched_ms / ms);
     if (m.graphs && r.graph_replays < a.steps) {
       std::printf("  (%lld of %lld timed steps replayed a graph)", static_cast<long long>(r.graph_replays),
                   static_cast<long long>(a.steps));
@@ -267,6 +284,10 @@ Json report_json(const BenchArgs& a, const Measured& m) {
                     {"mla_cache_bytes", r.traffic.mla_cache},
                     {"floor_ms", floor_s * 1e3},
                     {"fraction_of_floor", floor_s / step_s},
+                    {"experts_expected_per_layer", r.experts_expected},
+                    {"experts_touched_per_layer", r.ops.touched_per_layer()},
+                    {"touched_floor_ms", r.touched_traffic.total() / m.kind->hbm_read_bps * 1e3},
+                    {"fraction_of_touched_floor", r.touched_traffic.total() / m.kind->hbm_read_bps / step_s},
                     {"graph_replays", r.graph_replays},
                     {"cache_hits", r.hits},
                     {"cache_misses", r.misses},
@@ -327,6 +348,8 @@ OpBreakdown profile(Executor& executor, Run run) {
   const cuda::CudaExecutorStats after = cuda::cuda_executor_stats(executor);
   OpBreakdown o;
   o.steps = after.profiled_steps - before.profiled_steps;
+  o.touched_experts = after.touched_experts - before.touched_experts;
+  o.moe_layer_calls = after.profiled_moe_layer_calls - before.profiled_moe_layer_calls;
   for (size_t c = 0; c < after.op_seconds.size(); ++c) {
     o.names.emplace_back(cuda::op_class_name(static_cast<cuda::OpClass>(c)));
     o.seconds.push_back(after.op_seconds[c] - before.op_seconds[c]);
@@ -475,7 +498,11 @@ int run_bench(const BenchArgs& a) {
   const double mean_context = static_cast<double>(a.context + kWarmupSteps) + static_cast<double>(a.steps + 1) / 2;
   const std::vector<double> shares =
       config.moe ? target_pick_shares(config.moe->num_experts, config.moe->experts_per_token, routing) : std::vector<double>{};
-  for (DecodeResult& r : m.decode) r.traffic = decode_traffic(config, r.batch, mean_context, shares);
+  for (DecodeResult& r : m.decode) {
+    r.experts_expected = expected_experts_hit(config, r.batch, shares);
+    r.traffic = decode_traffic(config, r.batch, mean_context, r.experts_expected);
+    r.touched_traffic = decode_traffic(config, r.batch, mean_context, r.ops.touched_per_layer());
+  }
   print_report(a, m);
   if (!a.json.empty()) {
     const std::string text = report_json(a, m).dump(2) + "\n";

@@ -114,10 +114,16 @@ void expect_run_or_no_device(const std::string& flags, const std::function<void(
   if (r.code == 0) {
     const nlohmann::json doc = nlohmann::json::parse(k3::test::slurp(json));
     ASSERT_EQ(doc["decode"].size(), 2u);
+    // Kimi-Linear small: 32 experts, top-4. The profiled steps' picks name between k and E distinct
+    // experts per MoE layer; a batch of one token names exactly k.
     for (const auto& row : doc["decode"]) {
       EXPECT_GT(row["tokens_per_s"].get<double>(), 0);
       EXPECT_GT(row["fraction_of_floor"].get<double>(), 0);
+      EXPECT_GT(row["fraction_of_touched_floor"].get<double>(), 0);
+      EXPECT_GE(row["experts_touched_per_layer"].get<double>(), 4);
+      EXPECT_LE(row["experts_touched_per_layer"].get<double>(), 32);
     }
+    EXPECT_EQ(doc["decode"][0]["experts_touched_per_layer"].get<double>(), 4);
     EXPECT_EQ(doc["prefill"]["tokens"], 70);
     EXPECT_NE(r.out.find("batch"), std::string::npos) << r.out;
     // The per-op breakdown: four profiled decode steps per batch size and one prefill chunk, whose

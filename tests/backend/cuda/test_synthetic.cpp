@@ -125,6 +125,13 @@ TEST_P(SyntheticModel, ProfilingPerOpClassChangesNoLogitAndSplitsTheStep) {
   }
   EXPECT_EQ(t(OpClass::kCommunication), 0.0);
   EXPECT_EQ(t(OpClass::kCpuExperts), 0.0);
+  // The picks of every MoE layer call: a decode step's token names exactly k distinct experts, the
+  // 24-token prefill between k and E per layer.
+  const int64_t L = config.count(FfnKind::kMoe), k = config.moe->experts_per_token, E = config.moe->num_experts;
+  ASSERT_EQ(s.profiled_moe_layer_calls, 4 * L);
+  const int64_t prefill_touched = s.touched_experts - 3 * L * k;
+  EXPECT_GE(prefill_touched, L * k);
+  EXPECT_LE(prefill_touched, L * E);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, SyntheticModel, ::testing::Values(TinyArch::KimiK3, TinyArch::KimiLinear),

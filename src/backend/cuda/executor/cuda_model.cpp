@@ -594,6 +594,8 @@ class CudaExecutor final : public Executor {
       timeline_.end_step(stream_);
       stats_.op_seconds = timeline_.seconds;
       stats_.profiled_steps = timeline_.steps;
+      stats_.touched_experts = timeline_.touched_experts;
+      stats_.profiled_moe_layer_calls = timeline_.moe_layer_calls;
     }
     return logits;
   }

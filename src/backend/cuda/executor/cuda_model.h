@@ -96,9 +96,11 @@ struct CudaExecutorStats {
   uint64_t gpu_expert_bytes = 0;  // device bytes of the routed experts this GPU holds (hybrid, expert-parallel)
   int64_t hybrid_layer_calls = 0, cpu_picks = 0, gpu_picks = 0;
   double cpu_expert_seconds = 0, cpu_wait_seconds = 0;
-  // Per-op-class profiling (set_cuda_op_profiling): the profiled steps' stream time per op class.
+  // Per-op-class profiling (set_cuda_op_profiling): the profiled steps' stream time per op class, and
+  // the distinct experts their MoE layer calls picked, summed over the calls.
   OpSeconds op_seconds{};
   int64_t profiled_steps = 0;
+  int64_t touched_experts = 0, profiled_moe_layer_calls = 0;
 };
 CudaExecutorStats cuda_executor_stats(const Executor& executor);
 

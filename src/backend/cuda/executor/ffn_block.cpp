@@ -96,6 +96,7 @@ void BlockOps::routed_experts(int64_t layer, const DeviceMoe& w, const DeviceTen
   // The kernels are chosen for the model's E also over streaming's slot bank, so a streamed layer
   // runs the kernels of a resident one.
   ctx.mark(OpClass::kMoeDispatch);
+  if (ctx.timeline != nullptr) ctx.timeline->record_picks(routing.ids, ctx.stream);
   const int64_t E_bank = ctx.experts != nullptr        ? ctx.experts->slots()
                          : ctx.expert_share != nullptr ? ctx.expert_share->count(layer)
                                                        : E;

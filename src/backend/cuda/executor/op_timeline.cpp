@@ -1,11 +1,31 @@
 #include "backend/cuda/executor/op_timeline.h"
 
+#include <algorithm>
+
 #include "backend/cuda/core/check.h"
+#include "core/error.h"
 
 namespace k3::cuda {
 
 OpTimeline::~OpTimeline() {
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  for (const Picks& p : picks_) cudaFreeHost(p.host);
+}
+
+void OpTimeline::record_picks(const DeviceTensor& ids, cudaStream_t stream) {
+  expect_dtype(ids, DType::kI32, "profiled router picks");
+  if (picks_used_ == picks_.size()) picks_.emplace_back();
+  Picks& p = picks_[picks_used_++];
+  p.count = static_cast<size_t>(ids.rows * ids.cols);
+  if (p.count > p.capacity) {
+    if (p.host != nullptr) K3_CUDA_CHECK(cudaFreeHost(p.host));
+    p.host = nullptr;
+    K3_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&p.host), p.count * sizeof(int32_t), cudaHostAllocDefault));
+    p.capacity = p.count;
+  }
+  const size_t row = static_cast<size_t>(ids.cols) * sizeof(int32_t);
+  K3_CUDA_CHECK(cudaMemcpy2DAsync(p.host, row, ids.data, static_cast<size_t>(ids.ld) * sizeof(int32_t), row,
+                                  static_cast<size_t>(ids.rows), cudaMemcpyDeviceToHost, stream));
 }
 
 OpClass OpTimeline::mark(OpClass c, cudaStream_t stream) {
@@ -32,7 +52,15 @@ void OpTimeline::end_step(cudaStream_t stream) {
     K3_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
     seconds[static_cast<size_t>(classes_[i])] += ms * 1e-3;
   }
+  for (size_t i = 0; i < picks_used_; ++i) {
+    std::vector<int32_t> ids(picks_[i].host, picks_[i].host + picks_[i].count);
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    touched_experts += std::count_if(ids.begin(), ids.end(), [](int32_t e) { return e >= 0; });
+    ++moe_layer_calls;
+  }
   used_ = 0;
+  picks_used_ = 0;
   current_ = OpClass::kEmbedding;
   ++steps;
 }

@@ -3,7 +3,8 @@
 # and bench targets), run the GPU tests (k3_test_cuda, three shards in parallel), run the GPU
 # benchmarks (k3_bench_cuda: ceilings, memory-bound kernels, GEMMs, decode GEMMs, MoE; then its
 # quantized-expert sections: --moe-w4, --moe-w4a8, --moe-ggml; the same MoE layer through PyTorch's torch._grouped_mm, the peer; then
-# `k3 bench --synthetic`, all on the GPU and with half the experts on the CPU),
+# `k3 bench --synthetic`: Kimi-Linear-48B all on the GPU and with half the experts on the CPU, the real
+# Kimi-K3's first two layers with uniform and Zipf-skewed routing),
 # write the full logs to $OUT (when set) or build/gpu-logs, and print a short summary at the end.
 #
 #   scripts/gpu.sh                     build in build/gpu, test, bench
@@ -123,8 +124,19 @@ if [ "$run_bench" = 1 ]; then
     bench "$bin_bench" --moe-ggml
     bench python3 bench/scripts/torch_grouped_mm_moe.py
     if [ -x "$bin_k3" ]; then
-      bench "$bin_k3" bench --synthetic kimi-linear-48b-a3b --batch 1,8,64 --context 1024 --steps 32 \
+      # Kimi-Linear-48B's bf16 weights (98 GB) need an H200; an 80 GB card runs its first 14 layers.
+      gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1)
+      kl_layers=(); [ "${gpu_mib:-0}" -lt 100000 ] && kl_layers=(--layers 14)
+      bench "$bin_k3" bench --synthetic kimi-linear-48b-a3b "${kl_layers[@]}" --batch 1,8,64 --context 1024 --steps 32 \
         --json "$logs/bench_model.json"
+      # The real Kimi-K3's first two layers (896 experts, bf16 67.5 GB), uniform and Zipf-skewed routing.
+      k3_config=../shared/fixtures/real-configs/kimi-k3.config.json
+      if [ -f "$k3_config" ]; then
+        for routing in uniform zipf:1.0; do
+          bench "$bin_k3" bench --synthetic "$k3_config" --layers 2 --gpu-memory 95% --batch 1,8,64 --context 1024 \
+            --steps 16 --routing "$routing"
+        done
+      fi
       # Hybrid experts at real dimensions: half of every MoE layer's experts on the host's CPU (8 layers:
       # 7 MoE layers, 12.7 GB of bf16 experts in host memory), against the all-GPU eager step.
       bench "$bin_k3" bench --synthetic kimi-linear-48b-a3b --layers 8 --experts-on-cpu 128 --batch 1,8,64 \

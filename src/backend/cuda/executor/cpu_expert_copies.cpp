@@ -45,6 +45,7 @@ uint64_t CpuExpertCopies::keep(int64_t layer, int role, const DeviceExperts& ban
   const int64_t rows = bank.bf16.rows / E, cols = bank.bf16.cols;
   if (role == 0) {
     pending_layer_ = layer;
+    pending_w13_cols_ = cols;
     pending_w13_.assign(static_cast<size_t>(E), nullptr);
     for (int64_t e = 0; e < E; ++e) {
       if (!cpu_.on_cpu(layer, e)) continue;
@@ -55,9 +56,10 @@ uint64_t CpuExpertCopies::keep(int64_t layer, int role, const DeviceExperts& ban
     for (int64_t e = 0; e < E; ++e) {
       const std::shared_ptr<const std::vector<uint16_t>>& w13 = pending_w13_[static_cast<size_t>(e)];
       if (w13 == nullptr) continue;
-      const int64_t inter = static_cast<int64_t>(w13->size()) / cols / 2;  // w13: [w1 ; w3], I rows each
+      // w13: [w1 ; w3], I rows each of the w13 bank's width (the expert's input, D); w2: [D, I].
+      const int64_t d = pending_w13_cols_, inter = static_cast<int64_t>(w13->size()) / d / 2;
       const std::shared_ptr<const std::vector<uint16_t>> w2 = host_rows(bank.bf16, e * rows, rows);
-      cpu_.bind(layer, e, cpu_linear(w13, 0, inter, cols), cpu_linear(w13, inter, inter, cols), cpu_linear(w2, 0, rows, cols));
+      cpu_.bind(layer, e, cpu_linear(w13, 0, inter, d), cpu_linear(w13, inter, inter, d), cpu_linear(w2, 0, rows, cols));
     }
     pending_layer_ = -1;
     pending_w13_.clear();

@@ -27,6 +27,7 @@ class CpuExpertCopies final : public ExpertBankSink {
   ExpertBankSink& gpu_share_;
   CpuExperts& cpu_;
   int64_t pending_layer_ = -1;
+  int64_t pending_w13_cols_ = 0;  // the held w13 bank's width
   std::vector<std::shared_ptr<const std::vector<uint16_t>>> pending_w13_;  // per expert (null: the GPU's)
 };
 

@@ -68,6 +68,15 @@ void CpuExperts::bind(int64_t layer, int64_t expert, CpuHandles::Linear w1, CpuH
       expert < 0 || expert >= experts_ || !on_cpu(layer, expert)) {
     throw Error("CpuExperts: expert " + std::to_string(expert) + " of layer " + std::to_string(layer) + " is not one of the CPU's");
   }
+  // A gated MLP: w1 and w3 [I, D], w2 [D, I].
+  if (!w1 || !w3 || !w2 || w1->rows() != w3->rows() || w1->cols() != w3->cols() || w2->rows() != w1->cols() ||
+      w2->cols() != w1->rows()) {
+    const auto dims = [](const CpuHandles::Linear& w) {
+      return w ? std::to_string(w->rows()) + "x" + std::to_string(w->cols()) : std::string("none");
+    };
+    throw Error("CpuExperts: expert " + std::to_string(expert) + " of layer " + std::to_string(layer) +
+                " is not a gated MLP: w1 " + dims(w1) + ", w3 " + dims(w3) + ", w2 " + dims(w2));
+  }
   CpuHandles::Experts& bank = cpu_banks_[static_cast<size_t>(layer)];
   bank.w1[static_cast<size_t>(expert)] = std::move(w1);
   bank.w3[static_cast<size_t>(expert)] = std::move(w3);

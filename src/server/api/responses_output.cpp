@@ -162,11 +162,14 @@ std::string ResponsesOutput::end(const std::vector<const ChoiceOutput*>& choices
   const chat::ParsedMessage& message = choice.message();
   const std::string status = failure ? "failed" : choice.finish_reason() == "length" ? "incomplete" : "completed";
   if (item_open_ && items_.back().kind == Kind::kCall) {
+    // The open call is the message's call at the same position: by position, not by id, since the
+    // model writes the ids and may repeat one.
     Item& call = items_.back();
-    auto parsed = std::find_if(message.tool_calls.begin(), message.tool_calls.end(),
-                               [&](const chat::ParsedToolCall& c) { return c.id == call.call_id; });
-    if (parsed != message.tool_calls.end()) call.text = parsed->arguments;
-    close(out, parsed != message.tool_calls.end() && parsed->complete ? "completed" : "incomplete");
+    const size_t position = static_cast<size_t>(std::find(call_items_.begin(), call_items_.end(), items_.size() - 1) -
+                                                call_items_.begin());
+    const chat::ParsedToolCall* parsed = position < message.tool_calls.size() ? &message.tool_calls[position] : nullptr;
+    if (parsed != nullptr) call.text = parsed->arguments;
+    close(out, parsed != nullptr && parsed->complete ? "completed" : "incomplete");
   }
   close(out, status == "completed" ? "completed" : "incomplete");
   const bool replied = std::any_of(items_.begin(), items_.end(), [](const Item& i) { return i.kind != Kind::kReasoning; });

@@ -49,19 +49,20 @@ struct OutputRun {
 };
 
 // Feeds `model_text` (then eos unless cut) through a choice of the request `body` and its
-// ResponsesOutput; `failure` ends it as failed.
+// ResponsesOutput, in `arch`'s chat format; `failure` ends it as failed.
 OutputRun run(const std::string& body, const std::string& model_text, ResponseStore& store, const ApiError* failure = nullptr,
-        bool with_eos = true) {
+        bool with_eos = true, TinyArch arch = TinyArch::KimiK3) {
   static ResponseStore none(0, 0);
-  ResponsesRequest request = parse_responses_request(body, tiny_api().ctx, none);
-  ChoiceOutput choice(tok(), choice_config(request.chat));
+  const TinyApi& api = tiny_api(arch);
+  ResponsesRequest request = parse_responses_request(body, api.ctx, none);
+  ChoiceOutput choice(api.tokenizer, choice_config(request.chat));
   const int64_t prompt = static_cast<int64_t>(request.chat.gen.prompt.size());
   OutputRun r;
   r.head = ResponseHead{new_response_id("resp_"), "tiny", 1700000000, false};
   ResponsesOutput out(std::move(request), r.head, &store);
   r.text = out.begin(1);
-  std::vector<int64_t> ids = ids_of(tok(), model_text);
-  if (with_eos) ids.push_back(eos());
+  std::vector<int64_t> ids = ids_of(api.tokenizer, model_text);
+  if (with_eos) ids.push_back(api.config.tokens.eos.at(0));
   for (int64_t id : ids) {
     r.text += out.update(0, choice.feed(id));
     if (choice.finished()) break;
@@ -198,6 +199,30 @@ TEST(ResponsesOutput, StreamAddsUpToTheWholeResponse) {
       if (item.contains("call_id")) item.erase("call_id");
   }
   EXPECT_EQ(a, b);
+}
+
+// Two calls under one id (Kimi-Linear's model writes the ids, functions.NAME:N, and may repeat one):
+// each streamed call's deltas add up to its own arguments in the final response.
+TEST(ResponsesOutput, CallsThatRepeatAnIdKeepTheirOwnArguments) {
+  const char* reply =
+      "<|tool_calls_section_begin|>"
+      "<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|>"
+      "<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Oslo\"}<|tool_call_end|>"
+      "<|tool_calls_section_end|>";
+  ResponseStore store(8, 1 << 20);
+  const std::vector<Event> events =
+      parse_events(run(R"({"input":"hi","stream":true})", reply, store, nullptr, true, TinyArch::KimiLinear).text);
+  std::map<std::string, std::string> deltas;
+  for (const Event& e : events) {
+    if (e.name == "response.function_call_arguments.delta") deltas[e.data["item_id"]] += e.data["delta"].get<std::string>();
+  }
+  std::vector<std::string> cities;
+  for (const Json& item : events.back().data["response"]["output"]) {
+    if (item["type"] != "function_call") continue;
+    EXPECT_EQ(deltas[item["id"]], item["arguments"]) << item.dump();
+    cities.push_back(Json::parse(item["arguments"].get<std::string>())["city"]);
+  }
+  EXPECT_EQ(cities, (std::vector<std::string>{"Paris", "Oslo"}));
 }
 
 TEST(ResponsesOutput, IncompleteAtTheTokenLimit) {

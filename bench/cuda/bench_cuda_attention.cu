@@ -44,6 +44,7 @@ bool g_quick = false;
 bool g_profile = false;  // one call per kernel variant of one case per table (for ncu)
 bool g_bulk = true;      // time the bulk-copy (TMA) kernels (the KDA variants, the MLA decode)
 bool g_kda_prefill_only = false;
+bool g_mla_decode_only = false;
 
 __device__ __forceinline__ uint64_t splitmix(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -248,9 +249,10 @@ void bench_mla_decode(Arena& arena, Stream& stream, int sms) {
     std::printf("   skipped (--no-bulk: the decode kernel loads its tiles with bulk copies)\n");
     return;
   }
-  std::printf("   bytes = cache rows read (B·ctx·1152); FLOP = B·ctx·H·(576+512)·2; H = 96 is K3 on one GPU\n");
-  std::printf("%4s %5s %6s | %6s | %8s | %8s | %7s %6s %6s %6s | %9s %9s\n", "H", "B", "ctx", "splits", "MB", "us",
-              "GB/s", "%3.83", "%copy", "TF/s", "absorb us", "unabs us");
+  std::printf("   bytes = cache rows read (B·ctx·1152); FLOP = B·ctx·H·(576+512)·2; H = 96 is K3 on one GPU;\n"
+              "   both kernels (mma.sync: heads as M; wgmma: 64 cache rows as M, 32/48 heads as N) in interleaved rounds\n");
+  std::printf("%4s %5s %6s | %-6s %6s | %8s | %8s | %7s %6s %6s %6s | %9s %9s\n", "H", "B", "ctx", "kernel", "splits", "MB",
+              "us", "GB/s", "%3.83", "%copy", "TF/s", "absorb us", "unabs us");
   struct Case {
     int H, B, ctx;
   };
@@ -260,8 +262,10 @@ void bench_mla_decode(Arena& arena, Stream& stream, int sms) {
       for (int ctx : {4096, 32768}) cases.push_back({H, B, ctx});
     }
   }
+  for (int H : {24, 32, 48, 64}) cases.push_back({H, 64, 32768});
   if (g_quick) cases = {{96, 1, 4096}, {96, 64, 32768}, {16, 64, 32768}};
   if (g_profile) cases = {{96, 64, 32768}, {16, 64, 32768}};
+  const MlaDecodeKernel kernels[2] = {MlaDecodeKernel::kMma, MlaDecodeKernel::kWgmma};
   for (const Case& c : cases) {
     const size_t mark = arena.mark();
     const int page = 64;
@@ -288,24 +292,37 @@ void bench_mla_decode(Arena& arena, Stream& stream, int sms) {
     const DeviceTensor o_lat = arena.alloc_tensor(DType::kF32, c.B, c.H * kMlaRank, "o_lat");
     const DeviceTensor out = arena.alloc_tensor(DType::kBF16, c.B, c.H * kMlaV, "out");
     fill(q, 22), fill(q_abs, 23, 0.0f, 0.3f), fill(w_uk, 24, 0.0f, 0.05f), fill(w_uv, 25, 0.0f, 0.05f), fill(gate, 26);
-    const int splits = mla_decode_splits(c.B, c.H, c.ctx, sms);
-    void* ws = splits > 1 ? arena.alloc(mla_decode_workspace_bytes(c.B, c.H, splits), "ws") : nullptr;
-    const float scale = 1.0f / std::sqrt(192.0f);
-    const double ms = time_ms(stream, [&](int i) {
-      MlaPagedCache pc;
-      pc.rows = cache.data, pc.page_size = page, pc.block_table = tables[static_cast<size_t>(i % copies)].as<int32_t>();
-      pc.block_table_ld = pages_per_seq;
-      mla_decode_attention(q_abs, pc, lens.as<int32_t>(), c.B, c.ctx, scale, splits, ws, o_lat, stream);
-    });
+    int splits[2];
+    void* ws[2];
+    std::vector<std::pair<const char*, std::function<void(int)>>> fns;
+    for (int k = 0; k < 2; ++k) {
+      splits[k] = mla_decode_splits(c.B, c.H, c.ctx, sms, kernels[k]);
+      ws[k] = splits[k] > 1 ? arena.alloc(mla_decode_workspace_bytes(c.B, c.H, splits[k]), "ws") : nullptr;
+      fns.emplace_back(k == 0 ? "mma" : "wgmma", [&, k](int i) {
+        MlaPagedCache pc;
+        pc.rows = cache.data, pc.num_rows = cache.rows, pc.page_size = page;
+        pc.block_table = tables[static_cast<size_t>(i % copies)].as<int32_t>(), pc.block_table_ld = pages_per_seq;
+        mla_decode_attention(q_abs, pc, lens.as<int32_t>(), c.B, c.ctx, 1.0f / std::sqrt(192.0f), splits[k], ws[k], o_lat,
+                             stream, kernels[k]);
+      });
+    }
+    std::vector<double> ms(2, 1.0);
+    if (g_profile) {
+      for (auto& f : fns) f.second(0);
+      K3_CUDA_CHECK(cudaStreamSynchronize(stream));
+    } else {
+      ms = bench::time_interleaved(stream, fns);
+    }
     const double absorb = time_ms(stream, [&](int) { mla_absorb_q(q, w_uk, q_abs, stream); });
     const double unabs = time_ms(stream, [&](int) { mla_unabsorb_o(o_lat, w_uv, gate, out, stream); });
     const double bytes = static_cast<double>(cache_bytes);
     const double flop = 2.0 * c.B * static_cast<double>(c.ctx) * c.H * (kMlaRow + kMlaRank);
-    const double gbs = bytes / (ms * 1e-3) / 1e9;
-    std::printf("%4d %5d %6d | %6d | %8.1f | %8.1f | %7.0f %5.0f%% %5.0f%% %6.1f | %9.1f %9.1f\n", c.H, c.B,
-                c.ctx, splits, bytes / 1e6, ms * 1e3, gbs,
-                100.0 * gbs / (kReadCeilingTBs * 1e3), 100.0 * gbs / (g_copy_tbs * 1e3), flop / (ms * 1e-3) / 1e12,
-                absorb * 1e3, unabs * 1e3);
+    for (int k = 0; k < 2; ++k) {
+      const double gbs = bytes / (ms[k] * 1e-3) / 1e9;
+      std::printf("%4d %5d %6d | %-6s %6d | %8.1f | %8.1f | %7.0f %5.0f%% %5.0f%% %6.1f | %9.1f %9.1f\n", c.H, c.B, c.ctx,
+                  fns[k].first, splits[k], bytes / 1e6, ms[k] * 1e3, gbs, 100.0 * gbs / (kReadCeilingTBs * 1e3),
+                  100.0 * gbs / (g_copy_tbs * 1e3), flop / (ms[k] * 1e-3) / 1e12, absorb * 1e3, unabs * 1e3);
+    }
     std::fflush(stdout);
     K3_CUDA_CHECK(cudaDeviceSynchronize());
     arena.reset(mark);
@@ -359,8 +376,11 @@ int main(int argc, char** argv) {
       g_bulk = false;
     } else if (std::strcmp(argv[i], "--kda-prefill") == 0) {
       g_kda_prefill_only = true;
+    } else if (std::strcmp(argv[i], "--mla-decode") == 0) {
+      g_mla_decode_only = true;
     } else {
-      std::fprintf(stderr, "usage: k3_bench_cuda_attention [--reps N] [--quick] [--profile] [--no-bulk] [--kda-prefill]\n");
+      std::fprintf(stderr,
+                   "usage: k3_bench_cuda_attention [--reps N] [--quick] [--profile] [--no-bulk] [--kda-prefill | --mla-decode]\n");
       return 2;
     }
   }
@@ -381,6 +401,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     bench_copy(arena, stream);
+    if (g_mla_decode_only) {
+      bench_mla_decode(arena, stream, devices[0].multiprocessors);
+      return 0;
+    }
     bench_kda_prefill(arena, stream);
     bench_kda_decode(arena, stream);
     bench_mla_decode(arena, stream, devices[0].multiprocessors);

@@ -14,6 +14,7 @@
 
 #include "backend/cuda/core/arena.h"
 #include "backend/cuda/core/device.h"
+#include "backend/cuda/core/upload.h"
 #include "core/numeric.h"
 
 #define K3_REQUIRE_GPU()                                                     \
@@ -85,6 +86,13 @@ class Rng {
   uint64_t seed_;
   std::mt19937_64 gen_;
 };
+
+// An int32 vector as a [1, n] device tensor in the test arena.
+inline DeviceTensor upload_i32(const std::vector<int32_t>& v, const char* what) {
+  DeviceTensor t = arena().alloc_tensor(DType::kI32, 1, static_cast<int64_t>(v.size()), what);
+  copy_bytes_to_device(t.data, v.data(), v.size() * sizeof(int32_t));
+  return t;
+}
 
 inline float round_bf16(float x) { return decode_bf16(encode_bf16(x)); }
 inline std::vector<float> round_bf16(std::vector<float> v) {

@@ -191,13 +191,14 @@ TEST_P(HybridExpertsSynthetic, HalfTheExpertsOnTheCpuStayNearTheAllGpuLogits) {
   K3_REQUIRE_GPU();
   const TinyArch arch = GetParam();
   Json doc = tiny_config_json(arch, TinySize::Small);
-  doc["num_experts"] = 4;
-  doc["num_experts_per_token"] = 4;
-  doc["num_expert_group"] = 1;
+  Json& text = text_config_of(doc);
+  text["num_experts"] = 4;
+  text["num_experts_per_token"] = 4;
+  text["num_expert_group"] = 1;
   if (arch == TinyArch::KimiLinear) {
-    doc["num_hidden_layers"] = 2;
-    doc["linear_attn_config"]["kda_layers"] = Json::array({1});
-    doc["linear_attn_config"]["full_attn_layers"] = Json::array({2});
+    text["num_hidden_layers"] = 2;
+    text["linear_attn_config"]["kda_layers"] = Json::array({1});
+    text["linear_attn_config"]["full_attn_layers"] = Json::array({2});
   }
   const K3Config config = parse_k3_config(parse_json(doc.dump(), "config.json"));
   const int64_t E = config.moe->num_experts;

@@ -30,12 +30,6 @@ namespace {
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-DeviceTensor upload_i32(const std::vector<int32_t>& v, const char* what) {
-  DeviceTensor t = test::arena().alloc_tensor(DType::kI32, 1, static_cast<int64_t>(v.size()), what);
-  copy_bytes_to_device(t.data, v.data(), v.size() * sizeof(int32_t));
-  return t;
-}
-
 std::vector<int32_t> prefix_sums(const std::vector<int>& lens) {
   std::vector<int32_t> cu{0};
   for (int n : lens) cu.push_back(cu.back() + n);
@@ -174,12 +168,12 @@ struct GpuKdaInputs {
 KdaBatch make_batch(const std::vector<int>* lens, const std::vector<int32_t>& slots, int64_t rows) {
   KdaBatch batch;
   if (lens != nullptr) {
-    batch.cu_seqlens = upload_i32(prefix_sums(*lens), "cu_seqlens").as<int32_t>();
+    batch.cu_seqlens = test::upload_i32(prefix_sums(*lens), "cu_seqlens").as<int32_t>();
     batch.max_len = *std::max_element(lens->begin(), lens->end());
   } else {
     batch.max_len = 1;
   }
-  batch.slots = upload_i32(slots, "slots").as<int32_t>();
+  batch.slots = test::upload_i32(slots, "slots").as<int32_t>();
   batch.n = static_cast<int>(slots.size());
   batch.total_rows = rows;
   return batch;
@@ -393,7 +387,7 @@ TEST_P(MlaGeneric, MatchesHostAttention) {
   const DeviceTensor drows = upload_f32(a, x.pe_rows.data(), Tkv, kPeOffset + d.rope, c.in, "pe rows");
   const DeviceTensor dpe = drows.col_slice(kPeOffset, d.rope);
   const DeviceTensor dg = c.gate ? upload_f32(a, x.gate.data(), Tq, H * d.v, c.gate_t, "gate") : DeviceTensor();
-  const DeviceTensor cu_q = upload_i32(prefix_sums(q_lens), "cu_q"), cu_kv = upload_i32(prefix_sums(kv_lens), "cu_kv");
+  const DeviceTensor cu_q = test::upload_i32(prefix_sums(q_lens), "cu_q"), cu_kv = test::upload_i32(prefix_sums(kv_lens), "cu_kv");
   const int n = static_cast<int>(q_lens.size()), max_q = *std::max_element(q_lens.begin(), q_lens.end());
   const DeviceTensor out = a.alloc_tensor(c.out, Tq, H * d.v, "out");
   poison(out);

@@ -99,12 +99,6 @@ Proj project(const KdaLayer& L, const Tensor& x) {
   return p;
 }
 
-DeviceTensor upload_i32(const std::vector<int32_t>& v, const char* what) {
-  DeviceTensor t = test::arena().alloc_tensor(DType::kI32, 1, static_cast<int64_t>(v.size()), what);
-  copy_bytes_to_device(t.data, v.data(), v.size() * sizeof(int32_t));
-  return t;
-}
-
 std::vector<float> qkv_rows(const Proj& p) {
   const int64_t T = p.q.rows, P = p.q.cols;
   std::vector<float> x(static_cast<size_t>(T * 3 * P));
@@ -131,7 +125,7 @@ struct GpuKda {
     poison(DeviceTensor(pool.conv, DType::kF32, slots, static_cast<int64_t>(pool.conv_floats_per_slot())));
     std::vector<int32_t> all(static_cast<size_t>(slots));
     std::iota(all.begin(), all.end(), 0);
-    kda_state_zero(pool, upload_i32(all, "slots").as<int32_t>(), slots, nullptr);
+    kda_state_zero(pool, test::upload_i32(all, "slots").as<int32_t>(), slots, nullptr);
     conv_w = upload_f32(a, L.conv_w.data(), 3 * L.P, L.W, DType::kF32, "conv w");
     a_log = upload_f32(a, L.w.a_log.data(), 1, L.H, DType::kF32, "a_log");
     dt_bias = upload_f32(a, L.w.dt_bias.data(), 1, L.P, DType::kF32, "dt_bias");
@@ -162,8 +156,8 @@ struct GpuKda {
     for (int n : lens) cu.push_back(cu.back() + n);
     EXPECT_EQ(cu.back(), T);
     KdaBatch batch;
-    batch.cu_seqlens = upload_i32(cu, "cu").as<int32_t>();
-    batch.slots = upload_i32(slots, "slots").as<int32_t>();
+    batch.cu_seqlens = test::upload_i32(cu, "cu").as<int32_t>();
+    batch.slots = test::upload_i32(slots, "slots").as<int32_t>();
     batch.n = static_cast<int>(lens.size());
     batch.max_len = *std::max_element(lens.begin(), lens.end());
     batch.total_rows = T;
@@ -191,7 +185,7 @@ struct GpuKda {
     Arena& a = test::arena();
     const int64_t n = p.q.rows, P = L.P;
     KdaBatch batch;
-    batch.slots = upload_i32(slots, "slots").as<int32_t>();
+    batch.slots = test::upload_i32(slots, "slots").as<int32_t>();
     batch.n = static_cast<int>(n);
     batch.max_len = 1;
     batch.total_rows = n;
@@ -391,7 +385,7 @@ TEST(KdaCuda, StateSaveRestoreAndZero) {
   GpuKda gpu(L, 4);
   GpuKda saved(L, 4);
   gpu.prefill(L, project(L, x), lens, slots, DType::kF32);
-  const DeviceTensor src = upload_i32(slots, "src"), dst = upload_i32({0, 2}, "dst");
+  const DeviceTensor src = test::upload_i32(slots, "src"), dst = test::upload_i32({0, 2}, "dst");
   kda_state_copy(gpu.pool, src.as<int32_t>(), saved.pool, dst.as<int32_t>(), 2, nullptr);
   Tensor xd(2, L.hidden);
   xd.data = g.normal(xd.data.size(), 1.0f);

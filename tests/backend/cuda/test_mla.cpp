@@ -120,12 +120,6 @@ std::vector<float> cache_rows(const SequenceState& s) {
   return rows;
 }
 
-DeviceTensor upload_i32(const std::vector<int32_t>& v, const char* what) {
-  DeviceTensor t = test::arena().alloc_tensor(DType::kI32, 1, static_cast<int64_t>(v.size()), what);
-  copy_bytes_to_device(t.data, v.data(), v.size() * sizeof(int32_t));
-  return t;
-}
-
 int64_t cache_len(const SequenceState& s) { return s.length; }
 
 void expect_close(const std::vector<float>& got, const std::vector<float>& ref, double tol, const std::string& what) {
@@ -163,7 +157,7 @@ std::vector<float> gpu_prefill(const MlaLayer& L, const Tensor& x, const std::ve
   const DeviceTensor dg = upload_f32(a, gate.data.data(), gate.rows, gate.cols, gate_t, "gate");
   const DeviceTensor out = a.alloc_tensor(out_t, q.rows, L.H * kMlaV, "out");
   poison(out);
-  mla_prefill_attention(upload_i32(cu_q, "cu_q").as<int32_t>(), upload_i32(cu_kv, "cu_kv").as<int32_t>(),
+  mla_prefill_attention(test::upload_i32(cu_q, "cu_q").as<int32_t>(), test::upload_i32(cu_kv, "cu_kv").as<int32_t>(),
                         static_cast<int>(lens.size()), *std::max_element(lens.begin(), lens.end()), dq, dkv,
                         drows.col_slice(kMlaRank, kMlaRope), dg, L.scale, out, nullptr);
   return download_f32(out);
@@ -172,7 +166,7 @@ std::vector<float> gpu_prefill(const MlaLayer& L, const Tensor& x, const std::ve
 // Absorbed-form GPU decode of one new token per sequence (x: one row each), the sequences' caches
 // (new token included) laid out in shuffled 64-row pages; rows past each length are NaN.
 std::vector<float> gpu_decode(const MlaLayer& L, const Tensor& x, const std::vector<SequenceState>& st, int splits,
-                              test::Rng& g) {
+                              MlaDecodeKernel kernel, test::Rng& g) {
   Arena& a = test::arena();
   const int B = static_cast<int>(st.size());
   constexpr int kPage = 64;
@@ -201,8 +195,8 @@ std::vector<float> gpu_decode(const MlaLayer& L, const Tensor& x, const std::vec
     }
   }
   const DeviceTensor dcache = upload_f32(a, cache.data(), static_cast<int64_t>(pages) * kPage, kMlaRow, DType::kBF16, "cache");
-  const DeviceTensor dtable = upload_i32(table, "block table");
-  const DeviceTensor dlens = upload_i32(lens, "seqlens");
+  const DeviceTensor dtable = test::upload_i32(table, "block table");
+  const DeviceTensor dlens = test::upload_i32(lens, "seqlens");
   const DeviceTensor dq = upload_f32(a, q.data.data(), B, q.cols, DType::kF32, "q");
   const DeviceTensor uk = upload_f32(a, L.w_uk_rows.data(), L.H * kMlaNope, kMlaRank, DType::kBF16, "w_uk");
   const DeviceTensor uv = upload_f32(a, L.w_uv_rows.data(), L.H * kMlaV, kMlaRank, DType::kBF16, "w_uv");
@@ -211,13 +205,13 @@ std::vector<float> gpu_decode(const MlaLayer& L, const Tensor& x, const std::vec
   poison(q_abs);
   mla_absorb_q(dq, uk, q_abs, nullptr);
   const int sms = list_devices().at(0).multiprocessors;
-  const int eff = splits > 0 ? splits : mla_decode_splits(B, static_cast<int>(L.H), max_len, sms);
+  const int eff = splits > 0 ? splits : mla_decode_splits(B, static_cast<int>(L.H), max_len, sms, kernel);
   void* ws = eff > 1 ? a.alloc(mla_decode_workspace_bytes(B, static_cast<int>(L.H), eff), "mla ws") : nullptr;
   const DeviceTensor o_lat = a.alloc_tensor(DType::kF32, B, L.H * kMlaRank, "o_lat");
   poison(o_lat);
   MlaPagedCache pc;
-  pc.rows = dcache.data, pc.page_size = kPage, pc.block_table = dtable.as<int32_t>(), pc.block_table_ld = max_pages;
-  mla_decode_attention(q_abs, pc, dlens.as<int32_t>(), B, max_len, L.scale, eff, ws, o_lat, nullptr);
+  pc.rows = dcache.data, pc.num_rows = dcache.rows, pc.page_size = kPage, pc.block_table = dtable.as<int32_t>(), pc.block_table_ld = max_pages;
+  mla_decode_attention(q_abs, pc, dlens.as<int32_t>(), B, max_len, L.scale, eff, ws, o_lat, nullptr, kernel);
   const DeviceTensor out = a.alloc_tensor(DType::kF32, B, L.H * kMlaV, "out");
   poison(out);
   mla_unabsorb_o(o_lat, uv, dg, out, nullptr);
@@ -264,6 +258,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, MlaPrefill,
 struct DecodeCase {
   int64_t heads;
   int splits;  // 0: mla_decode_splits
+  MlaDecodeKernel kernel = MlaDecodeKernel::kAuto;
 };
 
 class MlaDecode : public ::testing::TestWithParam<DecodeCase> {};
@@ -286,16 +281,24 @@ TEST_P(MlaDecode, AbsorbedDecodeMatchesCpu) {
     Tensor xd(static_cast<int64_t>(lens.size()), L.hidden);
     xd.data = g.normal(xd.data.size(), 1.0f);
     const Tensor ref = cpu_mixer(L, xd, ones, st);
-    expect_close(gpu_decode(L, xd, st, c.splits, g), ref.data, kTol, "decode step " + std::to_string(step));
+    expect_close(gpu_decode(L, xd, st, c.splits, c.kernel, g), ref.data, kTol, "decode step " + std::to_string(step));
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, MlaDecode,
-                         ::testing::Values(DecodeCase{4, 0}, DecodeCase{4, 1}, DecodeCase{4, 3}, DecodeCase{20, 0},
-                                           DecodeCase{20, 7}, DecodeCase{16, 2}),
+                         ::testing::Values(DecodeCase{4, 0, MlaDecodeKernel::kMma}, DecodeCase{4, 1, MlaDecodeKernel::kMma},
+                                           DecodeCase{4, 3, MlaDecodeKernel::kMma}, DecodeCase{20, 0, MlaDecodeKernel::kMma},
+                                           DecodeCase{20, 7, MlaDecodeKernel::kMma}, DecodeCase{16, 2},
+                                           DecodeCase{96, 0}, DecodeCase{96, 3, MlaDecodeKernel::kMma},
+                                           DecodeCase{4, 3, MlaDecodeKernel::kWgmma}, DecodeCase{20, 0, MlaDecodeKernel::kWgmma},
+                                           DecodeCase{40, 7, MlaDecodeKernel::kWgmma}, DecodeCase{64, 1, MlaDecodeKernel::kWgmma},
+                                           DecodeCase{96, 3, MlaDecodeKernel::kWgmma}),
                          [](const ::testing::TestParamInfo<DecodeCase>& info) {
                            const DecodeCase& c = info.param;
-                           return "h" + std::to_string(c.heads) + "_splits" + std::to_string(c.splits);
+                           const char* k = c.kernel == MlaDecodeKernel::kMma     ? "_mma"
+                                           : c.kernel == MlaDecodeKernel::kWgmma ? "_wgmma"
+                                                                                 : "_auto";
+                           return "h" + std::to_string(c.heads) + "_splits" + std::to_string(c.splits) + k;
                          });
 
 // The absorbed decode of token n+1 equals the last row of the expanded prefill of n+1 tokens (two
@@ -316,7 +319,7 @@ TEST(MlaCuda, DecodeAfterPrefillEqualsLongerPrefill) {
   xd.data = g.normal(xd.data.size(), 1.0f);
   const std::vector<int> ones(lens.size(), 1);
   cpu_mixer(L, xd, ones, st);  // appends the new rows to the caches
-  const std::vector<float> dec = gpu_decode(L, xd, st, 0, g);
+  const std::vector<float> dec = gpu_decode(L, xd, st, 0, MlaDecodeKernel::kAuto, g);
   // The expanded prefill of all n+1 tokens of each sequence; its last row per sequence.
   std::vector<int> longer(lens);
   for (int& l : longer) ++l;

@@ -3,6 +3,9 @@
 namespace k3::cuda {
 
 void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
+  // A failed runtime call also leaves its error as the thread's last error; once reported here it is
+  // cleared, so that a caller who catches this does not see it again in the next launch check.
+  (void)cudaGetLastError();
   throw Error(std::string("CUDA error ") + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ") in " +
               call + " at " + file + ":" + std::to_string(line));
 }

@@ -59,7 +59,7 @@ void BlockOps::mla_attention(int64_t layer, const DeviceMla& w, MlaBuffers& s) c
     } else {
       mla_absorb_q(s.q, w.absorbed.w_uk, q_abs, ctx_.stream);
     }
-    const MlaPagedCache paged{cache.data, ctx_.page_size, m.block_table, m.block_table_ld};
+    const MlaPagedCache paged{cache.data, cache.rows, ctx_.page_size, m.block_table, m.block_table_ld};
     const int splits = mla_decode_splits(m.n, static_cast<int>(H), m.max_kv, ctx_.multiprocessors);
     void* workspace = ctx_.arena.alloc(mla_decode_workspace_bytes(m.n, static_cast<int>(H), splits), "mla decode workspace");
     const DeviceTensor o_lat = scratch(DType::kF32, T, H * kMlaRank, "mla latent output");

@@ -45,7 +45,8 @@ void mla_prefill_attention(const int32_t* cu_q, const int32_t* cu_kv, int n, int
 // whichever sequence owns it; page_size % 64 == 0. block_table [B, ld] int32: sequence b's token j
 // is row (block_table[b·ld + j / page_size] · page_size + j % page_size).
 struct MlaPagedCache {
-  const void* rows = nullptr;  // bf16 [pages · page_size][576]
+  const void* rows = nullptr;  // bf16 [num_rows][576]
+  int64_t num_rows = 0;        // pages · page_size
   int page_size = 64;
   const int32_t* block_table = nullptr;
   int64_t block_table_ld = 0;
@@ -61,11 +62,18 @@ void mla_absorb_q(const DeviceTensor& q, const DeviceTensor& w_uk, const DeviceT
 // q_abs: bf16 [B, H·576]; seqlens: device int32 [B] (≥ 1); o_lat: f32 [B, H·512].
 // The sequence is split into `splits` ranges of whole 64-token tiles (one CTA each per head block);
 // a combine kernel merges them by their log-sum-exp. splits = 0 picks mla_decode_splits.
-int mla_decode_splits(int batch, int heads, int max_seqlen, int multiprocessors);
+// Two kernels: kMma takes 16 or 32 heads as the M side of mma.sync products (few heads per cache row:
+// memory-bound), kWgmma takes a 64-token cache tile as the M side and 32 or 48 heads as the N side of
+// wgmma products (many heads per row: compute-bound). kAuto: mla_decode_kernel_for, the one place
+// that chooses.
+enum class MlaDecodeKernel { kAuto, kMma, kWgmma };
+MlaDecodeKernel mla_decode_kernel_for(int heads);
+int mla_decode_splits(int batch, int heads, int max_seqlen, int multiprocessors,
+                      MlaDecodeKernel kernel = MlaDecodeKernel::kAuto);
 size_t mla_decode_workspace_bytes(int batch, int heads, int splits);
 void mla_decode_attention(const DeviceTensor& q_abs, const MlaPagedCache& cache, const int32_t* seqlens, int batch,
                           int max_seqlen, float scale, int splits, void* workspace, const DeviceTensor& o_lat,
-                          cudaStream_t stream);
+                          cudaStream_t stream, MlaDecodeKernel kernel = MlaDecodeKernel::kAuto);
 
 // out[b][h·128 + e] = (W_UV[h] o_lat[b][h])[e] · sigmoid(gate[b][h·128 + e]) (gate.data == nullptr:
 // no gate). o_lat: f32 [B, H·512]; w_uv: bf16 [H·128, 512] (the kv_b rows of v); gate: f32/bf16

@@ -7,7 +7,9 @@
 // fp32; P rounded to bf16 and the sums taken over the rounded values). Grid: (head blocks, splits,
 // batch): each split covers a range of whole tiles and leaves its normalised partial O and its
 // log2-sum-exp; a combine kernel merges the splits (split-K over the sequence, as FlashDecoding).
-// Arithmetic intensity with H = 96 heads: 96·(576+512)·2 FLOP per 1152-byte row ≈ 181 FLOP/B.
+// Arithmetic intensity with H = 96 heads: 96·(576+512)·2 FLOP per 1152-byte row ≈ 181 FLOP/B, where
+// the tensor cores bound the step: the wgmma kernel (mla_decode_wgmma.cu) takes such head counts, and
+// mla_decode_kernel_for below is the one place that chooses between the two.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -15,7 +17,9 @@
 #include "backend/cuda/core/bulk_copy.cuh"
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/attention/mla/mla.h"
+#include "backend/cuda/attention/mla/mla_decode.cuh"
 #include "backend/cuda/attention/mla/mla_util.cuh"
+#include "backend/cuda/core/tensor_map.h"
 
 namespace k3::cuda {
 namespace {
@@ -38,18 +42,6 @@ struct Smem {
   uint64_t bar[2];  // bulk-copy barriers of the two tile buffers
 };
 
-struct DecodeArgs {
-  const bf16* q; int64_t ldq;
-  const bf16* cache;
-  int page_size;
-  const int32_t* block_table; int64_t bt_ld;
-  const int32_t* seqlens;
-  int heads, splits;
-  float scale_log2;
-  float* out; int64_t ldo;  // final o_lat when splits == 1
-  float* part;              // [B][splits][H][512]
-  float* lse;               // [B][splits][H]
-};
 
 template <int MT>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(DecodeArgs a) {
@@ -264,13 +256,30 @@ void launch(const DecodeArgs& a, int batch, cudaStream_t stream) {
 
 int head_rows(int heads) { return heads <= 16 ? 16 : 32; }
 
+// From this many heads the wgmma kernel is faster (docs/performance.md, MLA decode).
+constexpr int kMlaWgmmaMinHeads = 32;
+
+// CTAs per sequence and split: head blocks of the mma.sync kernel, head groups of the wgmma kernel.
+int blocks_per_sequence(int heads, MlaDecodeKernel kernel) {
+  if (kernel == MlaDecodeKernel::kWgmma) return wgmma_head_groups(heads);
+  return (heads + head_rows(heads) - 1) / head_rows(heads);
+}
+
+MlaDecodeKernel resolve(MlaDecodeKernel kernel, int heads) {
+  return kernel == MlaDecodeKernel::kAuto ? mla_decode_kernel_for(heads) : kernel;
+}
+
 }  // namespace
 
-int mla_decode_splits(int batch, int heads, int max_seqlen, int multiprocessors) {
+MlaDecodeKernel mla_decode_kernel_for(int heads) {
+  return heads >= kMlaWgmmaMinHeads ? MlaDecodeKernel::kWgmma : MlaDecodeKernel::kMma;
+}
+
+int mla_decode_splits(int batch, int heads, int max_seqlen, int multiprocessors, MlaDecodeKernel kernel) {
   const int tiles = std::max(1, (max_seqlen + BN - 1) / BN);
-  const int blocks = batch * ((heads + head_rows(heads) - 1) / head_rows(heads));
-  // One CTA per multiprocessor (the tiles take ~150 KB of shared memory): minimise the critical path
-  // waves · (tiles per split + 1), the +1 standing for a split's fixed cost (Q load, combine share).
+  const int blocks = batch * blocks_per_sequence(heads, resolve(kernel, heads));
+  // One CTA per multiprocessor (both kernels take ~150-220 KB of shared memory): minimise the critical
+  // path waves · (tiles per split + 1), the +1 standing for a split's fixed cost (Q load, combine share).
   int best = 1;
   double best_cost = 1e30;
   for (int s = 1; s <= std::min(tiles, 256); ++s) {
@@ -290,7 +299,7 @@ size_t mla_decode_workspace_bytes(int batch, int heads, int splits) {
 
 void mla_decode_attention(const DeviceTensor& q_abs, const MlaPagedCache& cache, const int32_t* seqlens, int batch,
                           int max_seqlen, float scale, int splits, void* workspace, const DeviceTensor& o_lat,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, MlaDecodeKernel kernel) {
   const int64_t H = q_abs.cols / kMlaRow;
   if (q_abs.cols % kMlaRow != 0 || H == 0) throw Error("mla_decode_attention: q_abs must be [B, H·576], got " + q_abs.describe());
   expect_dtype(q_abs, DType::kBF16, "mla_decode_attention q_abs");
@@ -308,15 +317,21 @@ void mla_decode_attention(const DeviceTensor& q_abs, const MlaPagedCache& cache,
   int dev = 0, sms = 132;
   K3_CUDA_CHECK(cudaGetDevice(&dev));
   K3_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  if (splits <= 0) splits = mla_decode_splits(batch, static_cast<int>(H), max_seqlen, sms);
+  kernel = resolve(kernel, static_cast<int>(H));
+  if (splits <= 0) splits = mla_decode_splits(batch, static_cast<int>(H), max_seqlen, sms, kernel);
   if (splits > 1 && workspace == nullptr) throw Error("mla_decode_attention: split-K needs a workspace");
   float* part = static_cast<float*>(workspace);
   float* lse = part != nullptr ? part + static_cast<size_t>(batch) * splits * H * kMlaRank : nullptr;
   const DecodeArgs a{q_abs.as<const bf16>(), q_abs.ld, static_cast<const bf16*>(cache.rows), cache.page_size,
                      cache.block_table, cache.block_table_ld, seqlens, static_cast<int>(H), splits,
                      scale * 1.4426950408889634f, o_lat.as<float>(), o_lat.ld, part, lse};
-  const bool small = head_rows(static_cast<int>(H)) == 16;
-  small ? launch<1>(a, batch, stream) : launch<2>(a, batch, stream);
+  if (kernel == MlaDecodeKernel::kWgmma) {
+    if (cache.num_rows <= 0) throw Error("mla_decode_attention: the wgmma kernel needs the cache's row count");
+    const DeviceTensor rows(const_cast<void*>(cache.rows), DType::kBF16, cache.num_rows, kMlaRow);
+    launch_mla_decode_wgmma(a, tensor_map_bf16_sw128(rows, BN, 64, "mla_decode_attention cache"), batch, stream);
+  } else {
+    head_rows(static_cast<int>(H)) == 16 ? launch<1>(a, batch, stream) : launch<2>(a, batch, stream);
+  }
   if (splits > 1) {
     mla_combine_kernel<<<dim3(static_cast<unsigned>(H), static_cast<unsigned>(batch)), kMlaRank / 4, 0, stream>>>(
         part, lse, static_cast<int>(H), splits, o_lat.as<float>(), o_lat.ld);

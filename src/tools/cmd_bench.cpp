@@ -70,6 +70,7 @@ struct BenchArgs {
   int64_t layers = 0;        // 0: all of the config's
   int64_t experts_on_cpu = 0;  // hybrid CPU/GPU experts (0: all on the GPU)
   std::string routing = "uniform";  // the synthetic router's skew (model/routing_skew.h)
+  std::string mla_decode = "auto";  // the MLA decode kernel: auto, mma or wgmma
 };
 
 [[noreturn]] void bad_flag(const char* flag, const std::string& why) { throw Error(Where{"", "", flag}, why); }
@@ -369,6 +370,9 @@ Measured measure_executor(const BenchArgs& a, const K3Config& config, const std:
   options.graphs = !a.no_graphs;
   options.expert_cache_bytes = a.expert_cache.empty() ? 0 : parse_expert_cache(a.expert_cache);
   options.experts_on_cpu = experts_on_cpu;
+  options.mla_decode = a.mla_decode == "mma"     ? cuda::MlaDecodeKernel::kMma
+                       : a.mla_decode == "wgmma" ? cuda::MlaDecodeKernel::kWgmma
+                                                 : cuda::MlaDecodeKernel::kAuto;
   // Streaming and CPU experts read the picks on the host.
   if (options.expert_cache_bytes > 0 || a.experts_on_cpu > 0) options.graphs = false;
   const std::unique_ptr<Executor> executor =
@@ -549,6 +553,10 @@ Registered add_bench(CLI::App& app) {
   cmd->add_option("--routing", args->routing,
                   "the synthetic router's picks: uniform, or zipf:S (expert shares ∝ rank^−S per MoE layer, S in (0, 4])")
       ->check(parsed_by([](const std::string& t) { parse_routing_skew(t); }))
+      ->capture_default_str();
+  cmd->add_option("--mla-decode-kernel", args->mla_decode,
+                  "MLA decode attention kernel: auto (by heads), mma (heads as M) or wgmma (cache rows as M), to compare them")
+      ->check(CLI::IsMember({"auto", "mma", "wgmma"}))
       ->capture_default_str();
   return {cmd, [args] { return run_bench(*args); }};
 }

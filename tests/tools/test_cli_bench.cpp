@@ -95,6 +95,12 @@ TEST(CliBench, ExpertsOnCpuLeaveTheGpuAnExpertAndExcludeStreaming) {
   expect_flag_error(run_k3(kBench + "--experts-on-cpu 8 --expert-cache 4G"), "--experts-on-cpu");
 }
 
+TEST(CliBench, MlaDecodeKernelIsAutoMmaOrWgmma) {
+  for (const char* bad : {"", "flash", "WGMMA"}) {
+    expect_usage_error(run_k3(kBench + "--mla-decode-kernel '" + bad + "'"), "--mla-decode-kernel");
+  }
+}
+
 TEST(CliBench, RoutingIsUniformOrZipf) {
   for (const char* bad : {"zipf", "zipf:0", "zipf:9", "skewed"}) expect_usage_error(run_k3(kBench + "--routing " + bad), "--routing");
   // Kimi-Linear small has two expert groups: a skew is fitted for one.

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -238,6 +240,8 @@ TEST(CudaModel, PeerFixtureMatchesTheTransformersLogits) {
   K3_REQUIRE_GPU();
   const std::string dir = std::string(K3_SHARED_DIR) + "/fixtures/kimi-linear-peer/";
   std::ifstream in(dir + "expected.json");
+  ASSERT_TRUE(in.is_open()) << dir << "expected.json: " << std::strerror(errno)
+                            << (std::filesystem::exists(dir + "expected.json") ? " (the file exists)" : " (no such file)");
   const auto expected = nlohmann::json::parse(in);
   const std::vector<int64_t> ids = expected["prompt_ids"].get<std::vector<int64_t>>();
   Engine gpu(dir + "ckpt", cuda_options());

@@ -578,6 +578,7 @@ class CudaExecutor final : public Executor {
     ctx.expert_ranks = share_.expert_ranks.get();
     ctx.tensor_ranks = share_.tensor_ranks.get();
     ctx.timeline = profiling_ ? &timeline_ : nullptr;
+    ctx.mla_decode = options_.mla_decode;
     CudaOps ops(ctx);
     Act x, normed;
     x.t = arena_.alloc_tensor(DType::kF32, meta.rows, config_.hidden_size, "embedded rows");

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/cuda/attention/mla/mla.h"
 #include "backend/cuda/executor/op_classes.h"
 #include "backend/executor.h"
 #include "parallel/communicator.h"
@@ -51,6 +52,7 @@ struct CudaOptions {
   // of the generated bf16 banks.
   int64_t experts_on_cpu = 0;
   const RoutingHistogram* cpu_expert_histogram = nullptr;
+  MlaDecodeKernel mla_decode = MlaDecodeKernel::kAuto;  // MLA decode attention's kernel (kAuto: by heads)
 };
 
 // Checks the options (one-line errors naming the flag) and binds the plan for `options.device`.

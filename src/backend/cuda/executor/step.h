@@ -9,6 +9,7 @@
 #include "backend/cuda/core/arena.h"
 #include "backend/cuda/gemm/gemm.h"
 #include "backend/cuda/attention/kda/kda.h"
+#include "backend/cuda/attention/mla/mla.h"
 #include "backend/cuda/executor/device_weights.h"
 #include "backend/cuda/executor/op_timeline.h"
 #include "backend/cuda/core/tensor.h"
@@ -60,6 +61,7 @@ struct StepContext {
   int multiprocessors = 0;
   int page_size = 64;
   StepMeta meta;
+  MlaDecodeKernel mla_decode = MlaDecodeKernel::kAuto;
   ExpertStream* experts = nullptr;  // expert streaming (--expert-cache): the routed experts' slot banks
   // The routed experts this GPU holds when it holds only some (hybrid CPU/GPU experts, expert
   // parallelism); the CPU's share of them; the expert-parallel ranks the routed sum is summed over.

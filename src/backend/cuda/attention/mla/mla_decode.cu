@@ -256,8 +256,9 @@ void launch(const DecodeArgs& a, int batch, cudaStream_t stream) {
 
 int head_rows(int heads) { return heads <= 16 ? 16 : 32; }
 
-// From this many heads the wgmma kernel is faster (docs/performance.md, MLA decode).
-constexpr int kMlaWgmmaMinHeads = 32;
+// From this many heads the wgmma kernel is at least as fast as the mma.sync one at every measured
+// batch and context (docs/performance.md, MLA decode); below it, its 32-head tile would be mostly padding.
+constexpr int kMlaWgmmaMinHeads = 16;
 
 // CTAs per sequence and split: head blocks of the mma.sync kernel, head groups of the wgmma kernel.
 int blocks_per_sequence(int heads, MlaDecodeKernel kernel) {

@@ -9,9 +9,11 @@
 // columns, 128-byte swizzle) straight into the layout both products read, double-buffered, with no
 // gather. Two warpgroups: each takes half of Sᵀ's 576-long reduction (warpgroup 1 hands its partial
 // over through shared memory) and half of Oᵀ's 512 rows (256 rows × HC fp32 accumulators in
-// registers). Warpgroup 0 runs the online softmax on Sᵀ in registers: per head (a column) the max and
-// the sum over the tile's 64 tokens (rows: 16 per warp, then across the 4 warps through shared
-// memory), P rounded to bf16 and the sums taken over the rounded values as in the mma.sync kernel.
+// registers). Warpgroup 0 runs the online softmax on Sᵀ in registers. A head is a column spread over
+// all 128 threads, so its max over the tile takes shuffles and a pass through shared memory; the
+// kernel takes it only when some score passes the head's running max by kRescaleLog2 (one barrier
+// with an OR decides), and each thread sums its own P values, reduced over the threads once at the
+// end. P is rounded to bf16 and the sums taken over the rounded values as in the mma.sync kernel.
 // Splits over the sequence and their log2-sum-exp are those of mla_decode.cu (same combine).
 #include <cuda_runtime.h>
 
@@ -34,6 +36,10 @@ constexpr int kTileBytes = kBlocks * kBlockBytes;  // 72 KB
 constexpr int kThreads = 256;                      // two warpgroups
 constexpr int kHalfSteps = kMlaRow / 16 / 2;       // 18 of Sᵀ's 36 k16 steps per warpgroup
 constexpr int kOTiles = kMlaRank / 64 / 2;         // 4 of Oᵀ's 8 row tiles per warpgroup
+// The softmax keeps a head's running max m until a score exceeds it by this much (log2 units): P =
+// 2^(s − m) then stays ≤ 256, and the exact tile max with its rescale of O and l is taken only on the
+// first tile and when the max grows that far (rarely after the first tiles).
+constexpr float kRescaleLog2 = 8.0f;
 
 template <int HC>
 struct Smem {
@@ -41,13 +47,25 @@ struct Smem {
   unsigned char q[kBlocks][HC * 128];   // Q_abs, per column block HC rows of 128 bytes, swizzled
   unsigned char p[HC * 128];            // Pᵀ: HC head rows × 64 tokens, swizzled
   float s_part[HC / 2][128];            // warpgroup 1's Sᵀ partial, by accumulator register and thread
-  float red_max[4][HC], red_sum[4][HC]; // per-warp column max / sum
-  float alpha[HC];                      // this tile's rescale of O per head
+  float red_max[4][HC];                 // per-warp column max (the epilogue: per-warp row sums)
+  float alpha[HC];                      // this tile's rescale of O per head, when `rescaled`
   float m[HC], l[HC];                   // the final running max and sum (epilogue)
+  int rescaled;
   uint64_t bar[2];
 };
 
 __device__ __forceinline__ void bar_sync_wg0() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
+
+// Whether any thread of warpgroup 0 passes true (a barrier of its 128 threads with an OR).
+__device__ __forceinline__ bool any_in_warpgroup0(bool v) {
+  uint32_t r;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, 1, 128, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(r)
+      : "r"(static_cast<uint32_t>(v))
+      : "memory");
+  return r != 0;
+}
 
 template <int HC>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -84,6 +102,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     bulk::init(&sm.bar[0]);
     bulk::init(&sm.bar[1]);
     bulk::fence_init();
+    sm.rescaled = 0;
   }
   __syncthreads();
   const int32_t* bt = a.block_table + static_cast<int64_t>(b) * a.bt_ld;
@@ -103,8 +122,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < HC / 2; ++i) o[mt][i] = 0.0f;
   }
-  // Warpgroup 0's softmax state for the heads 8j + 2t + e its thread holds (the same in every lane of
-  // a column).
+  // Warpgroup 0's softmax state for the heads 8j + 2t + e its thread holds: the running max (the same
+  // in every thread) and the sum of this thread's own P values (summed over the threads at the end).
   float m_run[NJ][2], l_run[NJ][2];
 #pragma unroll
   for (int j = 0; j < NJ; ++j) m_run[j][0] = m_run[j][1] = -INFINITY, l_run[j][0] = l_run[j][1] = 0.0f;
@@ -150,6 +169,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (wg == 0) {
       // Accumulator register 4j + 2h + e holds Sᵀ[row 16·warp + g + 8h][head 8j + 2t + e].
       const int r0 = 16 * warp + g;
+      bool grows = false;  // a score above its head's running max by more than kRescaleLog2
 #pragma unroll
       for (int j = 0; j < NJ; ++j) {
 #pragma unroll
@@ -158,58 +178,65 @@ __global__ void __launch_bounds__(kThreads, 1)
           float& x1 = s[4 * j + 2 + e];
           x0 = r0 < valid ? (x0 + sm.s_part[4 * j + e][wtid]) * a.scale_log2 : -INFINITY;
           x1 = r0 + 8 < valid ? (x1 + sm.s_part[4 * j + 2 + e][wtid]) * a.scale_log2 : -INFINITY;
-          float mx = fmaxf(x0, x1);
-          mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 4));
-          mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 8));
-          mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 16));
-          if (g == 0) sm.red_max[warp][8 * j + 2 * t + e] = mx;
+          grows |= fmaxf(x0, x1) > m_run[j][e] + kRescaleLog2;
         }
       }
-      bar_sync_wg0();
+      const bool rescale = any_in_warpgroup0(grows);
+      if (rescale) {  // the exact tile max of every head: the first tile, and when a head's max grows
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float mx = fmaxf(s[4 * j + e], s[4 * j + 2 + e]);
+            mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 4));
+            mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 8));
+            mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 16));
+            if (g == 0) sm.red_max[warp][8 * j + 2 * t + e] = mx;
+          }
+        }
+        bar_sync_wg0();
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int h = 8 * j + 2 * t + e;
+            const float tile_max = fmaxf(fmaxf(sm.red_max[0][h], sm.red_max[1][h]), fmaxf(sm.red_max[2][h], sm.red_max[3][h]));
+            const float m_new = fmaxf(m_run[j][e], tile_max);  // finite: every tile of a split holds a valid row
+            const float al = exp2f(m_run[j][e] - m_new);
+            m_run[j][e] = m_new;
+            l_run[j][e] *= al;
+            if (warp == 0 && g == 0) sm.alpha[h] = al;
+          }
+        }
+      }
+      if (wtid == 0) sm.rescaled = rescale;
 #pragma unroll
       for (int j = 0; j < NJ; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int h = 8 * j + 2 * t + e;
-          const float tile_max = fmaxf(fmaxf(sm.red_max[0][h], sm.red_max[1][h]), fmaxf(sm.red_max[2][h], sm.red_max[3][h]));
-          const float m_new = fmaxf(m_run[j][e], tile_max);  // finite: every tile of a split holds a valid row
-          const float p0 = bf16_round(exp2f(s[4 * j + e] - m_new));
-          const float p1 = bf16_round(exp2f(s[4 * j + 2 + e] - m_new));
-          float sum = p0 + p1;
-          sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 4);
-          sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 8);
-          sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 16);
-          if (g == 0) sm.red_sum[warp][h] = sum;
-          const float al = exp2f(m_run[j][e] - m_new);
-          m_run[j][e] = m_new;
-          l_run[j][e] *= al;
-          if (warp == 0 && g == 0) sm.alpha[h] = al;
+          const float p0 = bf16_round(exp2f(s[4 * j + e] - m_run[j][e]));
+          const float p1 = bf16_round(exp2f(s[4 * j + 2 + e] - m_run[j][e]));
+          l_run[j][e] += p0 + p1;
           // Pᵀ[h][token]: head row h, token column r0 (and r0 + 8) of the swizzled 64-token row.
           bf16* prow = reinterpret_cast<bf16*>(sm.p + h * 128);
-          prow[((((r0 >> 3) ^ (h & 7)) << 3)) + (r0 & 7)] = __float2bfloat16_rn(p0);
-          prow[(((((r0 + 8) >> 3) ^ (h & 7)) << 3)) + (r0 & 7)] = __float2bfloat16_rn(p1);
+          prow[(((r0 >> 3) ^ (h & 7)) << 3) + (r0 & 7)] = __float2bfloat16_rn(p0);
+          prow[((((r0 + 8) >> 3) ^ (h & 7)) << 3) + (r0 & 7)] = __float2bfloat16_rn(p1);
         }
       }
       bulk::fence_proxy_async();
-      bar_sync_wg0();
-#pragma unroll
-      for (int j = 0; j < NJ; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int h = 8 * j + 2 * t + e;
-          l_run[j][e] += (sm.red_sum[0][h] + sm.red_sum[1][h]) + (sm.red_sum[2][h] + sm.red_sum[3][h]);
-        }
-      }
     }
     __syncthreads();
 
     // Oᵀ = Oᵀ · diag(alpha) + tile[:, this warpgroup's 256 of the 512]ᵀ · Pᵀ.
+    if (sm.rescaled) {
 #pragma unroll
-    for (int j = 0; j < NJ; ++j) {
-      const float al0 = sm.alpha[8 * j + 2 * t], al1 = sm.alpha[8 * j + 2 * t + 1];
+      for (int j = 0; j < NJ; ++j) {
+        const float al0 = sm.alpha[8 * j + 2 * t], al1 = sm.alpha[8 * j + 2 * t + 1];
 #pragma unroll
-      for (int mt = 0; mt < kOTiles; ++mt) {
-        o[mt][4 * j] *= al0, o[mt][4 * j + 1] *= al1, o[mt][4 * j + 2] *= al0, o[mt][4 * j + 3] *= al1;
+        for (int mt = 0; mt < kOTiles; ++mt) {
+          o[mt][4 * j] *= al0, o[mt][4 * j + 1] *= al1, o[mt][4 * j + 2] *= al0, o[mt][4 * j + 3] *= al1;
+        }
       }
     }
 #pragma unroll
@@ -237,14 +264,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // the tile buffer and Pᵀ are free again
   }
 
-  // Epilogue: Oᵀ / l to the output (one split) or the split's partial, with its log2-sum-exp.
-  if (wg == 0 && warp == 0 && g == 0) {
+  // Epilogue: the row sums of warpgroup 0's threads summed per head, then Oᵀ / l to the output (one
+  // split) or the split's partial, with its log2-sum-exp.
+  if (wg == 0) {
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) sm.m[8 * j + 2 * t + e] = m_run[j][e], sm.l[8 * j + 2 * t + e] = l_run[j][e];
+      for (int e = 0; e < 2; ++e) {
+        float l = l_run[j][e];
+        l += __shfl_xor_sync(0xFFFFFFFFu, l, 4);
+        l += __shfl_xor_sync(0xFFFFFFFFu, l, 8);
+        l += __shfl_xor_sync(0xFFFFFFFFu, l, 16);
+        if (g == 0) sm.red_max[warp][8 * j + 2 * t + e] = l;
+        if (warp == 0 && g == 0) sm.m[8 * j + 2 * t + e] = m_run[j][e];
+      }
     }
   }
+  __syncthreads();
+  if (tid < HC) sm.l[tid] = (sm.red_max[0][tid] + sm.red_max[1][tid]) + (sm.red_max[2][tid] + sm.red_max[3][tid]);
   __syncthreads();
   float* dst = a.splits == 1 ? a.out + static_cast<int64_t>(b) * a.ldo
                              : a.part + (static_cast<int64_t>(b) * a.splits + sp) * a.heads * kMlaRank;

@@ -8,9 +8,10 @@
 //             the cache → mla_prefill_attention (causal, flash-style, output gate fused)
 //   decode:   mla_absorb_q (q_lat = W_UKᵀ q_nope, | q_pe) → mla_decode_attention over the paged
 //             latent cache (split over the sequence + combine) → mla_unabsorb_o (W_UV, output gate)
-// bf16 operands on tensor cores (mma.sync m16n8k16, fragments through ldmatrix(.trans)), fp32
-// accumulation and softmax. The prefill brings its tiles in with cp.async, the decode its 64-row
-// cache tiles with Hopper bulk copies (cp.async.bulk); docs/decisions/mla-operand-loads.md.
+// bf16 operands on tensor cores, fp32 accumulation and softmax. The prefill: mma.sync m16n8k16,
+// fragments through ldmatrix(.trans), tiles by cp.async (docs/decisions/mla-operand-loads.md). The
+// decode: wgmma from 16 heads, its 64-row cache tiles by tensor-map bulk copies, else mma.sync with
+// tiles by plain bulk copies (docs/decisions/mla-decode-wgmma.md).
 // Host-only header.
 #pragma once
 

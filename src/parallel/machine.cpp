@@ -15,14 +15,14 @@ std::vector<DeviceKind> make_kinds() {
   // (64 GB/s per direction).
   const double nvlink = 0.8 * 450e9;  // assumption: ~ the bus bandwidth nccl-tests all_reduce reports on 8 SXM GPUs
   const double pcie = 53.9e9;         // k3's expert streaming host→device on the H200 (docs/performance.md)
-  const double read_fraction = 3.83 / 4.8;  // k3's H200 read ceiling over its datasheet rate (docs/performance.md)
   return {
       // 139.8 GiB: the H200's total as k3 reads it (docs/performance.md, machine h200); 3.83 TB/s and
       // 797 TFLOP/s: k3's measured read ceiling and cuBLASLt bf16 8192³ on it.
       {"H200", 143155 * kMiB, 4.8e12, 3.83e12, 797e12, nvlink, pcie},
-      // 81,559 MiB: what nvidia-smi reports for an H100 SXM 80 GB; HBM read scaled by the H200's
-      // measured fraction of its datasheet; the same GH100 tensor cores as the H200.
-      {"H100", 81559 * kMiB, 3.35e12, 3.35e12 * read_fraction, 797e12, nvlink, pcie},
+      // 81,559 MiB: what nvidia-smi reports for an H100 SXM 80 GB; 3.08 TB/s: k3's fastest streaming
+      // read measured on it (the MLA decode reading 2.42 GB of cache rows, docs/performance.md, machine
+      // h100); the same GH100 tensor cores as the H200.
+      {"H100", 81559 * kMiB, 3.35e12, 3.08e12, 797e12, nvlink, pcie},
   };
 }
 

@@ -42,7 +42,6 @@ struct Smem {
   uint64_t bar[2];  // bulk-copy barriers of the two tile buffers
 };
 
-
 template <int MT>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(DecodeArgs a) {
   constexpr int R = 16 * MT;           // head rows

@@ -243,18 +243,34 @@ void bench_kda_decode(Arena& arena, Stream& stream) {
 }
 
 // ---- MLA decode ------------------------------------------------------------------------------
+// The context lengths of a case: all `ctx`, or ragged — one sequence of `ctx` and the rest of ctx/32
+// (a long request among short ones), or ctx, ctx/2, …, ctx/32 repeated.
+enum class Lengths { kUniform, kOneLong, kHalving };
+
+std::vector<int32_t> case_lengths(Lengths kind, int B, int ctx) {
+  std::vector<int32_t> lens(static_cast<size_t>(B), ctx);
+  for (int b = 0; b < B; ++b) {
+    if (kind == Lengths::kOneLong && b > 0) lens[static_cast<size_t>(b)] = ctx / 32;
+    if (kind == Lengths::kHalving) lens[static_cast<size_t>(b)] = ctx >> (b % 6);
+  }
+  return lens;
+}
+
 void bench_mla_decode(Arena& arena, Stream& stream, int sms) {
-  std::printf("\n== MLA absorbed decode attention over the paged bf16 latent cache (576/512, page 64), split-K + combine ==\n");
+  std::printf("\n== MLA absorbed decode attention over the paged bf16 latent cache (576/512, page 64), ranges + combine ==\n");
   if (!g_bulk) {
     std::printf("   skipped (--no-bulk: the decode kernel loads its tiles with bulk copies)\n");
     return;
   }
-  std::printf("   bytes = cache rows read (B·ctx·1152); FLOP = B·ctx·H·(576+512)·2; H = 96 is K3 on one GPU;\n"
-              "   both kernels (mma.sync: heads as M; wgmma: 64 cache rows as M, 32/48 heads as N) in interleaved rounds\n");
-  std::printf("%4s %5s %6s | %-6s %6s | %8s | %8s | %7s %6s %6s %6s | %9s %9s\n", "H", "B", "ctx", "kernel", "splits", "MB",
-              "us", "GB/s", "%3.83", "%copy", "TF/s", "absorb us", "unabs us");
+  std::printf("   bytes = cache rows read (Σ ctx · 1152); FLOP = Σ ctx · H · (576+512) · 2; H = 96 is K3 on one GPU;\n"
+              "   lengths: uniform, 1long (one at ctx, the rest ctx/32), halving (ctx, ctx/2 … ctx/32); variants in\n"
+              "   interleaved rounds: mma.sync and wgmma with per-sequence ranges (splits), wgmma with balanced\n"
+              "   ranges, wgmma adaptive (per call, the faster of the two by the cost model: ranges balanced/splits)\n");
+  std::printf("%4s %5s %6s %-8s | %-12s %6s | %8s | %8s | %7s %6s %6s %6s | %9s %9s\n", "H", "B", "ctx", "lengths",
+              "variant", "ranges", "MB", "us", "GB/s", "%3.83", "%copy", "TF/s", "absorb us", "unabs us");
   struct Case {
     int H, B, ctx;
+    Lengths lengths = Lengths::kUniform;
   };
   std::vector<Case> cases;
   for (int H : {96, 16}) {
@@ -263,14 +279,29 @@ void bench_mla_decode(Arena& arena, Stream& stream, int sms) {
     }
   }
   for (int H : {24, 32, 48, 64}) cases.push_back({H, 64, 32768});
-  if (g_quick) cases = {{96, 1, 4096}, {96, 64, 32768}, {16, 64, 32768}};
+  for (int H : {96, 16}) {
+    cases.push_back({H, 64, 32768, Lengths::kOneLong});
+    cases.push_back({H, 64, 32768, Lengths::kHalving});
+  }
+  if (g_quick) cases = {{96, 1, 4096}, {96, 64, 32768}, {16, 64, 32768}, {96, 64, 32768, Lengths::kOneLong}};
   if (g_profile) cases = {{96, 64, 32768}, {16, 64, 32768}};
-  const MlaDecodeKernel kernels[2] = {MlaDecodeKernel::kMma, MlaDecodeKernel::kWgmma};
+  struct Variant {
+    const char* name;
+    MlaDecodeKernel kernel;
+    MlaDecodeSchedule schedule;
+  };
+  const Variant variants[] = {{"mma", MlaDecodeKernel::kMma, MlaDecodeSchedule::kPerSequence},
+                              {"wgmma perseq", MlaDecodeKernel::kWgmma, MlaDecodeSchedule::kPerSequence},
+                              {"wgmma bal", MlaDecodeKernel::kWgmma, MlaDecodeSchedule::kBalanced},
+                              {"wgmma adapt", MlaDecodeKernel::kWgmma, MlaDecodeSchedule::kAdaptive}};
+  constexpr int kVariants = 4;
   for (const Case& c : cases) {
     const size_t mark = arena.mark();
     const int page = 64;
     const int pages_per_seq = c.ctx / page;
-    const size_t cache_bytes = static_cast<size_t>(c.B) * c.ctx * kMlaRow * 2;
+    const std::vector<int32_t> host_lens = case_lengths(c.lengths, c.B, c.ctx);
+    const double tokens = std::accumulate(host_lens.begin(), host_lens.end(), 0.0);
+    const size_t cache_bytes = static_cast<size_t>(c.B) * c.ctx * kMlaRow * 2;  // allocated: every sequence at ctx
     const int copies = static_cast<int>(std::max<size_t>(1, (kRotateBytes + cache_bytes - 1) / cache_bytes));
     const int64_t pages = static_cast<int64_t>(c.B) * pages_per_seq * copies;
     const DeviceTensor cache = arena.alloc_tensor(DType::kBF16, pages * page, kMlaRow, "cache");
@@ -283,7 +314,7 @@ void bench_mla_decode(Arena& arena, Stream& stream, int sms) {
       std::shuffle(t.begin(), t.end(), gen);
       tables.push_back(upload_i32(arena, t, "block table"));
     }
-    const DeviceTensor lens = upload_i32(arena, std::vector<int32_t>(static_cast<size_t>(c.B), c.ctx), "lens");
+    const DeviceTensor lens = upload_i32(arena, host_lens, "lens");
     const DeviceTensor q = arena.alloc_tensor(DType::kBF16, c.B, c.H * kMlaQk, "q");
     const DeviceTensor q_abs = arena.alloc_tensor(DType::kBF16, c.B, c.H * kMlaRow, "q_abs");
     const DeviceTensor w_uk = arena.alloc_tensor(DType::kBF16, c.H * kMlaNope, kMlaRank, "w_uk");
@@ -292,21 +323,20 @@ void bench_mla_decode(Arena& arena, Stream& stream, int sms) {
     const DeviceTensor o_lat = arena.alloc_tensor(DType::kF32, c.B, c.H * kMlaRank, "o_lat");
     const DeviceTensor out = arena.alloc_tensor(DType::kBF16, c.B, c.H * kMlaV, "out");
     fill(q, 22), fill(q_abs, 23, 0.0f, 0.3f), fill(w_uk, 24, 0.0f, 0.05f), fill(w_uv, 25, 0.0f, 0.05f), fill(gate, 26);
-    int splits[2];
-    void* ws[2];
+    MlaDecodePlan plans[kVariants];
+    void* ws[kVariants];
     std::vector<std::pair<const char*, std::function<void(int)>>> fns;
-    for (int k = 0; k < 2; ++k) {
-      splits[k] = mla_decode_splits(c.B, c.H, c.ctx, sms, kernels[k]);
-      ws[k] = splits[k] > 1 ? arena.alloc(mla_decode_workspace_bytes(c.B, c.H, splits[k]), "ws") : nullptr;
-      fns.emplace_back(k == 0 ? "mma" : "wgmma", [&, k](int i) {
+    for (int k = 0; k < kVariants; ++k) {
+      plans[k] = mla_decode_plan(c.B, c.H, c.ctx, sms, variants[k].kernel, variants[k].schedule);
+      ws[k] = arena.alloc(mla_decode_workspace_bytes(plans[k], c.B, c.H), "ws");
+      fns.emplace_back(variants[k].name, [&, k](int i) {
         MlaPagedCache pc;
         pc.rows = cache.data, pc.num_rows = cache.rows, pc.page_size = page;
         pc.block_table = tables[static_cast<size_t>(i % copies)].as<int32_t>(), pc.block_table_ld = pages_per_seq;
-        mla_decode_attention(q_abs, pc, lens.as<int32_t>(), c.B, c.ctx, 1.0f / std::sqrt(192.0f), splits[k], ws[k], o_lat,
-                             stream, kernels[k]);
+        mla_decode_attention(q_abs, pc, lens.as<int32_t>(), c.B, 1.0f / std::sqrt(192.0f), plans[k], ws[k], o_lat, stream);
       });
     }
-    std::vector<double> ms(2, 1.0);
+    std::vector<double> ms(kVariants, 1.0);
     if (g_profile) {
       for (auto& f : fns) f.second(0);
       K3_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -315,13 +345,20 @@ void bench_mla_decode(Arena& arena, Stream& stream, int sms) {
     }
     const double absorb = time_ms(stream, [&](int) { mla_absorb_q(q, w_uk, q_abs, stream); });
     const double unabs = time_ms(stream, [&](int) { mla_unabsorb_o(o_lat, w_uv, gate, out, stream); });
-    const double bytes = static_cast<double>(cache_bytes);
-    const double flop = 2.0 * c.B * static_cast<double>(c.ctx) * c.H * (kMlaRow + kMlaRank);
-    for (int k = 0; k < 2; ++k) {
+    const double bytes = tokens * kMlaRow * 2;
+    const double flop = 2.0 * tokens * c.H * (kMlaRow + kMlaRank);
+    const char* kind = c.lengths == Lengths::kUniform ? "uniform" : c.lengths == Lengths::kOneLong ? "1long" : "halving";
+    for (int k = 0; k < kVariants; ++k) {
       const double gbs = bytes / (ms[k] * 1e-3) / 1e9;
-      std::printf("%4d %5d %6d | %-6s %6d | %8.1f | %8.1f | %7.0f %5.0f%% %5.0f%% %6.1f | %9.1f %9.1f\n", c.H, c.B, c.ctx,
-                  fns[k].first, splits[k], bytes / 1e6, ms[k] * 1e3, gbs, 100.0 * gbs / (kReadCeilingTBs * 1e3),
-                  100.0 * gbs / (g_copy_tbs * 1e3), flop / (ms[k] * 1e-3) / 1e12, absorb * 1e3, unabs * 1e3);
+      const MlaDecodePlan& p = plans[k];
+      const std::string ranges = p.schedule == MlaDecodeSchedule::kBalanced       ? std::to_string(p.balanced_ranges)
+                                 : p.schedule == MlaDecodeSchedule::kPerSequence ? std::to_string(p.splits)
+                                                                                 : std::to_string(p.balanced_ranges) + "/" +
+                                                                                       std::to_string(p.splits);
+      std::printf("%4d %5d %6d %-8s | %-12s %6s | %8.1f | %8.1f | %7.0f %5.0f%% %5.0f%% %6.1f | %9.1f %9.1f\n", c.H, c.B,
+                  c.ctx, kind, fns[k].first, ranges.c_str(), bytes / 1e6, ms[k] * 1e3, gbs,
+                  100.0 * gbs / (kReadCeilingTBs * 1e3), 100.0 * gbs / (g_copy_tbs * 1e3), flop / (ms[k] * 1e-3) / 1e12,
+                  absorb * 1e3, unabs * 1e3);
     }
     std::fflush(stdout);
     K3_CUDA_CHECK(cudaDeviceSynchronize());

@@ -165,8 +165,8 @@ std::vector<float> gpu_prefill(const MlaLayer& L, const Tensor& x, const std::ve
 
 // Absorbed-form GPU decode of one new token per sequence (x: one row each), the sequences' caches
 // (new token included) laid out in shuffled 64-row pages; rows past each length are NaN.
-std::vector<float> gpu_decode(const MlaLayer& L, const Tensor& x, const std::vector<SequenceState>& st, int splits,
-                              MlaDecodeKernel kernel, test::Rng& g) {
+std::vector<float> gpu_decode(const MlaLayer& L, const Tensor& x, const std::vector<SequenceState>& st, int ranges,
+                              MlaDecodeKernel kernel, MlaDecodeSchedule schedule, test::Rng& g) {
   Arena& a = test::arena();
   const int B = static_cast<int>(st.size());
   constexpr int kPage = 64;
@@ -205,13 +205,13 @@ std::vector<float> gpu_decode(const MlaLayer& L, const Tensor& x, const std::vec
   poison(q_abs);
   mla_absorb_q(dq, uk, q_abs, nullptr);
   const int sms = list_devices().at(0).multiprocessors;
-  const int eff = splits > 0 ? splits : mla_decode_splits(B, static_cast<int>(L.H), max_len, sms, kernel);
-  void* ws = eff > 1 ? a.alloc(mla_decode_workspace_bytes(B, static_cast<int>(L.H), eff), "mla ws") : nullptr;
+  const MlaDecodePlan plan = mla_decode_plan(B, static_cast<int>(L.H), max_len, sms, kernel, schedule, ranges);
+  void* ws = a.alloc(mla_decode_workspace_bytes(plan, B, static_cast<int>(L.H)), "mla ws");
   const DeviceTensor o_lat = a.alloc_tensor(DType::kF32, B, L.H * kMlaRank, "o_lat");
   poison(o_lat);
   MlaPagedCache pc;
   pc.rows = dcache.data, pc.num_rows = dcache.rows, pc.page_size = kPage, pc.block_table = dtable.as<int32_t>(), pc.block_table_ld = max_pages;
-  mla_decode_attention(q_abs, pc, dlens.as<int32_t>(), B, max_len, L.scale, eff, ws, o_lat, nullptr, kernel);
+  mla_decode_attention(q_abs, pc, dlens.as<int32_t>(), B, L.scale, plan, ws, o_lat, nullptr);
   const DeviceTensor out = a.alloc_tensor(DType::kF32, B, L.H * kMlaV, "out");
   poison(out);
   mla_unabsorb_o(o_lat, uv, dg, out, nullptr);
@@ -257,8 +257,9 @@ INSTANTIATE_TEST_SUITE_P(Cases, MlaPrefill,
 
 struct DecodeCase {
   int64_t heads;
-  int splits;  // 0: mla_decode_splits
+  int ranges;  // 0: mla_decode_plan's count
   MlaDecodeKernel kernel = MlaDecodeKernel::kAuto;
+  MlaDecodeSchedule schedule = MlaDecodeSchedule::kAuto;
 };
 
 class MlaDecode : public ::testing::TestWithParam<DecodeCase> {};
@@ -267,7 +268,7 @@ TEST_P(MlaDecode, AbsorbedDecodeMatchesCpu) {
   K3_REQUIRE_GPU();
   test::ArenaScope scope;
   const DecodeCase c = GetParam();
-  const uint64_t seed = test::seed_or(7000 + static_cast<uint64_t>(c.heads) * 10 + static_cast<uint64_t>(c.splits));
+  const uint64_t seed = test::seed_or(7000 + static_cast<uint64_t>(c.heads) * 10 + static_cast<uint64_t>(c.ranges));
   SCOPED_TRACE("seed " + std::to_string(seed));
   test::Rng g(seed);
   const MlaLayer L = make_layer(c.heads, g);
@@ -281,24 +282,41 @@ TEST_P(MlaDecode, AbsorbedDecodeMatchesCpu) {
     Tensor xd(static_cast<int64_t>(lens.size()), L.hidden);
     xd.data = g.normal(xd.data.size(), 1.0f);
     const Tensor ref = cpu_mixer(L, xd, ones, st);
-    expect_close(gpu_decode(L, xd, st, c.splits, c.kernel, g), ref.data, kTol, "decode step " + std::to_string(step));
+    expect_close(gpu_decode(L, xd, st, c.ranges, c.kernel, c.schedule, g), ref.data, kTol,
+                 "decode step " + std::to_string(step));
   }
 }
 
+// The decode lengths (2 … 302) are 1 to 5 tiles each, 15 or 16 in all: 3, 5 and 7 balanced ranges cross
+// sequence boundaries mid-sequence and at them; 20 asked for are cut to 8 (two tiles per range).
+constexpr MlaDecodeSchedule kPerSeq = MlaDecodeSchedule::kPerSequence, kBalanced = MlaDecodeSchedule::kBalanced,
+                            kAdaptive = MlaDecodeSchedule::kAdaptive;
 INSTANTIATE_TEST_SUITE_P(Cases, MlaDecode,
                          ::testing::Values(DecodeCase{4, 0, MlaDecodeKernel::kMma}, DecodeCase{4, 1, MlaDecodeKernel::kMma},
                                            DecodeCase{4, 3, MlaDecodeKernel::kMma}, DecodeCase{20, 0, MlaDecodeKernel::kMma},
                                            DecodeCase{20, 7, MlaDecodeKernel::kMma}, DecodeCase{16, 2},
                                            DecodeCase{96, 0}, DecodeCase{96, 3, MlaDecodeKernel::kMma},
-                                           DecodeCase{4, 3, MlaDecodeKernel::kWgmma}, DecodeCase{20, 0, MlaDecodeKernel::kWgmma},
-                                           DecodeCase{40, 7, MlaDecodeKernel::kWgmma}, DecodeCase{64, 1, MlaDecodeKernel::kWgmma},
-                                           DecodeCase{96, 3, MlaDecodeKernel::kWgmma}),
+                                           DecodeCase{4, 3, MlaDecodeKernel::kWgmma, kPerSeq},
+                                           DecodeCase{20, 0, MlaDecodeKernel::kWgmma},
+                                           DecodeCase{40, 7, MlaDecodeKernel::kWgmma, kPerSeq},
+                                           DecodeCase{64, 1, MlaDecodeKernel::kWgmma, kPerSeq},
+                                           DecodeCase{96, 3, MlaDecodeKernel::kWgmma, kPerSeq},
+                                           DecodeCase{96, 1, MlaDecodeKernel::kWgmma, kBalanced},
+                                           DecodeCase{96, 3, MlaDecodeKernel::kWgmma, kBalanced},
+                                           DecodeCase{40, 7, MlaDecodeKernel::kWgmma, kBalanced},
+                                           DecodeCase{96, 20, MlaDecodeKernel::kWgmma, kBalanced},
+                                           DecodeCase{64, 5, MlaDecodeKernel::kWgmma, kBalanced},
+                                           DecodeCase{96, 3, MlaDecodeKernel::kWgmma, kAdaptive}),
                          [](const ::testing::TestParamInfo<DecodeCase>& info) {
                            const DecodeCase& c = info.param;
                            const char* k = c.kernel == MlaDecodeKernel::kMma     ? "_mma"
                                            : c.kernel == MlaDecodeKernel::kWgmma ? "_wgmma"
                                                                                  : "_auto";
-                           return "h" + std::to_string(c.heads) + "_splits" + std::to_string(c.splits) + k;
+                           const char* s = c.schedule == kPerSeq     ? "_perseq"
+                                           : c.schedule == kBalanced ? "_balanced"
+                                           : c.schedule == kAdaptive ? "_adaptive"
+                                                                     : "";
+                           return "h" + std::to_string(c.heads) + "_ranges" + std::to_string(c.ranges) + k + s;
                          });
 
 // The absorbed decode of token n+1 equals the last row of the expanded prefill of n+1 tokens (two
@@ -319,7 +337,7 @@ TEST(MlaCuda, DecodeAfterPrefillEqualsLongerPrefill) {
   xd.data = g.normal(xd.data.size(), 1.0f);
   const std::vector<int> ones(lens.size(), 1);
   cpu_mixer(L, xd, ones, st);  // appends the new rows to the caches
-  const std::vector<float> dec = gpu_decode(L, xd, st, 0, MlaDecodeKernel::kAuto, g);
+  const std::vector<float> dec = gpu_decode(L, xd, st, 0, MlaDecodeKernel::kAuto, MlaDecodeSchedule::kAuto, g);
   // The expanded prefill of all n+1 tokens of each sequence; its last row per sequence.
   std::vector<int> longer(lens);
   for (int& l : longer) ++l;

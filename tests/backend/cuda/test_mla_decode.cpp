@@ -1,7 +1,8 @@
 // MLA absorbed decode attention (mla_decode_attention, both kernels) against a float64 reference of
 // the same bf16 operands, on the contexts a server holds: ragged lengths within one batch up to 32k
 // tokens, pages in shuffled order with NaN in the rows past each length, one sequence alone (B = 1),
-// and split counts that leave a short sequence's later splits empty. Kimi-K3's 96 heads.
+// both schedules: balanced ranges across sequence boundaries, and per-sequence ranges that leave a
+// short sequence's later ranges empty. Kimi-K3's 96 heads.
 //
 // Tolerance, relative L2 over all outputs: 1e-2, as the layer test (test_mla.cpp): the operands are
 // bf16 on both sides, the GPU rounds the softmax weights P to bf16 (2^-9 relative each) and the
@@ -100,7 +101,8 @@ Batch make_batch(int heads, const std::vector<int32_t>& lens, test::Rng& g) {
 }
 
 // Sequences [first, first + n) of the batch through the GPU kernel; their o_lat rows.
-std::vector<float> gpu_decode(const Batch& d, int first, int n, int splits, MlaDecodeKernel kernel) {
+std::vector<float> gpu_decode(const Batch& d, int first, int n, MlaDecodeKernel kernel, MlaDecodeSchedule schedule,
+                              int ranges = 0) {
   Arena& a = test::arena();
   const DeviceTensor cache = upload_f32(a, d.cache.data(), static_cast<int64_t>(d.cache.size() / kMlaRow), kMlaRow,
                                         DType::kBF16, "cache");
@@ -112,14 +114,15 @@ std::vector<float> gpu_decode(const Batch& d, int first, int n, int splits, MlaD
   const DeviceTensor dtable = test::upload_i32(table, "block table");
   const DeviceTensor dlens = test::upload_i32(lens, "seqlens");
   const int max_len = *std::max_element(lens.begin(), lens.end());
-  const int eff = splits > 0 ? splits : mla_decode_splits(n, d.heads, max_len, list_devices().at(0).multiprocessors, kernel);
-  void* ws = eff > 1 ? a.alloc(mla_decode_workspace_bytes(n, d.heads, eff), "mla ws") : nullptr;
+  const MlaDecodePlan plan =
+      mla_decode_plan(n, d.heads, max_len, list_devices().at(0).multiprocessors, kernel, schedule, ranges);
+  void* ws = a.alloc(mla_decode_workspace_bytes(plan, n, d.heads), "mla ws");
   const DeviceTensor o_lat = a.alloc_tensor(DType::kF32, n, static_cast<int64_t>(d.heads) * kMlaRank, "o_lat");
   poison(o_lat);
   MlaPagedCache pc;
   pc.rows = cache.data, pc.num_rows = cache.rows, pc.page_size = kPage;
   pc.block_table = dtable.as<int32_t>(), pc.block_table_ld = d.max_pages;
-  mla_decode_attention(q, pc, dlens.as<int32_t>(), n, max_len, 1.0f / std::sqrt(192.0f), eff, ws, o_lat, nullptr, kernel);
+  mla_decode_attention(q, pc, dlens.as<int32_t>(), n, 1.0f / std::sqrt(192.0f), plan, ws, o_lat, nullptr);
   return download_f32(o_lat);
 }
 
@@ -143,22 +146,31 @@ TEST(MlaDecodeLong, RaggedContextsUpTo32kMatchFloat64) {
   test::Rng g(seed);
   const Batch d = make_batch(96, {1, 63, 64, 65, 4097, 32768}, g);
   const int B = static_cast<int>(d.lens.size());
+  constexpr MlaDecodeKernel kWgmma = MlaDecodeKernel::kWgmma, kMma = MlaDecodeKernel::kMma;
+  constexpr MlaDecodeSchedule kBalanced = MlaDecodeSchedule::kBalanced, kPerSeq = MlaDecodeSchedule::kPerSequence,
+                              kAdaptive = MlaDecodeSchedule::kAdaptive;
   struct Run {
     MlaDecodeKernel kernel;
-    int splits;
+    MlaDecodeSchedule schedule;
+    int ranges;
     const char* name;
   };
-  for (const Run& r : {Run{MlaDecodeKernel::kWgmma, 0, "wgmma"}, Run{MlaDecodeKernel::kWgmma, 1, "wgmma, one split"},
-                       Run{MlaDecodeKernel::kWgmma, 5, "wgmma, 5 splits"}, Run{MlaDecodeKernel::kMma, 0, "mma.sync"},
-                       Run{MlaDecodeKernel::kMma, 5, "mma.sync, 5 splits"}}) {
+  // 582 tiles: the planned balanced ranges (about 9 tiles each) split the 32k sequence over most of
+  // them; 5 and 97 balanced ranges put boundaries inside the short sequences too.
+  for (const Run& r : {Run{kWgmma, kAdaptive, 0, "wgmma, adaptive"}, Run{kWgmma, kBalanced, 0, "wgmma, balanced"}, Run{kWgmma, kBalanced, 5, "wgmma, 5 balanced ranges"},
+                       Run{kWgmma, kBalanced, 97, "wgmma, 97 balanced ranges"},
+                       Run{kWgmma, kPerSeq, 1, "wgmma, one range per sequence"},
+                       Run{kWgmma, kPerSeq, 5, "wgmma, 5 ranges per sequence"}, Run{kMma, kPerSeq, 0, "mma.sync"},
+                       Run{kMma, kPerSeq, 5, "mma.sync, 5 ranges per sequence"}}) {
     test::ArenaScope run_scope;
-    expect_close(gpu_decode(d, 0, B, r.splits, r.kernel), d, 0, B, std::string("H 96, 6 ragged sequences, ") + r.name);
+    expect_close(gpu_decode(d, 0, B, r.kernel, r.schedule, r.ranges), d, 0, B,
+                 std::string("H 96, 6 ragged sequences, ") + r.name);
   }
-  // The 32k sequence alone (B = 1), with the splits the kernels choose for it.
-  for (MlaDecodeKernel k : {MlaDecodeKernel::kWgmma, MlaDecodeKernel::kMma}) {
+  // The 32k sequence alone (B = 1), with the ranges the plan chooses for it.
+  for (MlaDecodeKernel k : {kWgmma, kMma}) {
     test::ArenaScope run_scope;
-    expect_close(gpu_decode(d, B - 1, 1, 0, k), d, B - 1, 1,
-                 std::string("H 96, B 1, 32768 tokens, ") + (k == MlaDecodeKernel::kWgmma ? "wgmma" : "mma.sync"));
+    expect_close(gpu_decode(d, B - 1, 1, k, MlaDecodeSchedule::kAuto), d, B - 1, 1,
+                 std::string("H 96, B 1, 32768 tokens, ") + (k == kWgmma ? "wgmma" : "mma.sync"));
   }
 }
 

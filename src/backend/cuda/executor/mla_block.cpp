@@ -60,11 +60,10 @@ void BlockOps::mla_attention(int64_t layer, const DeviceMla& w, MlaBuffers& s) c
       mla_absorb_q(s.q, w.absorbed.w_uk, q_abs, ctx_.stream);
     }
     const MlaPagedCache paged{cache.data, cache.rows, ctx_.page_size, m.block_table, m.block_table_ld};
-    const int splits = mla_decode_splits(m.n, static_cast<int>(H), m.max_kv, ctx_.multiprocessors, ctx_.mla_decode);
-    void* workspace = ctx_.arena.alloc(mla_decode_workspace_bytes(m.n, static_cast<int>(H), splits), "mla decode workspace");
+    const MlaDecodePlan plan = mla_decode_plan(m.n, static_cast<int>(H), m.max_kv, ctx_.multiprocessors, ctx_.mla_decode);
+    void* workspace = ctx_.arena.alloc(mla_decode_workspace_bytes(plan, m.n, static_cast<int>(H)), "mla decode workspace");
     const DeviceTensor o_lat = scratch(DType::kF32, T, H * kMlaRank, "mla latent output");
-    mla_decode_attention(q_abs, paged, m.seqlens, m.n, m.max_kv, scale, splits, workspace, o_lat, ctx_.stream,
-                         ctx_.mla_decode);
+    mla_decode_attention(q_abs, paged, m.seqlens, m.n, scale, plan, workspace, o_lat, ctx_.stream);
     if (w.absorbed.packed) {
       w.absorbed.packed->unabsorb_o(o_lat, s.gate, s.o, ctx_.stream);
     } else {

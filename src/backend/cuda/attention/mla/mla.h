@@ -7,7 +7,7 @@
 //   prefill:  q = q_b(…) [T, H·192], kvb = kv_b(c) [Tkv, H·256] (per head [k_nope | v]), k_pe from
 //             the cache → mla_prefill_attention (causal, flash-style, output gate fused)
 //   decode:   mla_absorb_q (q_lat = W_UKᵀ q_nope, | q_pe) → mla_decode_attention over the paged
-//             latent cache (split over the sequence + combine) → mla_unabsorb_o (W_UV, output gate)
+//             latent cache (tile ranges over the batch + combine) → mla_unabsorb_o (W_UV, output gate)
 // bf16 operands on tensor cores, fp32 accumulation and softmax. The prefill: mma.sync m16n8k16,
 // fragments through ldmatrix(.trans), tiles by cp.async (docs/decisions/mla-operand-loads.md). The
 // decode: wgmma from 16 heads, its 64-row cache tiles by tensor-map bulk copies, else mma.sync with
@@ -61,20 +61,38 @@ void mla_absorb_q(const DeviceTensor& q, const DeviceTensor& w_uk, const DeviceT
 // Decode attention, one query token per sequence, all H heads against the sequence's cache rows:
 //   o_lat[b][h] = Σ_j softmax_j(scale · q_abs[b][h] · row_j) · row_j[:512]
 // q_abs: bf16 [B, H·576]; seqlens: device int32 [B] (≥ 1); o_lat: f32 [B, H·512].
-// The sequence is split into `splits` ranges of whole 64-token tiles (one CTA each per head block);
-// a combine kernel merges them by their log-sum-exp. splits = 0 picks mla_decode_splits.
 // Two kernels: kMma takes 16 or 32 heads as the M side of mma.sync products (few heads per cache row:
 // memory-bound), kWgmma takes a 64-token cache tile as the M side and 32 or 48 heads as the N side of
 // wgmma products (many heads per row: compute-bound). kAuto: mla_decode_kernel_for, the one place
 // that chooses.
 enum class MlaDecodeKernel { kAuto, kMma, kWgmma };
 MlaDecodeKernel mla_decode_kernel_for(int heads);
-int mla_decode_splits(int batch, int heads, int max_seqlen, int multiprocessors,
-                      MlaDecodeKernel kernel = MlaDecodeKernel::kAuto);
-size_t mla_decode_workspace_bytes(int batch, int heads, int splits);
+
+// How the 64-token tiles of the batch's sequences are spread over the CTAs of each head block. The
+// CTAs take contiguous ranges of the sequences' tiles laid end to end; a range that is not a whole
+// sequence leaves a partial O with its log-sum-exp, which a combine kernel merges per sequence.
+//   kBalanced:    `balanced_ranges` ranges of equal length over the whole batch (a range may cross
+//                 from one sequence into the next): uneven context lengths cost nothing.
+//   kPerSequence: every sequence cut into `splits` equal ranges (some empty when it is short).
+//   kAdaptive:    per call, whichever of the two the cost model (mla_decode.cuh) finds faster for the
+//                 call's lengths: per sequence where the lengths are even enough, else balanced.
+// The ranges are laid out on the GPU from the device seqlens by a small kernel (CUDA-graph safe).
+// The mma.sync kernel takes kPerSequence only. kAuto: kAdaptive for wgmma, kPerSequence for mma.sync.
+enum class MlaDecodeSchedule { kAuto, kBalanced, kPerSequence, kAdaptive };
+struct MlaDecodePlan {
+  MlaDecodeKernel kernel = MlaDecodeKernel::kAuto;        // resolved by mla_decode_plan
+  MlaDecodeSchedule schedule = MlaDecodeSchedule::kAuto;  // resolved by mla_decode_plan
+  int balanced_ranges = 1;  // as many as the GPU holds CTAs of every head block at once
+  int splits = 1;           // per sequence: the count that minimises the cost for max_seqlen tokens
+};
+// count > 0 replaces the schedule's own count (balanced_ranges or splits; both for kAdaptive).
+MlaDecodePlan mla_decode_plan(int batch, int heads, int max_seqlen, int multiprocessors,
+                              MlaDecodeKernel kernel = MlaDecodeKernel::kAuto,
+                              MlaDecodeSchedule schedule = MlaDecodeSchedule::kAuto, int count = 0);
+size_t mla_decode_workspace_bytes(const MlaDecodePlan& plan, int batch, int heads);
 void mla_decode_attention(const DeviceTensor& q_abs, const MlaPagedCache& cache, const int32_t* seqlens, int batch,
-                          int max_seqlen, float scale, int splits, void* workspace, const DeviceTensor& o_lat,
-                          cudaStream_t stream, MlaDecodeKernel kernel = MlaDecodeKernel::kAuto);
+                          float scale, const MlaDecodePlan& plan, void* workspace, const DeviceTensor& o_lat,
+                          cudaStream_t stream);
 
 // out[b][h·128 + e] = (W_UV[h] o_lat[b][h])[e] · sigmoid(gate[b][h·128 + e]) (gate.data == nullptr:
 // no gate). o_lat: f32 [B, H·512]; w_uv: bf16 [H·128, 512] (the kv_b rows of v); gate: f32/bf16

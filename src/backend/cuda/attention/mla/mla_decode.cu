@@ -3,10 +3,11 @@
 // a CTA takes a block of 16·MT heads as the M side of two tensor-core products per 64-token tile
 //   S = Q_abs [16MT × 576] · rowsᵀ,   O += P [16MT × 64] · rows[:, :512]
 // (mma.sync m16n8k16, bf16 operands through ldmatrix, fp32 accumulation). Tiles of 64 cache rows come
-// from the paged cache through bulk copies (cp.async.bulk + mbarrier), double-buffered. The softmax runs on S in shared memory (online max / sum per head,
-// fp32; P rounded to bf16 and the sums taken over the rounded values). Grid: (head blocks, splits,
-// batch): each split covers a range of whole tiles and leaves its normalised partial O and its
-// log2-sum-exp; a combine kernel merges the splits (split-K over the sequence, as FlashDecoding).
+// from the paged cache through bulk copies (cp.async.bulk + mbarrier), double-buffered. The softmax
+// runs on S in shared memory (online max / sum per head, fp32; P rounded to bf16 and the sums taken
+// over the rounded values). Grid: (head blocks, ranges): a CTA takes one range of one sequence's tiles
+// (the per-sequence schedule) and leaves the output, or its normalised partial O and log2-sum-exp
+// that the combine kernel merges (split-K over the sequence, as FlashDecoding).
 // Arithmetic intensity with H = 96 heads: 96·(576+512)·2 FLOP per 1152-byte row ≈ 181 FLOP/B, where
 // the tensor cores bound the step: the wgmma kernel (mla_decode_wgmma.cu) takes such head counts, and
 // mla_decode_kernel_for below is the one place that chooses between the two.
@@ -53,17 +54,17 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(DecodeArgs a) {
   constexpr int CPT = BN / TPR;        // softmax columns per thread
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Smem<MT>& sm = *reinterpret_cast<Smem<MT>*>(smem_raw);
-  const int hb = blockIdx.x, sp = blockIdx.y, b = blockIdx.z;
+  const int hb = blockIdx.x, c = blockIdx.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int h0 = hb * R;
+  const int g_begin = a.work.cta_begin[c], g_end = a.work.cta_begin[c + 1];
+  if (g_begin >= g_end) return;  // nothing left for this range
+  // The per-sequence schedule: the range lies within one sequence.
+  const int b = a.work.cta_seq[c], seq0 = a.work.seq_begin[b];
+  const bool whole = g_begin == seq0 && g_end == a.work.seq_begin[b + 1];
+  const int64_t slot = static_cast<int64_t>(c) + b;
   const int len = a.seqlens[b];
-  const int tiles = (len + BN - 1) / BN;
-  const int tps = (tiles + a.splits - 1) / a.splits;
-  const int t_begin = sp * tps, t_end = min(tiles, t_begin + tps);
-  if (t_begin >= t_end) {  // an empty split (a shorter sequence of the batch): weight zero
-    if (a.splits > 1 && tid < R && h0 + tid < a.heads) a.lse[(static_cast<int64_t>(b) * a.splits + sp) * a.heads + h0 + tid] = -INFINITY;
-    return;
-  }
+  const int t_begin = g_begin - seq0, t_end = g_end - seq0;
   for (int idx = tid; idx < R * (kMlaRow / 8); idx += kThreads) {
     const int r = idx / (kMlaRow / 8), ch = idx % (kMlaRow / 8);
     const bool ok = h0 + r < a.heads;
@@ -199,56 +200,125 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(DecodeArgs a) {
   }
   cp_wait<0>();
 
-  // Epilogue: O / l, to the output (one split) or the split's partial with its log2-sum-exp.
+  // Epilogue: O / l, to the output (a whole sequence) or the segment's partial with its log2-sum-exp.
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = mt * 16 + g + half * 8;
     const int h = h0 + r;
     if (h >= a.heads) continue;
     const float inv = 1.0f / sm.l[r];
-    float* dst = a.splits == 1
-                     ? a.out + static_cast<int64_t>(b) * a.ldo + static_cast<int64_t>(h) * kMlaRank
-                     : a.part + ((static_cast<int64_t>(b) * a.splits + sp) * a.heads + h) * kMlaRank;
+    float* dst = whole ? a.out + static_cast<int64_t>(b) * a.ldo + static_cast<int64_t>(h) * kMlaRank
+                       : a.part + (slot * a.heads + h) * kMlaRank;
 #pragma unroll
     for (int nt = 0; nt < NO; ++nt) {
       const int col = wn * NCOL + nt * 8 + 2 * t;
       *reinterpret_cast<float2*>(dst + col) = make_float2(o[nt][half * 2] * inv, o[nt][half * 2 + 1] * inv);
     }
   }
-  if (a.splits > 1 && tid < R && h0 + tid < a.heads) {
-    a.lse[(static_cast<int64_t>(b) * a.splits + sp) * a.heads + h0 + tid] = sm.m[tid] + log2f(sm.l[tid]);
+  if (!whole && tid < R && h0 + tid < a.heads) a.lse[slot * a.heads + h0 + tid] = sm.m[tid] + log2f(sm.l[tid]);
+}
+
+// Balanced ranges stop at this many tiles each: fewer, longer ranges when the batch is short.
+constexpr int kMinTilesPerRange = 2;
+
+// The ranges (DecodeWork) from the device seqlens, one CTA of 1024 threads. `ctas`: the grid's
+// ranges per head block, at least those of the layout taken (the rest are left empty).
+__global__ void __launch_bounds__(1024) mla_decode_schedule_kernel(const int32_t* __restrict__ seqlens, int batch,
+                                                                   MlaDecodeSchedule schedule, int balanced_ranges,
+                                                                   int splits, int ctas, DecodeWork w) {
+  __shared__ int32_t sums[1024];
+  __shared__ int32_t max_tiles;
+  const int tid = threadIdx.x, nt = blockDim.x;
+  auto tiles = [&](int b) { return (max(seqlens[b], 0) + BN - 1) / BN; };
+  // seq_begin: an exclusive scan of the tile counts, each thread a contiguous chunk of sequences.
+  const int per = (batch + nt - 1) / nt, lo = min(batch, tid * per), hi = min(batch, lo + per);
+  int sum = 0, longest = 0;
+  for (int b = lo; b < hi; ++b) sum += tiles(b), longest = max(longest, tiles(b));
+  if (tid == 0) max_tiles = 0;
+  sums[tid] = sum;
+  __syncthreads();
+  atomicMax(&max_tiles, longest);
+  for (int off = 1; off < nt; off <<= 1) {
+    const int v = tid >= off ? sums[tid - off] : 0;
+    __syncthreads();
+    sums[tid] += v;
+    __syncthreads();
+  }
+  int run = sums[tid] - sum;
+  for (int b = lo; b < hi; ++b) w.seq_begin[b] = run, run += tiles(b);
+  const int total = sums[nt - 1];
+  if (tid == 0) w.seq_begin[batch] = total;
+  __syncthreads();
+  // cta_begin: equal ranges over all tiles, or `splits` equal ranges per sequence.
+  const int used = max(1, min(balanced_ranges, (total + kMinTilesPerRange - 1) / kMinTilesPerRange));
+  const bool balanced = schedule == MlaDecodeSchedule::kBalanced ||
+                        (schedule == MlaDecodeSchedule::kAdaptive &&
+                         balanced_cost(batch, total, used) < per_sequence_cost(batch, max_tiles, splits, balanced_ranges));
+  const int laid = balanced ? used : batch * splits;
+  for (int c = tid; c <= ctas; c += nt) {
+    int begin = total;
+    if (c < laid && balanced) {
+      begin = static_cast<int>(static_cast<int64_t>(c) * total / used);
+    } else if (c < laid) {
+      const int b = c / splits, k = c % splits, n = w.seq_begin[b + 1] - w.seq_begin[b];
+      begin = w.seq_begin[b] + min(n, k * ((n + splits - 1) / splits));
+    }
+    w.cta_begin[c] = begin;
+  }
+  __syncthreads();
+  // The last of the n + 1 sorted values v[] that is ≤ x (its index; v[0] ≤ x always holds here).
+  auto last_at_most = [](const int32_t* v, int n, int x) {
+    int lo = 0, hi = n;  // v[lo] ≤ x < v[hi + 1] (v[n + 1] = ∞)
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (v[mid] <= x) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+  };
+  for (int c = tid; c < ctas; c += nt) w.cta_seq[c] = min(batch - 1, last_at_most(w.seq_begin, batch, w.cta_begin[c]));
+  for (int b = tid; b < batch; b += nt) {
+    w.first_cta[b] = min(ctas - 1, last_at_most(w.cta_begin, ctas, w.seq_begin[b]));
+    w.last_cta[b] = min(ctas - 1, last_at_most(w.cta_begin, ctas, max(w.seq_begin[b], w.seq_begin[b + 1] - 1)));
   }
 }
 
-// o[b][h] = Σ_s 2^{lse_s − M} part_s / Σ_s 2^{lse_s − M}, one CTA per (head, sequence).
+// o[b][h] = Σ_s 2^{lse_s − M} part_s / Σ_s 2^{lse_s − M} over sequence b's segments, one CTA per
+// (head, sequence); a sequence in one segment was written by the decode kernel, one with no tiles
+// gets zeros.
 __global__ void __launch_bounds__(128) mla_combine_kernel(const float* __restrict__ part, const float* __restrict__ lse,
-                                                          int heads, int splits, float* __restrict__ out, int64_t ldo) {
+                                                          int heads, DecodeWork w, float* __restrict__ out, int64_t ldo) {
   const int h = blockIdx.x, b = blockIdx.y;
-  const float* l = lse + static_cast<int64_t>(b) * splits * heads + h;
+  const int c = threadIdx.x * 4;
+  float* dst = out + static_cast<int64_t>(b) * ldo + static_cast<int64_t>(h) * kMlaRank + c;
+  if (w.seq_begin[b] == w.seq_begin[b + 1]) {
+    *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    return;
+  }
+  const int c0 = w.first_cta[b], c1 = w.last_cta[b];
+  if (c0 == c1) return;
   float mx = -INFINITY;
-  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, l[static_cast<int64_t>(s) * heads]);
+  for (int r = c0; r <= c1; ++r) {
+    if (w.cta_begin[r] < w.cta_begin[r + 1]) mx = fmaxf(mx, lse[(static_cast<int64_t>(r) + b) * heads + h]);
+  }
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   float wsum = 0.0f;
-  const int c = threadIdx.x * 4;
-  for (int s = 0; s < splits; ++s) {
-    const float ls = l[static_cast<int64_t>(s) * heads];
-    if (ls == -INFINITY) continue;
-    const float w = exp2f(ls - mx);
-    wsum += w;
-    const float4 v = *reinterpret_cast<const float4*>(part + ((static_cast<int64_t>(b) * splits + s) * heads + h) * kMlaRank + c);
-    acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+  for (int r = c0; r <= c1; ++r) {
+    if (w.cta_begin[r] == w.cta_begin[r + 1]) continue;
+    const int64_t slot = static_cast<int64_t>(r) + b;
+    const float wt = exp2f(lse[slot * heads + h] - mx);
+    wsum += wt;
+    const float4 v = *reinterpret_cast<const float4*>(part + (slot * heads + h) * kMlaRank + c);
+    acc.x += wt * v.x, acc.y += wt * v.y, acc.z += wt * v.z, acc.w += wt * v.w;
   }
   const float inv = 1.0f / wsum;
-  *reinterpret_cast<float4*>(out + static_cast<int64_t>(b) * ldo + static_cast<int64_t>(h) * kMlaRank + c) =
-      make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+  *reinterpret_cast<float4*>(dst) = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
 }
 
 template <int MT>
-void launch(const DecodeArgs& a, int batch, cudaStream_t stream) {
+void launch(const DecodeArgs& a, int ctas, cudaStream_t stream) {
   const int smem = static_cast<int>(sizeof(Smem<MT>));
   K3_CUDA_CHECK(cudaFuncSetAttribute(mla_decode_kernel<MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const dim3 grid(static_cast<unsigned>((a.heads + 16 * MT - 1) / (16 * MT)), static_cast<unsigned>(a.splits),
-                  static_cast<unsigned>(batch));
+  const dim3 grid(static_cast<unsigned>((a.heads + 16 * MT - 1) / (16 * MT)), static_cast<unsigned>(ctas));
   mla_decode_kernel<MT><<<grid, kThreads, smem, stream>>>(a);
   K3_CUDA_CHECK_LAUNCH("mla_decode_kernel");
 }
@@ -259,7 +329,7 @@ int head_rows(int heads) { return heads <= 16 ? 16 : 32; }
 // batch and context (docs/performance.md, MLA decode); below it, its 32-head tile would be mostly padding.
 constexpr int kMlaWgmmaMinHeads = 16;
 
-// CTAs per sequence and split: head blocks of the mma.sync kernel, head groups of the wgmma kernel.
+// CTAs per range: head blocks of the mma.sync kernel, head groups of the wgmma kernel.
 int blocks_per_sequence(int heads, MlaDecodeKernel kernel) {
   if (kernel == MlaDecodeKernel::kWgmma) return wgmma_head_groups(heads);
   return (heads + head_rows(heads) - 1) / head_rows(heads);
@@ -275,31 +345,62 @@ MlaDecodeKernel mla_decode_kernel_for(int heads) {
   return heads >= kMlaWgmmaMinHeads ? MlaDecodeKernel::kWgmma : MlaDecodeKernel::kMma;
 }
 
-int mla_decode_splits(int batch, int heads, int max_seqlen, int multiprocessors, MlaDecodeKernel kernel) {
+MlaDecodePlan mla_decode_plan(int batch, int heads, int max_seqlen, int multiprocessors, MlaDecodeKernel kernel,
+                              MlaDecodeSchedule schedule, int count) {
+  MlaDecodePlan plan;
+  plan.kernel = resolve(kernel, heads);
+  plan.schedule = schedule != MlaDecodeSchedule::kAuto ? schedule
+                  : plan.kernel == MlaDecodeKernel::kWgmma ? MlaDecodeSchedule::kAdaptive
+                                                           : MlaDecodeSchedule::kPerSequence;
+  // One CTA per multiprocessor (both kernels take ~150-220 KB of shared memory).
+  const int slots = std::max(1, multiprocessors / blocks_per_sequence(heads, plan.kernel));
+  plan.balanced_ranges = count > 0 ? count : slots;
+  if (count > 0) {
+    plan.splits = count;
+    return plan;
+  }
   const int tiles = std::max(1, (max_seqlen + BN - 1) / BN);
-  const int blocks = batch * blocks_per_sequence(heads, resolve(kernel, heads));
-  // One CTA per multiprocessor (both kernels take ~150-220 KB of shared memory): minimise the critical
-  // path waves · (tiles per split + 1), the +1 standing for a split's fixed cost (Q load, combine share).
-  int best = 1;
-  double best_cost = 1e30;
+  float best_cost = 1e30f;
   for (int s = 1; s <= std::min(tiles, 256); ++s) {
     const int tps = (tiles + s - 1) / s;
     if ((tiles + tps - 1) / tps != s) continue;  // only split counts without empty tails
-    const double waves = std::ceil(static_cast<double>(blocks) * s / std::max(1, multiprocessors));
-    const double cost = waves * (tps + 1);
-    if (cost < best_cost - 1e-9) best = s, best_cost = cost;
+    const float cost = per_sequence_cost(std::max(1, batch), tiles, s, slots);
+    if (cost < best_cost - 1e-6f) plan.splits = s, best_cost = cost;
   }
-  return best;
+  return plan;
 }
 
-size_t mla_decode_workspace_bytes(int batch, int heads, int splits) {
-  if (splits <= 1) return 0;
-  return static_cast<size_t>(batch) * splits * heads * (kMlaRank + 1) * sizeof(float);
+namespace {
+
+// The workspace: the range layout (int32), then the partials and their log2-sum-exps.
+struct WorkspaceLayout {
+  int ctas = 0;       // ranges per head block: the grid
+  int64_t slots = 0;  // partial slots (0: every segment is a whole sequence)
+  size_t ints_bytes = 0, bytes = 0;
+};
+
+WorkspaceLayout workspace_layout(const MlaDecodePlan& plan, int batch, int heads) {
+  WorkspaceLayout l;
+  const int per_sequence = batch * plan.splits;
+  l.ctas = plan.schedule == MlaDecodeSchedule::kBalanced       ? plan.balanced_ranges
+           : plan.schedule == MlaDecodeSchedule::kPerSequence ? per_sequence
+                                                               : std::max(plan.balanced_ranges, per_sequence);
+  const bool all_whole = plan.schedule == MlaDecodeSchedule::kPerSequence && plan.splits == 1;
+  l.slots = all_whole ? 0 : static_cast<int64_t>(l.ctas) + batch;
+  l.ints_bytes = (static_cast<size_t>(3 * batch + 2 * l.ctas + 2) * sizeof(int32_t) + 255) / 256 * 256;
+  l.bytes = l.ints_bytes + static_cast<size_t>(l.slots) * heads * (kMlaRank + 1) * sizeof(float);
+  return l;
+}
+
+}  // namespace
+
+size_t mla_decode_workspace_bytes(const MlaDecodePlan& plan, int batch, int heads) {
+  return workspace_layout(plan, batch, heads).bytes;
 }
 
 void mla_decode_attention(const DeviceTensor& q_abs, const MlaPagedCache& cache, const int32_t* seqlens, int batch,
-                          int max_seqlen, float scale, int splits, void* workspace, const DeviceTensor& o_lat,
-                          cudaStream_t stream, MlaDecodeKernel kernel) {
+                          float scale, const MlaDecodePlan& plan, void* workspace, const DeviceTensor& o_lat,
+                          cudaStream_t stream) {
   const int64_t H = q_abs.cols / kMlaRow;
   if (q_abs.cols % kMlaRow != 0 || H == 0) throw Error("mla_decode_attention: q_abs must be [B, H·576], got " + q_abs.describe());
   expect_dtype(q_abs, DType::kBF16, "mla_decode_attention q_abs");
@@ -313,28 +414,38 @@ void mla_decode_attention(const DeviceTensor& q_abs, const MlaPagedCache& cache,
       (reinterpret_cast<uintptr_t>(cache.rows) % 16) != 0 || (o_lat.ld % 4) != 0) {
     throw Error("mla_decode_attention: needs 16-byte aligned rows");
   }
+  if (plan.kernel == MlaDecodeKernel::kAuto || plan.schedule == MlaDecodeSchedule::kAuto || plan.balanced_ranges < 1 ||
+      plan.splits < 1) {
+    throw Error("mla_decode_attention: the plan is not resolved (mla_decode_plan makes one)");
+  }
+  if (plan.kernel == MlaDecodeKernel::kMma && plan.schedule != MlaDecodeSchedule::kPerSequence) {
+    throw Error("mla_decode_attention: the mma.sync kernel takes the per-sequence schedule only");
+  }
   if (batch == 0) return;
-  int dev = 0, sms = 132;
-  K3_CUDA_CHECK(cudaGetDevice(&dev));
-  K3_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  kernel = resolve(kernel, static_cast<int>(H));
-  if (splits <= 0) splits = mla_decode_splits(batch, static_cast<int>(H), max_seqlen, sms, kernel);
-  if (splits > 1 && workspace == nullptr) throw Error("mla_decode_attention: split-K needs a workspace");
-  float* part = static_cast<float*>(workspace);
-  float* lse = part != nullptr ? part + static_cast<size_t>(batch) * splits * H * kMlaRank : nullptr;
+  if (workspace == nullptr) throw Error("mla_decode_attention: needs a workspace (mla_decode_workspace_bytes)");
+  const WorkspaceLayout l = workspace_layout(plan, batch, static_cast<int>(H));
+  if (l.ctas > 65535) throw Error("mla_decode_attention: " + std::to_string(l.ctas) + " ranges exceed the grid's 65535");
+  int32_t* ints = static_cast<int32_t*>(workspace);
+  const DecodeWork work{ints, ints + batch + 1, ints + batch + l.ctas + 2, ints + batch + 2 * l.ctas + 2,
+                        ints + 2 * batch + 2 * l.ctas + 2};
+  float* part = l.slots > 0 ? reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + l.ints_bytes) : nullptr;
+  float* lse = part != nullptr ? part + static_cast<size_t>(l.slots) * H * kMlaRank : nullptr;
+  mla_decode_schedule_kernel<<<1, 1024, 0, stream>>>(seqlens, batch, plan.schedule, plan.balanced_ranges, plan.splits,
+                                                      l.ctas, work);
+  K3_CUDA_CHECK_LAUNCH("mla_decode_schedule_kernel");
   const DecodeArgs a{q_abs.as<const bf16>(), q_abs.ld, static_cast<const bf16*>(cache.rows), cache.page_size,
-                     cache.block_table, cache.block_table_ld, seqlens, static_cast<int>(H), splits,
-                     scale * 1.4426950408889634f, o_lat.as<float>(), o_lat.ld, part, lse};
-  if (kernel == MlaDecodeKernel::kWgmma) {
+                     cache.block_table, cache.block_table_ld, seqlens, static_cast<int>(H),
+                     scale * 1.4426950408889634f, o_lat.as<float>(), o_lat.ld, part, lse, work};
+  if (plan.kernel == MlaDecodeKernel::kWgmma) {
     if (cache.num_rows <= 0) throw Error("mla_decode_attention: the wgmma kernel needs the cache's row count");
     const DeviceTensor rows(const_cast<void*>(cache.rows), DType::kBF16, cache.num_rows, kMlaRow);
-    launch_mla_decode_wgmma(a, tensor_map_bf16_sw128(rows, BN, 64, "mla_decode_attention cache"), batch, stream);
+    launch_mla_decode_wgmma(a, tensor_map_bf16_sw128(rows, BN, 64, "mla_decode_attention cache"), l.ctas, stream);
   } else {
-    head_rows(static_cast<int>(H)) == 16 ? launch<1>(a, batch, stream) : launch<2>(a, batch, stream);
+    head_rows(static_cast<int>(H)) == 16 ? launch<1>(a, l.ctas, stream) : launch<2>(a, l.ctas, stream);
   }
-  if (splits > 1) {
+  if (l.slots > 0) {
     mla_combine_kernel<<<dim3(static_cast<unsigned>(H), static_cast<unsigned>(batch)), kMlaRank / 4, 0, stream>>>(
-        part, lse, static_cast<int>(H), splits, o_lat.as<float>(), o_lat.ld);
+        part, lse, static_cast<int>(H), work, o_lat.as<float>(), o_lat.ld);
     K3_CUDA_CHECK_LAUNCH("mla_combine_kernel");
   }
 }

@@ -1,5 +1,5 @@
-// What the two MLA decode kernels share (mla_decode.cu: the mma.sync kernel, the combine and the
-// choice between them; mla_decode_wgmma.cu: the wgmma kernel). .cu files only.
+// What the two MLA decode kernels share (mla_decode.cu: the mma.sync kernel, the range layout, the
+// combine and the choice between the kernels; mla_decode_wgmma.cu: the wgmma kernel). .cu files only.
 #pragma once
 
 #include <cuda.h>
@@ -9,24 +9,56 @@
 
 namespace k3::cuda::mla_detail {
 
+// The ranges of one decode call (MlaDecodeSchedule), laid out on the GPU by the schedule kernel.
+// The sequences' 64-token tiles are numbered end to end: sequence b holds [seq_begin[b],
+// seq_begin[b + 1]). Range c covers [cta_begin[c], cta_begin[c + 1]) (empty ones only where nothing
+// is left). A range's piece of one sequence is a segment: a segment that is the whole sequence writes
+// the output itself; any other writes its partial O and log2-sum-exp to slot c + b, and the combine
+// merges sequence b's slots over the ranges first_cta[b]…last_cta[b]. Slots are unique: walking the
+// segments in order steps c, b or both by one.
+struct DecodeWork {
+  int32_t* seq_begin;  // [B + 1]
+  int32_t* cta_begin;  // [ranges + 1]
+  int32_t* cta_seq;    // [ranges]: the sequence holding the range's first tile
+  int32_t* first_cta;  // [B]
+  int32_t* last_cta;   // [B]
+};
+
+// The cost model of the range layouts, in units of one tile's work on one CTA: a range costs its
+// tiles plus kRangeStartTiles (Q load, epilogue), and each partial segment kPartialTiles more (its
+// write and the combine's read, spread over the GPU), both measured on an H100 with 96 heads. `slots`
+// is the number of ranges the GPU runs at once (CTAs per head block in one wave).
+constexpr float kRangeStartTiles = 1.0f, kPartialTiles = 0.08f;
+__host__ __device__ inline float per_sequence_cost(int batch, int max_tiles, int splits, int slots) {
+  const int waves = (batch * splits + slots - 1) / slots, per_range = (max_tiles + splits - 1) / splits;
+  return static_cast<float>(waves) * (static_cast<float>(per_range) + kRangeStartTiles) +
+         (splits > 1 ? kPartialTiles * static_cast<float>(batch * splits) : 0.0f);
+}
+__host__ __device__ inline float balanced_cost(int batch, int total_tiles, int ranges) {
+  return static_cast<float>((total_tiles + ranges - 1) / ranges) + kRangeStartTiles +
+         kPartialTiles * static_cast<float>(ranges + batch);
+}
+
 struct DecodeArgs {
   const __nv_bfloat16* q; int64_t ldq;
   const __nv_bfloat16* cache;
   int page_size;
   const int32_t* block_table; int64_t bt_ld;
   const int32_t* seqlens;
-  int heads, splits;
+  int heads;
   float scale_log2;
-  float* out; int64_t ldo;  // final o_lat when splits == 1
-  float* part;              // [B][splits][H][512]
-  float* lse;               // [B][splits][H]
+  float* out; int64_t ldo;  // o_lat, written by whole-sequence segments and by the combine
+  float* part;              // [slots][H][512]: the partial O of a segment, slot c + b
+  float* lse;               // [slots][H]
+  DecodeWork work;
 };
 
-// Heads per CTA of the wgmma kernel (its N: 32 or 48) and CTAs per sequence and split for H heads.
+// Heads per CTA of the wgmma kernel (its N: 32 or 48) and CTAs per range for H heads.
 int wgmma_heads_per_cta(int heads);
 inline int wgmma_head_groups(int heads) { return (heads + wgmma_heads_per_cta(heads) - 1) / wgmma_heads_per_cta(heads); }
 
 // cache_map: the cache rows [num_rows, 576] in boxes of 64 rows × 64 columns, 128-byte swizzle.
-void launch_mla_decode_wgmma(const DecodeArgs& a, const CUtensorMap& cache_map, int batch, cudaStream_t stream);
+// One CTA per (head group, range).
+void launch_mla_decode_wgmma(const DecodeArgs& a, const CUtensorMap& cache_map, int ranges, cudaStream_t stream);
 
 }  // namespace k3::cuda::mla_detail

@@ -19,6 +19,7 @@
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/attention/mla/mla.h"
 #include "backend/cuda/attention/mla/mla_decode.cuh"
+#include "backend/cuda/attention/mla/mla_decode_ranges.h"
 #include "backend/cuda/attention/mla/mla_util.cuh"
 #include "backend/cuda/core/tensor_map.h"
 
@@ -218,9 +219,6 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(DecodeArgs a) {
   if (!whole && tid < R && h0 + tid < a.heads) a.lse[slot * a.heads + h0 + tid] = sm.m[tid] + log2f(sm.l[tid]);
 }
 
-// Balanced ranges stop at this many tiles each: fewer, longer ranges when the batch is short.
-constexpr int kMinTilesPerRange = 2;
-
 // The ranges (DecodeWork) from the device seqlens, one CTA of 1024 threads. `ctas`: the grid's
 // ranges per head block, at least those of the layout taken (the rest are left empty).
 __global__ void __launch_bounds__(1024) mla_decode_schedule_kernel(const int32_t* __restrict__ seqlens, int batch,
@@ -249,36 +247,17 @@ __global__ void __launch_bounds__(1024) mla_decode_schedule_kernel(const int32_t
   const int total = sums[nt - 1];
   if (tid == 0) w.seq_begin[batch] = total;
   __syncthreads();
-  // cta_begin: equal ranges over all tiles, or `splits` equal ranges per sequence.
-  const int used = max(1, min(balanced_ranges, (total + kMinTilesPerRange - 1) / kMinTilesPerRange));
-  const bool balanced = schedule == MlaDecodeSchedule::kBalanced ||
-                        (schedule == MlaDecodeSchedule::kAdaptive &&
-                         balanced_cost(batch, total, used) < per_sequence_cost(batch, max_tiles, splits, balanced_ranges));
-  const int laid = balanced ? used : batch * splits;
-  for (int c = tid; c <= ctas; c += nt) {
-    int begin = total;
-    if (c < laid && balanced) {
-      begin = static_cast<int>(static_cast<int64_t>(c) * total / used);
-    } else if (c < laid) {
-      const int b = c / splits, k = c % splits, n = w.seq_begin[b + 1] - w.seq_begin[b];
-      begin = w.seq_begin[b] + min(n, k * ((n + splits - 1) / splits));
-    }
-    w.cta_begin[c] = begin;
-  }
-  __syncthreads();
-  // The last of the n + 1 sorted values v[] that is ≤ x (its index; v[0] ≤ x always holds here).
-  auto last_at_most = [](const int32_t* v, int n, int x) {
-    int lo = 0, hi = n;  // v[lo] ≤ x < v[hi + 1] (v[n + 1] = ∞)
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (v[mid] <= x) lo = mid; else hi = mid - 1;
-    }
-    return lo;
-  };
-  for (int c = tid; c < ctas; c += nt) w.cta_seq[c] = min(batch - 1, last_at_most(w.seq_begin, batch, w.cta_begin[c]));
+  const mla_ranges::Layout layout =
+      mla_ranges::make_layout(schedule == MlaDecodeSchedule::kBalanced, schedule == MlaDecodeSchedule::kAdaptive, batch,
+                              total, max_tiles, balanced_ranges, splits);
+  for (int c = tid; c <= ctas; c += nt) w.cta_begin[c] = layout.begin(w.seq_begin, batch, c);
   for (int b = tid; b < batch; b += nt) {
-    w.first_cta[b] = min(ctas - 1, last_at_most(w.cta_begin, ctas, w.seq_begin[b]));
-    w.last_cta[b] = min(ctas - 1, last_at_most(w.cta_begin, ctas, max(w.seq_begin[b], w.seq_begin[b + 1] - 1)));
+    int first = 0, last = 0;
+    if (w.seq_begin[b] < w.seq_begin[b + 1]) first = layout.first(w.seq_begin, b), last = layout.last(w.seq_begin, b);
+    w.first_cta[b] = first, w.last_cta[b] = last;
+    int r0 = 0, r1 = -1;
+    layout.ranges_of(w.seq_begin, batch, b, r0, r1);
+    for (int c = r0; c <= r1; ++c) w.cta_seq[c] = b;
   }
 }
 
@@ -294,20 +273,19 @@ __global__ void __launch_bounds__(128) mla_combine_kernel(const float* __restric
     *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     return;
   }
-  const int c0 = w.first_cta[b], c1 = w.last_cta[b];
-  if (c0 == c1) return;
+  const int c0 = w.first_cta[b], n = w.last_cta[b] - c0 + 1;
+  if (n == 1) return;
+  // Sequence b's segments: slots c0 + b … c0 + b + n − 1 (each of those ranges holds tiles of b).
+  const float* l = lse + (static_cast<int64_t>(c0) + b) * heads + h;
   float mx = -INFINITY;
-  for (int r = c0; r <= c1; ++r) {
-    if (w.cta_begin[r] < w.cta_begin[r + 1]) mx = fmaxf(mx, lse[(static_cast<int64_t>(r) + b) * heads + h]);
-  }
+  for (int r = 0; r < n; ++r) mx = fmaxf(mx, l[static_cast<int64_t>(r) * heads]);
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   float wsum = 0.0f;
-  for (int r = c0; r <= c1; ++r) {
-    if (w.cta_begin[r] == w.cta_begin[r + 1]) continue;
-    const int64_t slot = static_cast<int64_t>(r) + b;
-    const float wt = exp2f(lse[slot * heads + h] - mx);
+  const float* p = part + ((static_cast<int64_t>(c0) + b) * heads + h) * kMlaRank + c;
+  for (int r = 0; r < n; ++r) {
+    const float wt = exp2f(l[static_cast<int64_t>(r) * heads] - mx);
     wsum += wt;
-    const float4 v = *reinterpret_cast<const float4*>(part + (slot * heads + h) * kMlaRank + c);
+    const float4 v = *reinterpret_cast<const float4*>(p + static_cast<int64_t>(r) * heads * kMlaRank);
     acc.x += wt * v.x, acc.y += wt * v.y, acc.z += wt * v.z, acc.w += wt * v.w;
   }
   const float inv = 1.0f / wsum;
@@ -364,7 +342,7 @@ MlaDecodePlan mla_decode_plan(int batch, int heads, int max_seqlen, int multipro
   for (int s = 1; s <= std::min(tiles, 256); ++s) {
     const int tps = (tiles + s - 1) / s;
     if ((tiles + tps - 1) / tps != s) continue;  // only split counts without empty tails
-    const float cost = per_sequence_cost(std::max(1, batch), tiles, s, slots);
+    const float cost = mla_ranges::per_sequence_cost(std::max(1, batch), tiles, s, slots);
     if (cost < best_cost - 1e-6f) plan.splits = s, best_cost = cost;
   }
   return plan;

@@ -9,13 +9,13 @@
 
 namespace k3::cuda::mla_detail {
 
-// The ranges of one decode call (MlaDecodeSchedule), laid out on the GPU by the schedule kernel.
-// The sequences' 64-token tiles are numbered end to end: sequence b holds [seq_begin[b],
-// seq_begin[b + 1]). Range c covers [cta_begin[c], cta_begin[c + 1]) (empty ones only where nothing
-// is left). A range's piece of one sequence is a segment: a segment that is the whole sequence writes
-// the output itself; any other writes its partial O and log2-sum-exp to slot c + b, and the combine
-// merges sequence b's slots over the ranges first_cta[b]…last_cta[b]. Slots are unique: walking the
-// segments in order steps c, b or both by one.
+// The ranges of one decode call (MlaDecodeSchedule), laid out on the GPU by the schedule kernel
+// (mla_decode_ranges.h: the layouts). The sequences' 64-token tiles are numbered end to end: sequence
+// b holds [seq_begin[b], seq_begin[b + 1]). Range c covers [cta_begin[c], cta_begin[c + 1]). A range's
+// piece of one sequence is a segment: a segment that is the whole sequence writes the output itself;
+// any other writes its partial O and log2-sum-exp to slot c + b, and the combine merges sequence b's
+// slots over the ranges first_cta[b]…last_cta[b], every one of which holds tiles of b. Slots are
+// unique: walking the segments in order steps c, b or both by one.
 struct DecodeWork {
   int32_t* seq_begin;  // [B + 1]
   int32_t* cta_begin;  // [ranges + 1]
@@ -23,21 +23,6 @@ struct DecodeWork {
   int32_t* first_cta;  // [B]
   int32_t* last_cta;   // [B]
 };
-
-// The cost model of the range layouts, in units of one tile's work on one CTA: a range costs its
-// tiles plus kRangeStartTiles (Q load, epilogue), and each partial segment kPartialTiles more (its
-// write and the combine's read, spread over the GPU), both measured on an H100 with 96 heads. `slots`
-// is the number of ranges the GPU runs at once (CTAs per head block in one wave).
-constexpr float kRangeStartTiles = 1.0f, kPartialTiles = 0.08f;
-__host__ __device__ inline float per_sequence_cost(int batch, int max_tiles, int splits, int slots) {
-  const int waves = (batch * splits + slots - 1) / slots, per_range = (max_tiles + splits - 1) / splits;
-  return static_cast<float>(waves) * (static_cast<float>(per_range) + kRangeStartTiles) +
-         (splits > 1 ? kPartialTiles * static_cast<float>(batch * splits) : 0.0f);
-}
-__host__ __device__ inline float balanced_cost(int batch, int total_tiles, int ranges) {
-  return static_cast<float>((total_tiles + ranges - 1) / ranges) + kRangeStartTiles +
-         kPartialTiles * static_cast<float>(ranges + batch);
-}
 
 struct DecodeArgs {
   const __nv_bfloat16* q; int64_t ldq;

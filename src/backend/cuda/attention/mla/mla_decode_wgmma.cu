@@ -89,11 +89,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     bulk::fence_init();
     sm.rescaled = 0;
   }
-  // Thread 0 loads the range's tiles one ahead of the compute, walking the sequences on its own.
-  int load_seq = a.work.cta_seq[c];
+  // Thread 0 loads the range's tiles one ahead of the compute, walking the sequences on its own (the
+  // current one's tiles [load_first, load_end) kept in registers).
+  int load_seq = a.work.cta_seq[c], load_first = seq_begin[load_seq], load_end = seq_begin[load_seq + 1];
   auto load_tile = [&](int tile, int buf) {  // batch-wide tile number: 64 rows of one page
-    while (tile >= seq_begin[load_seq + 1]) ++load_seq;
-    const int j0 = (tile - seq_begin[load_seq]) * kTok;
+    while (tile >= load_end) load_first = load_end, load_end = seq_begin[++load_seq + 1];
+    const int j0 = (tile - load_first) * kTok;
     const int32_t* bt = a.block_table + static_cast<int64_t>(load_seq) * a.bt_ld;
     const int row0 = bt[j0 / a.page_size] * a.page_size + j0 % a.page_size;
     bulk::arrive_expect(&sm.bar[buf], kTileBytes);

@@ -1,5 +1,5 @@
 // The range layouts of the MLA decode (mla.h, MlaDecodeSchedule) in closed form, shared by the
-// schedule kernel (mla_decode.cu) and the host tests (tests/backend/test_mla_decode_ranges.cpp).
+// schedule kernel (mla_decode.cu) and the host tests (tests/backend/cuda/test_mla_decode_ranges.cpp).
 // Plain integer code: host and device.
 //
 // The batch's 64-token tiles are numbered end to end: sequence b holds [seq_begin[b], seq_begin[b+1]).

@@ -1,8 +1,9 @@
 // The MLA decode's range layouts (src/backend/cuda/attention/mla/mla_decode_ranges.h), the closed
-// forms the GPU's schedule kernel evaluates, checked on the CPU: for random batches (empty, short and
-// long sequences), every schedule and range count, the walk the decode kernel makes over its range
-// covers every tile once, the partial slots are unique and are exactly the ones the combine reads,
-// and the adaptive choice takes the layout the H100 measured faster.
+// forms the GPU's schedule kernel evaluates, checked on the CPU (no GPU needed: these run wherever the
+// CUDA suite is built, CI included): for random batches (empty, short and long sequences), every
+// schedule and range count, the walk the decode kernel makes over its range covers every tile once,
+// the partial slots are unique and are exactly the ones the combine reads, and the adaptive choice
+// takes the layout the H100 measured faster.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -265,7 +265,8 @@ void bench_mla_decode(Arena& arena, Stream& stream, int sms) {
   std::printf("   bytes = cache rows read (Σ ctx · 1152); FLOP = Σ ctx · H · (576+512) · 2; H = 96 is K3 on one GPU;\n"
               "   lengths: uniform, 1long (one at ctx, the rest ctx/32), halving (ctx, ctx/2 … ctx/32); variants in\n"
               "   interleaved rounds: mma.sync and wgmma with per-sequence ranges (splits), wgmma with balanced\n"
-              "   ranges, wgmma adaptive (per call, the faster of the two by the cost model: ranges balanced/splits)\n");
+              "   ranges, wgmma adaptive (per call, the faster of the two by the cost model: ranges balanced/splits);\n"
+              "   all with chained (programmatic dependent) launches but 'adapt plain', adaptive in plain stream order\n");
   std::printf("%4s %5s %6s %-8s | %-12s %6s | %8s | %8s | %7s %6s %6s %6s | %9s %9s\n", "H", "B", "ctx", "lengths",
               "variant", "ranges", "MB", "us", "GB/s", "%3.83", "%copy", "TF/s", "absorb us", "unabs us");
   struct Case {
@@ -289,12 +290,14 @@ void bench_mla_decode(Arena& arena, Stream& stream, int sms) {
     const char* name;
     MlaDecodeKernel kernel;
     MlaDecodeSchedule schedule;
+    bool chained = true;
   };
   const Variant variants[] = {{"mma", MlaDecodeKernel::kMma, MlaDecodeSchedule::kPerSequence},
                               {"wgmma perseq", MlaDecodeKernel::kWgmma, MlaDecodeSchedule::kPerSequence},
                               {"wgmma bal", MlaDecodeKernel::kWgmma, MlaDecodeSchedule::kBalanced},
-                              {"wgmma adapt", MlaDecodeKernel::kWgmma, MlaDecodeSchedule::kAdaptive}};
-  constexpr int kVariants = 4;
+                              {"wgmma adapt", MlaDecodeKernel::kWgmma, MlaDecodeSchedule::kAdaptive},
+                              {"adapt plain", MlaDecodeKernel::kWgmma, MlaDecodeSchedule::kAdaptive, false}};
+  constexpr int kVariants = 5;
   for (const Case& c : cases) {
     const size_t mark = arena.mark();
     const int page = 64;
@@ -328,6 +331,7 @@ void bench_mla_decode(Arena& arena, Stream& stream, int sms) {
     std::vector<std::pair<const char*, std::function<void(int)>>> fns;
     for (int k = 0; k < kVariants; ++k) {
       plans[k] = mla_decode_plan(c.B, c.H, c.ctx, sms, variants[k].kernel, variants[k].schedule);
+      plans[k].chained = variants[k].chained;
       ws[k] = arena.alloc(mla_decode_workspace_bytes(plans[k], c.B, c.H), "ws");
       fns.emplace_back(variants[k].name, [&, k](int i) {
         MlaPagedCache pc;

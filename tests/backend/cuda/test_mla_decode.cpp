@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -102,7 +103,7 @@ Batch make_batch(int heads, const std::vector<int32_t>& lens, test::Rng& g) {
 
 // Sequences [first, first + n) of the batch through the GPU kernel; their o_lat rows.
 std::vector<float> gpu_decode(const Batch& d, int first, int n, MlaDecodeKernel kernel, MlaDecodeSchedule schedule,
-                              int ranges = 0) {
+                              int ranges = 0, bool chained = true) {
   Arena& a = test::arena();
   const DeviceTensor cache = upload_f32(a, d.cache.data(), static_cast<int64_t>(d.cache.size() / kMlaRow), kMlaRow,
                                         DType::kBF16, "cache");
@@ -114,8 +115,8 @@ std::vector<float> gpu_decode(const Batch& d, int first, int n, MlaDecodeKernel 
   const DeviceTensor dtable = test::upload_i32(table, "block table");
   const DeviceTensor dlens = test::upload_i32(lens, "seqlens");
   const int max_len = *std::max_element(lens.begin(), lens.end());
-  const MlaDecodePlan plan =
-      mla_decode_plan(n, d.heads, max_len, list_devices().at(0).multiprocessors, kernel, schedule, ranges);
+  MlaDecodePlan plan = mla_decode_plan(n, d.heads, max_len, list_devices().at(0).multiprocessors, kernel, schedule, ranges);
+  plan.chained = chained;
   void* ws = a.alloc(mla_decode_workspace_bytes(plan, n, d.heads), "mla ws");
   const DeviceTensor o_lat = a.alloc_tensor(DType::kF32, n, static_cast<int64_t>(d.heads) * kMlaRank, "o_lat");
   poison(o_lat);
@@ -171,6 +172,30 @@ TEST(MlaDecodeLong, RaggedContextsUpTo32kMatchFloat64) {
     test::ArenaScope run_scope;
     expect_close(gpu_decode(d, B - 1, 1, k, MlaDecodeSchedule::kAuto), d, B - 1, 1,
                  std::string("H 96, B 1, 32768 tokens, ") + (k == kWgmma ? "wgmma" : "mma.sync"));
+  }
+}
+
+// Chained (programmatic dependent) launches of the decode and the combine give the plain launches'
+// results bit for bit, for both kernels and every schedule.
+TEST(MlaDecodeLong, ChainedLaunchesMatchPlainOnesBitForBit) {
+  K3_REQUIRE_GPU();
+  test::ArenaScope scope;
+  const uint64_t seed = test::seed_or(7701);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  test::Rng g(seed);
+  const Batch d = make_batch(96, {1, 65, 4097, 777, 2048}, g);
+  const int B = static_cast<int>(d.lens.size());
+  for (const auto& [kernel, schedule] : {std::pair{MlaDecodeKernel::kWgmma, MlaDecodeSchedule::kAdaptive},
+                                         std::pair{MlaDecodeKernel::kWgmma, MlaDecodeSchedule::kBalanced},
+                                         std::pair{MlaDecodeKernel::kWgmma, MlaDecodeSchedule::kPerSequence},
+                                         std::pair{MlaDecodeKernel::kMma, MlaDecodeSchedule::kPerSequence}}) {
+    test::ArenaScope run_scope;
+    const std::vector<float> chained = gpu_decode(d, 0, B, kernel, schedule, 0, true);
+    const std::vector<float> plain = gpu_decode(d, 0, B, kernel, schedule, 0, false);
+    ASSERT_EQ(chained.size(), plain.size());
+    EXPECT_EQ(std::memcmp(chained.data(), plain.data(), chained.size() * sizeof(float)), 0)
+        << "kernel " << static_cast<int>(kernel) << ", schedule " << static_cast<int>(schedule);
+    expect_close(chained, d, 0, B, "H 96, 5 ragged sequences, chained launches");
   }
 }
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <random>
 #include <set>
 #include <string>
@@ -22,6 +23,13 @@ struct Laid {
   Layout layout;
 };
 
+// The fewest tiles of a sequence that has any (the schedule kernel's min_tiles).
+int shortest_with_tiles(const std::vector<int>& tiles) {
+  int m = INT_MAX;
+  for (int t : tiles) m = t > 0 ? std::min(m, t) : m;
+  return m;
+}
+
 // What the schedule kernel writes, element by element.
 Laid lay_out(const std::vector<int>& tiles, bool balanced, bool adaptive, int balanced_ranges, int splits, int ctas) {
   Laid d;
@@ -29,7 +37,7 @@ Laid lay_out(const std::vector<int>& tiles, bool balanced, bool adaptive, int ba
   d.seq_begin.assign(static_cast<size_t>(batch) + 1, 0);
   for (int b = 0; b < batch; ++b) d.seq_begin[static_cast<size_t>(b) + 1] = d.seq_begin[static_cast<size_t>(b)] + tiles[static_cast<size_t>(b)];
   const int total = d.seq_begin.back(), longest = tiles.empty() ? 0 : *std::max_element(tiles.begin(), tiles.end());
-  d.layout = make_layout(balanced, adaptive, batch, total, longest, balanced_ranges, splits);
+  d.layout = make_layout(balanced, adaptive, batch, total, longest, shortest_with_tiles(tiles), balanced_ranges, splits);
   d.cta_begin.resize(static_cast<size_t>(ctas) + 1);
   for (int c = 0; c <= ctas; ++c) d.cta_begin[static_cast<size_t>(c)] = d.layout.begin(d.seq_begin.data(), batch, c);
   d.cta_seq.assign(static_cast<size_t>(ctas), -1);
@@ -157,16 +165,19 @@ TEST(MlaDecodeRanges, AdaptiveTakesTheLayoutMeasuredFaster) {
   auto balanced = [](const std::vector<int>& tiles, int splits) {
     int total = 0, longest = 0;
     for (int t : tiles) total += t, longest = std::max(longest, t);
-    return make_layout(false, true, static_cast<int>(tiles.size()), total, longest, 66, splits).balanced;
+    return make_layout(false, true, static_cast<int>(tiles.size()), total, longest, shortest_with_tiles(tiles), 66, splits)
+        .balanced;
   };
-  EXPECT_FALSE(balanced(std::vector<int>(8, 64), 8));   // B 8, 4k: 45.7 µs per sequence, 54.9 balanced
-  EXPECT_FALSE(balanced(std::vector<int>(64, 64), 1));  // B 64, 4k: 174 / 192 µs
-  EXPECT_TRUE(balanced(std::vector<int>(64, 512), 1));  // B 64, 32k: 1214 / 1200 µs
+  EXPECT_FALSE(balanced(std::vector<int>(1, 512), 64));  // B 1, 32k: 50.3 µs per sequence, 53.2 balanced
+  EXPECT_FALSE(balanced(std::vector<int>(8, 64), 8));    // B 8, 4k: 44.1 / 52.3 µs
+  EXPECT_FALSE(balanced(std::vector<int>(8, 512), 8));   // B 8, 32k: 182.6 / 189.1 µs
+  EXPECT_FALSE(balanced(std::vector<int>(64, 64), 1));   // B 64, 4k: 177.4 / 195.2 µs
+  EXPECT_TRUE(balanced(std::vector<int>(64, 512), 1));   // B 64, 32k: 1255 / 1239 µs
   std::vector<int> one_long(64, 16), halving(64);
   one_long[0] = 512;
   for (int b = 0; b < 64; ++b) halving[static_cast<size_t>(b)] = 512 >> (b % 6);
-  EXPECT_TRUE(balanced(one_long, 1));  // 1242 / 112 µs
-  EXPECT_TRUE(balanced(halving, 1));   // 1241 / 447 µs
+  EXPECT_TRUE(balanced(one_long, 1));  // 1267 / 106 µs
+  EXPECT_TRUE(balanced(halving, 1));   // 1248 / 447 µs
 }
 
 }  // namespace

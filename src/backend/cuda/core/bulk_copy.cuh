@@ -43,6 +43,12 @@ __device__ __forceinline__ void copy(void* dst, const void* src, unsigned bytes,
                : "memory");
 }
 
+// Starts fetching a tensor map (a __grid_constant__ kernel parameter) into the descriptor cache, so
+// that the first copy_tile_2d does not wait for it.
+__device__ __forceinline__ void prefetch_tensor_map(const void* tensor_map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(tensor_map)) : "memory");
+}
+
 // The box of a 2-D tensor map (tensor_map.h) at element coordinates (col, row) into shared dst (the
 // map's swizzle applied; 1024-byte aligned for the 128-byte swizzle), counted against bar. Parts of the
 // box outside the tensor arrive as zeros and count as bytes.

@@ -12,11 +12,13 @@
 // the tensor cores bound the step: the wgmma kernel (mla_decode_wgmma.cu) takes such head counts, and
 // mla_decode_kernel_for below is the one place that chooses between the two.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <string>
 
 #include "backend/cuda/core/bulk_copy.cuh"
 #include "backend/cuda/core/check.h"
+#include "backend/cuda/core/launch.h"
 #include "backend/cuda/attention/mla/mla.h"
 #include "backend/cuda/attention/mla/mla_decode.cuh"
 #include "backend/cuda/attention/mla/mla_decode_ranges.h"
@@ -58,6 +60,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(DecodeArgs a) {
   const int hb = blockIdx.x, c = blockIdx.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int h0 = hb * R;
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // the layout, Q and the cache are written
+  asm volatile("griddepcontrol.launch_dependents;");
   const int g_begin = a.work.cta_begin[c], g_end = a.work.cta_begin[c + 1];
   if (g_begin >= g_end) return;  // nothing left for this range
   // The per-sequence schedule: the range lies within one sequence.
@@ -225,17 +229,25 @@ __global__ void __launch_bounds__(1024) mla_decode_schedule_kernel(const int32_t
                                                                    MlaDecodeSchedule schedule, int balanced_ranges,
                                                                    int splits, int ctas, DecodeWork w) {
   __shared__ int32_t sums[1024];
-  __shared__ int32_t max_tiles;
+  __shared__ int32_t max_tiles, min_tiles;
+  // The decode kernel (a programmatic dependent when the plan is chained) may launch now: it waits
+  // for this grid's completion before it reads the layout.
+  asm volatile("griddepcontrol.launch_dependents;");
   const int tid = threadIdx.x, nt = blockDim.x;
   auto tiles = [&](int b) { return (max(seqlens[b], 0) + BN - 1) / BN; };
   // seq_begin: an exclusive scan of the tile counts, each thread a contiguous chunk of sequences.
   const int per = (batch + nt - 1) / nt, lo = min(batch, tid * per), hi = min(batch, lo + per);
-  int sum = 0, longest = 0;
-  for (int b = lo; b < hi; ++b) sum += tiles(b), longest = max(longest, tiles(b));
-  if (tid == 0) max_tiles = 0;
+  int sum = 0, longest = 0, shortest = INT_MAX;
+  for (int b = lo; b < hi; ++b) {
+    const int n = tiles(b);
+    sum += n, longest = max(longest, n);
+    if (n > 0) shortest = min(shortest, n);
+  }
+  if (tid == 0) max_tiles = 0, min_tiles = INT_MAX;
   sums[tid] = sum;
   __syncthreads();
   atomicMax(&max_tiles, longest);
+  atomicMin(&min_tiles, shortest);
   for (int off = 1; off < nt; off <<= 1) {
     const int v = tid >= off ? sums[tid - off] : 0;
     __syncthreads();
@@ -249,7 +261,7 @@ __global__ void __launch_bounds__(1024) mla_decode_schedule_kernel(const int32_t
   __syncthreads();
   const mla_ranges::Layout layout =
       mla_ranges::make_layout(schedule == MlaDecodeSchedule::kBalanced, schedule == MlaDecodeSchedule::kAdaptive, batch,
-                              total, max_tiles, balanced_ranges, splits);
+                              total, max_tiles, min_tiles, balanced_ranges, splits);
   for (int c = tid; c <= ctas; c += nt) w.cta_begin[c] = layout.begin(w.seq_begin, batch, c);
   for (int b = tid; b < batch; b += nt) {
     int first = 0, last = 0;
@@ -268,6 +280,7 @@ __global__ void __launch_bounds__(128) mla_combine_kernel(const float* __restric
                                                           int heads, DecodeWork w, float* __restrict__ out, int64_t ldo) {
   const int h = blockIdx.x, b = blockIdx.y;
   const int c = threadIdx.x * 4;
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // the decode kernel's partials and outputs
   float* dst = out + static_cast<int64_t>(b) * ldo + static_cast<int64_t>(h) * kMlaRank + c;
   if (w.seq_begin[b] == w.seq_begin[b + 1]) {
     *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -293,12 +306,11 @@ __global__ void __launch_bounds__(128) mla_combine_kernel(const float* __restric
 }
 
 template <int MT>
-void launch(const DecodeArgs& a, int ctas, cudaStream_t stream) {
+void launch(const DecodeArgs& a, int ctas, bool chained, cudaStream_t stream) {
   const int smem = static_cast<int>(sizeof(Smem<MT>));
   K3_CUDA_CHECK(cudaFuncSetAttribute(mla_decode_kernel<MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(static_cast<unsigned>((a.heads + 16 * MT - 1) / (16 * MT)), static_cast<unsigned>(ctas));
-  mla_decode_kernel<MT><<<grid, kThreads, smem, stream>>>(a);
-  K3_CUDA_CHECK_LAUNCH("mla_decode_kernel");
+  launch_kernel(chained, mla_decode_kernel<MT>, grid, dim3(kThreads), static_cast<size_t>(smem), stream, a);
 }
 
 int head_rows(int heads) { return heads <= 16 ? 16 : 32; }
@@ -417,14 +429,16 @@ void mla_decode_attention(const DeviceTensor& q_abs, const MlaPagedCache& cache,
   if (plan.kernel == MlaDecodeKernel::kWgmma) {
     if (cache.num_rows <= 0) throw Error("mla_decode_attention: the wgmma kernel needs the cache's row count");
     const DeviceTensor rows(const_cast<void*>(cache.rows), DType::kBF16, cache.num_rows, kMlaRow);
-    launch_mla_decode_wgmma(a, tensor_map_bf16_sw128(rows, BN, 64, "mla_decode_attention cache"), l.ctas, stream);
+    launch_mla_decode_wgmma(a, tensor_map_bf16_sw128(rows, BN, 64, "mla_decode_attention cache"), l.ctas, plan.chained,
+                            stream);
   } else {
-    head_rows(static_cast<int>(H)) == 16 ? launch<1>(a, l.ctas, stream) : launch<2>(a, l.ctas, stream);
+    head_rows(static_cast<int>(H)) == 16 ? launch<1>(a, l.ctas, plan.chained, stream)
+                                         : launch<2>(a, l.ctas, plan.chained, stream);
   }
   if (l.slots > 0) {
-    mla_combine_kernel<<<dim3(static_cast<unsigned>(H), static_cast<unsigned>(batch)), kMlaRank / 4, 0, stream>>>(
-        part, lse, static_cast<int>(H), work, o_lat.as<float>(), o_lat.ld);
-    K3_CUDA_CHECK_LAUNCH("mla_combine_kernel");
+    launch_kernel(plan.chained, mla_combine_kernel, dim3(static_cast<unsigned>(H), static_cast<unsigned>(batch)),
+                  dim3(kMlaRank / 4), 0, stream, static_cast<const float*>(part), static_cast<const float*>(lse),
+                  static_cast<int>(H), work, o_lat.as<float>(), o_lat.ld);
   }
 }
 

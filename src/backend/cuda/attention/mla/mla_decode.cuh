@@ -43,7 +43,8 @@ int wgmma_heads_per_cta(int heads);
 inline int wgmma_head_groups(int heads) { return (heads + wgmma_heads_per_cta(heads) - 1) / wgmma_heads_per_cta(heads); }
 
 // cache_map: the cache rows [num_rows, 576] in boxes of 64 rows × 64 columns, 128-byte swizzle.
-// One CTA per (head group, range).
-void launch_mla_decode_wgmma(const DecodeArgs& a, const CUtensorMap& cache_map, int ranges, cudaStream_t stream);
+// One CTA per (head group, range); chained: a programmatic dependent of the schedule kernel.
+void launch_mla_decode_wgmma(const DecodeArgs& a, const CUtensorMap& cache_map, int ranges, bool chained,
+                             cudaStream_t stream);
 
 }  // namespace k3::cuda::mla_detail

@@ -23,9 +23,9 @@ namespace k3::cuda::mla_ranges {
 inline constexpr int kMinTilesPerRange = 2;
 
 // The cost model of the layouts, in units of one tile's work on one CTA: a range costs its tiles plus
-// kRangeStartTiles (Q load, epilogue), and each partial segment kPartialTiles more (its write and the
-// combine's read, spread over the GPU), both measured on an H100 with 96 heads. `slots`: the ranges
-// the GPU runs at once (CTAs per head block in one wave).
+// kRangeStartTiles for each segment (Q load, epilogue), and each partial segment kPartialTiles more
+// (its write and the combine's read, spread over the GPU), both measured on an H100 with 96 heads.
+// `slots`: the ranges the GPU runs at once (CTAs per head block in one wave).
 inline constexpr float kRangeStartTiles = 1.0f, kPartialTiles = 0.08f;
 
 K3_MLA_HD float per_sequence_cost(int batch, int max_tiles, int splits, int slots) {
@@ -34,8 +34,13 @@ K3_MLA_HD float per_sequence_cost(int batch, int max_tiles, int splits, int slot
          (splits > 1 ? kPartialTiles * static_cast<float>(batch * splits) : 0.0f);
 }
 
-K3_MLA_HD float balanced_cost(int batch, int total_tiles, int ranges) {
-  return static_cast<float>((total_tiles + ranges - 1) / ranges) + kRangeStartTiles +
+// A balanced range of ⌈total / ranges⌉ tiles crosses at most ⌈(tiles − 1) / min_tiles⌉ sequence ends
+// (min_tiles: the shortest sequence with tiles), and never more than batch − 1: the longest range's
+// segments bound the call.
+K3_MLA_HD float balanced_cost(int batch, int total_tiles, int min_tiles, int ranges) {
+  const int tiles = (total_tiles + ranges - 1) / ranges, shortest = min_tiles > 0 ? min_tiles : 1;
+  const int crossings = tiles > 1 ? (tiles - 2) / shortest + 1 : 0, segments = 1 + (crossings < batch - 1 ? crossings : batch - 1);
+  return static_cast<float>(tiles) + kRangeStartTiles * static_cast<float>(segments) +
          kPartialTiles * static_cast<float>(ranges + batch);
 }
 
@@ -85,16 +90,17 @@ struct Layout {
 };
 
 // The layout of a call: balanced, per sequence, or (adaptive) whichever the cost model finds faster.
-// balanced_ranges: the plan's count, also the ranges one wave runs; max_tiles: the longest sequence.
-K3_MLA_HD Layout make_layout(bool balanced, bool adaptive, int batch, int total, int max_tiles, int balanced_ranges,
-                             int splits) {
+// balanced_ranges: the plan's count, also the ranges one wave runs; max_tiles / min_tiles: the longest
+// sequence and the shortest one with tiles.
+K3_MLA_HD Layout make_layout(bool balanced, bool adaptive, int batch, int total, int max_tiles, int min_tiles,
+                             int balanced_ranges, int splits) {
   Layout l;
   l.total = total;
   l.splits = splits;
   const int by_length = (total + kMinTilesPerRange - 1) / kMinTilesPerRange;
   l.used = balanced_ranges < by_length ? balanced_ranges : by_length;
   if (l.used < 1) l.used = 1;
-  l.balanced = balanced || (adaptive && balanced_cost(batch, total, l.used) <
+  l.balanced = balanced || (adaptive && balanced_cost(batch, total, min_tiles, l.used) <
                                             per_sequence_cost(batch, max_tiles, splits, balanced_ranges));
   return l;
 }

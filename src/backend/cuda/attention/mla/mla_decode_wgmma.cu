@@ -26,6 +26,7 @@
 #include "backend/cuda/attention/mla/mla_util.cuh"
 #include "backend/cuda/core/bulk_copy.cuh"
 #include "backend/cuda/core/check.h"
+#include "backend/cuda/core/launch.h"
 #include "backend/cuda/core/wgmma.cuh"
 
 namespace k3::cuda::mla_detail {
@@ -80,15 +81,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127, warp = wtid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int h0 = hg * HC;
-  const int32_t* seq_begin = a.work.seq_begin;
-  const int r_begin = a.work.cta_begin[c], r_end = a.work.cta_begin[c + 1];  // this CTA's tiles, batch-wide
-  if (r_begin >= r_end) return;  // nothing left for this range
+  // Before the schedule kernel completes (a chained launch): only what reads nothing it or the kernels
+  // before it write.
   if (tid == 0) {
+    bulk::prefetch_tensor_map(&cache_map);
     bulk::init(&sm.bar[0]);
     bulk::init(&sm.bar[1]);
     bulk::fence_init();
     sm.rescaled = 0;
   }
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // the layout, Q and the cache are written
+  asm volatile("griddepcontrol.launch_dependents;");
+  const int32_t* seq_begin = a.work.seq_begin;
+  const int r_begin = a.work.cta_begin[c], r_end = a.work.cta_begin[c + 1];  // this CTA's tiles, batch-wide
+  if (r_begin >= r_end) return;  // nothing left for this range
   // Thread 0 loads the range's tiles one ahead of the compute, walking the sequences on its own (the
   // current one's tiles [load_first, load_end) kept in registers).
   int load_seq = a.work.cta_seq[c], load_first = seq_begin[load_seq], load_end = seq_begin[load_seq + 1];
@@ -314,12 +320,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <int HC>
-void launch(const DecodeArgs& a, const CUtensorMap& map, int ranges, cudaStream_t stream) {
+void launch(const DecodeArgs& a, const CUtensorMap& map, int ranges, bool chained, cudaStream_t stream) {
   const int smem = static_cast<int>(sizeof(Smem<HC>)) + 1024;
   K3_CUDA_CHECK(cudaFuncSetAttribute(mla_decode_wgmma_kernel<HC>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(static_cast<unsigned>((a.heads + HC - 1) / HC), static_cast<unsigned>(ranges));
-  mla_decode_wgmma_kernel<HC><<<grid, kThreads, smem, stream>>>(map, a);
-  K3_CUDA_CHECK_LAUNCH("mla_decode_wgmma_kernel");
+  launch_kernel(chained, mla_decode_wgmma_kernel<HC>, grid, dim3(kThreads), static_cast<size_t>(smem), stream, map, a);
 }
 
 }  // namespace
@@ -329,8 +334,10 @@ int wgmma_heads_per_cta(int heads) {
   return (heads + groups - 1) / groups <= 32 ? 32 : 48;
 }
 
-void launch_mla_decode_wgmma(const DecodeArgs& a, const CUtensorMap& cache_map, int ranges, cudaStream_t stream) {
-  wgmma_heads_per_cta(a.heads) == 32 ? launch<32>(a, cache_map, ranges, stream) : launch<48>(a, cache_map, ranges, stream);
+void launch_mla_decode_wgmma(const DecodeArgs& a, const CUtensorMap& cache_map, int ranges, bool chained,
+                             cudaStream_t stream) {
+  wgmma_heads_per_cta(a.heads) == 32 ? launch<32>(a, cache_map, ranges, chained, stream)
+                                     : launch<48>(a, cache_map, ranges, chained, stream);
 }
 
 }  // namespace k3::cuda::mla_detail

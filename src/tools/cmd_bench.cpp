@@ -20,12 +20,17 @@
 // (model/routing_skew.h); the floor then counts the distinct experts such a batch reads.
 // Per batch size, and for the prefill chunk, a few more steps run profiled (eager, a CUDA event
 // between op classes: backend/cuda/executor/op_classes.h) and give each op class's time per step.
+// --family F loads the model as a checkpoint of family F at the config's shapes instead (bench_family.h:
+// written under --scratch with --template-experts distinct experts per bank, planned and uploaded as
+// a release is); the floor then counts each weight's stored bytes in that family.
 #include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <span>
@@ -42,8 +47,11 @@
 #include "parallel/machine.h"
 #include "tools/cli.h"
 #include "tools/flag_checks.h"
+#include "quant/families/quantize_options.h"
+#include "tools/bench_family.h"
 #include "tools/model_args.h"
 #ifdef K3_HAVE_CUDA
+#include "backend/cuda/core/device.h"
 #include "backend/cuda/executor/cuda_model.h"
 #endif
 
@@ -71,6 +79,10 @@ struct BenchArgs {
   int64_t experts_on_cpu = 0;  // hybrid CPU/GPU experts (0: all on the GPU)
   std::string routing = "uniform";  // the synthetic router's skew (model/routing_skew.h)
   std::string mla_decode = "auto";  // the MLA decode kernel: auto, mma or wgmma
+  std::string family;               // empty: bf16 weights generated on the GPU
+  int64_t template_experts = 8;     // --family: distinct experts written per bank
+  std::string scratch;              // --family: where the checkpoint is written (empty: the temp folder)
+  std::string recipe = "default";   // --family gguf: the GGML type recipe (gguf_recipe.h)
 };
 
 [[noreturn]] void bad_flag(const char* flag, const std::string& why) { throw Error(Where{"", "", flag}, why); }
@@ -108,16 +120,23 @@ double expected_experts_hit(const K3Config& c, int64_t batch, std::span<const do
   return c.moe ? distinct_experts_per_step(shares, batch) : 0.0;
 }
 
-DecodeTraffic decode_traffic(const K3Config& c, int64_t batch, double context, double experts_hit) {
+// The bytes a parameter's weights weigh: their stored bytes in the benchmarked family, or (generated
+// weights) bf16 matrices and f32 vectors.
+using ParamBytes = std::function<double(const ParamSpec&)>;
+double generated_bytes(const ParamSpec& p) {
+  const bool f32 = p.kind == ParamKind::Vector || p.kind == ParamKind::Conv;
+  return static_cast<double>(p.numel()) * (f32 ? 4 : 2);
+}
+
+DecodeTraffic decode_traffic(const K3Config& c, int64_t batch, double context, double experts_hit, const ParamBytes& weighs) {
   DecodeTraffic t;
   std::vector<double> bank_bytes(static_cast<size_t>(c.num_layers), 0.0);
   for (const ParamSpec& p : parameter_inventory(c)) {
-    const bool f32 = p.kind == ParamKind::Vector || p.kind == ParamKind::Conv;
-    const double bytes = static_cast<double>(p.numel()) * (f32 ? 4 : 2);
+    const double bytes = weighs(p);
     if (p.kind == ParamKind::ExpertBank) {
       bank_bytes[static_cast<size_t>(p.layer)] += bytes;
     } else if (p.kind == ParamKind::Embedding) {
-      t.weights += c.tie_word_embeddings ? bytes : static_cast<double>(batch * c.hidden_size * 2);
+      t.weights += c.tie_word_embeddings ? bytes : bytes * static_cast<double>(batch) / static_cast<double>(c.vocab_size);
     } else {
       t.weights += bytes;
     }
@@ -159,6 +178,7 @@ struct PrefillResult {
 };
 
 struct Measured {
+  std::string weights;      // what the weights are, for the report's first line
   std::string device_name;  // the CUDA device's
   const DeviceKind* kind = nullptr;  // the kind whose HBM read ceiling the floor uses (parallel/machine.h)
   uint64_t weight_bytes = 0;
@@ -217,9 +237,9 @@ Json breakdown_json(const OpBreakdown& o) {
 }
 
 void print_report(const BenchArgs& a, const Measured& m) {
-  std::printf("k3 bench: %s, synthetic bf16 weights %.2f GB on %s (%s; floor at the %s read ceiling); context %lld, %lld "
+  std::printf("k3 bench: %s, %s, %.2f GB on %s (%s; floor at the %s read ceiling); context %lld, %lld "
               "decode steps, CUDA graphs %s, routing %s\n",
-              a.synthetic.c_str(), static_cast<double>(m.weight_bytes) / 1e9, a.device.c_str(), m.device_name.c_str(), m.kind->name,
+              a.synthetic.c_str(), m.weights.c_str(), static_cast<double>(m.weight_bytes) / 1e9, a.device.c_str(), m.device_name.c_str(), m.kind->name,
               static_cast<long long>(a.context), static_cast<long long>(a.steps), m.graphs ? "on" : "off",
               parse_routing_skew(a.routing).text().c_str());
   std::printf("%6s %11s %9s %9s %9s %9s %10s %10s %9s  (floor: the step's bytes at %.2f TB/s, with the expected "
@@ -303,6 +323,10 @@ Json report_json(const BenchArgs& a, const Measured& m) {
                     {"op_breakdown", breakdown_json(r.ops)}});
   }
   return {{"config", a.synthetic},
+          {"weights", m.weights},
+          {"family", a.family.empty() ? "generated bf16" : a.family},
+          {"template_experts", a.family.empty() ? 0 : a.template_experts},
+          {"gguf_recipe", a.family == "gguf" ? a.recipe : ""},
           {"device", a.device},
           {"seed", a.seed},
           {"weight_bytes", m.weight_bytes},
@@ -360,8 +384,8 @@ OpBreakdown profile(Executor& executor, Run run) {
 
 // Prefill then timed decode at each batch size, on one executor sized for the largest, with
 // `experts_on_cpu` routed experts per MoE layer on the CPU.
-Measured measure_executor(const BenchArgs& a, const K3Config& config, const std::vector<int64_t>& batches, int device,
-                          int64_t experts_on_cpu) {
+Measured measure_executor(const BenchArgs& a, const K3Config& config, SampleCheckpoint* sample,
+                          const std::vector<int64_t>& batches, int device, int64_t experts_on_cpu) {
   cuda::CudaOptions options;
   options.device = device;
   options.memory = a.gpu_memory;
@@ -376,7 +400,8 @@ Measured measure_executor(const BenchArgs& a, const K3Config& config, const std:
   // Streaming and CPU experts read the picks on the host.
   if (options.expert_cache_bytes > 0 || a.experts_on_cpu > 0) options.graphs = false;
   const std::unique_ptr<Executor> executor =
-      cuda::make_synthetic_cuda_executor(options, config, a.seed, parse_routing_skew(a.routing));
+      sample != nullptr ? cuda::make_cuda_executor(options, config, sample->plan(), sample->files())
+                        : cuda::make_synthetic_cuda_executor(options, config, a.seed, parse_routing_skew(a.routing));
 
   std::mt19937_64 rng(a.seed);
   std::uniform_int_distribution<int64_t> token(0, config.vocab_size - 1);
@@ -402,6 +427,15 @@ Measured measure_executor(const BenchArgs& a, const K3Config& config, const std:
 
   Measured m;
   m.graphs = options.graphs;
+  char what[160];
+  if (sample != nullptr) {
+    std::snprintf(what, sizeof what, "%s%s%s checkpoint (%lld distinct experts per bank, written in %.0f s)", a.family.c_str(),
+                  a.family == "gguf" ? " " : "", a.family == "gguf" ? a.recipe.c_str() : "",
+                  static_cast<long long>(a.template_experts), sample->seconds_to_write());
+  } else {
+    std::snprintf(what, sizeof what, "bf16 weights generated on the GPU");
+  }
+  m.weights = what;
   for (const int64_t batch : batches) {
     for (int64_t s = 0; s < batch; ++s) {
       executor->add_sequence(s, 0);
@@ -463,15 +497,29 @@ Measured measure_executor(const BenchArgs& a, const K3Config& config, const std:
 
 // With CPU experts the all-GPU eager executor runs first (its own weights, freed before the hybrid
 // one is made) for the overlap's baseline.
-Measured measure(const BenchArgs& a, const K3Config& config, const std::vector<int64_t>& batches, int device) {
-  if (a.experts_on_cpu == 0) return measure_executor(a, config, batches, device, 0);
-  const Measured all_gpu = measure_executor(a, config, batches, device, 0);
-  Measured m = measure_executor(a, config, batches, device, a.experts_on_cpu);
+Measured measure(const BenchArgs& a, const K3Config& config, SampleCheckpoint* sample, const std::vector<int64_t>& batches,
+                 int device) {
+  if (a.experts_on_cpu == 0) return measure_executor(a, config, sample, batches, device, 0);
+  const Measured all_gpu = measure_executor(a, config, sample, batches, device, 0);
+  Measured m = measure_executor(a, config, sample, batches, device, a.experts_on_cpu);
   for (size_t i = 0; i < m.decode.size(); ++i) m.decode[i].all_gpu_eager_seconds = all_gpu.decode[i].seconds;
   return m;
 }
+
+// Before a checkpoint is written for minutes: the device exists.
+void check_device_present(int device) {
+  const size_t count = cuda::list_devices().size();
+  if (count == 0) bad_flag("--device", "no CUDA device is available");
+  if (static_cast<size_t>(device) >= count) {
+    bad_flag("--device", "cuda:" + std::to_string(device) + " does not exist (" + std::to_string(count) + " device(s))");
+  }
+}
 #else
-Measured measure(const BenchArgs&, const K3Config&, const std::vector<int64_t>&, int) {
+void check_device_present(int) {
+  bad_flag("--device", "this k3 was built without the CUDA backend (configure with -DK3_CUDA=ON)");
+}
+
+Measured measure(const BenchArgs&, const K3Config&, SampleCheckpoint*, const std::vector<int64_t>&, int) {
   bad_flag("--device", "this k3 was built without the CUDA backend (configure with -DK3_CUDA=ON)");
 }
 #endif
@@ -497,15 +545,37 @@ int run_bench(const BenchArgs& a) {
   const RoutingSkew routing = parse_routing_skew(a.routing);
   check_routing_skew(config, routing, a.synthetic);
   if (!a.json.empty()) check_output_path(a.json, "--json");
-  Measured m = measure(a, config, batches, device);
+  std::unique_ptr<SampleCheckpoint> sample;
+  ParamBytes weighs = generated_bytes;
+  std::map<std::string, double> stored;
+  if (a.family.empty() && a.recipe != "default") bad_flag("--recipe", "is for --family gguf");
+  if (!a.family.empty()) {
+    const FamilyId family = parse_family(a.family);
+    if (family == FamilyId::GgufExpertPack) {
+      bad_flag("--family", "gguf-expert-pack cannot be benchmarked from a sample (its pack is cut from written payloads): use gguf");
+    }
+    if (a.recipe != "default" && family != FamilyId::Gguf) bad_flag("--recipe", "is for --family gguf");
+    if (routing.zipf > 0) bad_flag("--routing", "a skewed router needs the generated weights (without --family)");
+    if (config.moe && a.template_experts > config.moe->num_experts) {
+      bad_flag("--template-experts", "must be at most the config's " + std::to_string(config.moe->num_experts) + " experts");
+    }
+    check_device_present(device);
+    QuantizeOptions quantize;
+    quantize.gguf_recipe = parse_gguf_recipe(a.recipe);
+    quantize.producer = "k3 bench";
+    sample = std::make_unique<SampleCheckpoint>(family, a.synthetic, a.layers, a.seed, a.template_experts, a.scratch, quantize);
+    for (const ParamFootprint& p : sample->footprint().params) stored[p.spec.name] = static_cast<double>(p.bytes);
+    weighs = [&stored](const ParamSpec& p) { return stored.contains(p.name) ? stored.at(p.name) : 0.0; };
+  }
+  Measured m = measure(a, config, sample.get(), batches, device);
   // Cached rows read per MLA layer and sequence, averaged over the timed steps.
   const double mean_context = static_cast<double>(a.context + kWarmupSteps) + static_cast<double>(a.steps + 1) / 2;
   const std::vector<double> shares =
       config.moe ? target_pick_shares(config.moe->num_experts, config.moe->experts_per_token, routing) : std::vector<double>{};
   for (DecodeResult& r : m.decode) {
     r.experts_expected = expected_experts_hit(config, r.batch, shares);
-    r.traffic = decode_traffic(config, r.batch, mean_context, r.experts_expected);
-    r.touched_traffic = decode_traffic(config, r.batch, mean_context, r.ops.touched_per_layer());
+    r.traffic = decode_traffic(config, r.batch, mean_context, r.experts_expected, weighs);
+    r.touched_traffic = decode_traffic(config, r.batch, mean_context, r.ops.touched_per_layer(), weighs);
   }
   print_report(a, m);
   if (!a.json.empty()) {
@@ -558,6 +628,18 @@ Registered add_bench(CLI::App& app) {
                   "MLA decode attention kernel: auto (by heads), mma (heads as M) or wgmma (cache rows as M), to compare them")
       ->check(CLI::IsMember({"auto", "mma", "wgmma"}))
       ->capture_default_str();
+  cmd->add_option("--family", args->family,
+                  "load the model as a checkpoint of this family at the config's shapes (bf16 | modelopt-mixed | "
+                  "modelopt-nvfp4 | modelopt-fp8 | compressed-tensors-mxfp4 | fp8-block | modelslim-w4a8 | gguf)")
+      ->check(parsed_by([](const std::string& t) { parse_family(t); }));
+  cmd->add_option("--template-experts", args->template_experts,
+                  "--family: distinct routed experts written per bank (expert e reads expert e mod N)")
+      ->check(integer_in(1, kMaxBenchExperts))
+      ->capture_default_str();
+  cmd->add_option("--recipe", args->recipe, "--family gguf: the GGML type recipe (default | q4_k_m | q2_k_experts)")
+      ->check(parsed_by([](const std::string& t) { parse_gguf_recipe(t); }))
+      ->capture_default_str();
+  cmd->add_option("--scratch", args->scratch, "--family: the folder the checkpoint is written under (default: the temp folder)");
   return {cmd, [args] { return run_bench(*args); }};
 }
 

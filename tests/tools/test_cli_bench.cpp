@@ -109,6 +109,18 @@ TEST(CliBench, RoutingIsUniformOrZipf) {
   expect_flag_error(run_k3("bench --synthetic " + grouped + " --routing zipf:1.2"), "--routing");
 }
 
+// --family and its flags: checked before the device, and before anything is written.
+TEST(CliBench, FamilyFlagsNameTheFlag) {
+  expect_usage_error(run_k3(kBench + "--family nvfp5"), "--family");
+  expect_flag_error(run_k3(kBench + "--family gguf-expert-pack"), "--family");
+  expect_flag_error(run_k3(kBench + "--family modelopt-mixed --recipe q4_k_m"), "--recipe");
+  expect_flag_error(run_k3(kBench + "--recipe q4_k_m"), "--recipe");
+  expect_usage_error(run_k3(kBench + "--family gguf --recipe q9"), "--recipe");
+  expect_flag_error(run_k3(kBench + "--family bf16 --routing zipf:1"), "--routing");
+  expect_flag_error(run_k3(kBench + "--family bf16 --template-experts 257"), "--template-experts");
+  expect_usage_error(run_k3(kBench + "--family bf16 --template-experts 0"), "--template-experts");
+}
+
 // A run of the small Kimi-Linear: on a GPU it runs and writes its numbers (the JSON document, which
 // `check` inspects); elsewhere it stops at the device with a one-line error.
 void expect_run_or_no_device(const std::string& flags, const std::function<void(const nlohmann::json&)>& check) {
@@ -152,6 +164,21 @@ void expect_run_or_no_device(const std::string& flags, const std::function<void(
   const bool no_device = r.err.find("no CUDA device") != std::string::npos;
   const bool no_backend = r.err.find("without the CUDA backend") != std::string::npos;
   EXPECT_TRUE(no_device || no_backend) << r.err;
+}
+
+// A family's checkpoint: the report says which, and the floor counts its stored bytes.
+TEST(CliBench, FamilyRunBenchmarksOrSaysThereIsNoDevice) {
+  for (const std::string family : {"modelopt-mixed", "compressed-tensors-mxfp4", "modelslim-w4a8", "gguf"}) {
+    SCOPED_TRACE(family);
+    const std::string flags = "--family " + family + " --template-experts 3" + (family == "gguf" ? " --recipe q2_k_experts" : "");
+    expect_run_or_no_device(flags, [&](const nlohmann::json& doc) {
+      EXPECT_EQ(doc["family"], family);
+      EXPECT_EQ(doc["template_experts"], 3);
+      EXPECT_NE(doc["weights"].get<std::string>().find(family + (family == "gguf" ? " q2_k_experts" : "") + " checkpoint"),
+                std::string::npos);
+      EXPECT_GT(doc["decode"][0]["expert_bytes"].get<double>(), 0);
+    });
+  }
 }
 
 TEST(CliBench, ValidRunBenchmarksOrSaysThereIsNoDevice) {

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "quant/families/checkpoint_writer.h"
 #include "quant/families/tensor_binder.h"
@@ -47,7 +49,11 @@ std::optional<float> InputAmax::of(const ParamSpec& spec, int64_t expert) const 
   return best > 0.0f ? std::optional<float>(best) : std::nullopt;
 }
 
-WriteSummary run_write_plan(WritePlan plan, const std::string& dir, const QuantizeOptions& options) {
+namespace {
+
+// Runs the units `run` accepts (all: every payload must be written), then the files.
+WriteSummary run_units(WritePlan plan, const std::string& dir, const QuantizeOptions& options,
+                       const std::function<bool(const WriteUnit&)>& run) {
   fs::create_directories(dir);
   plan.sink->open(dir);
   WriteSummary summary;
@@ -55,6 +61,7 @@ WriteSummary run_write_plan(WritePlan plan, const std::string& dir, const Quanti
   summary.tensors = plan.sink->size();
   for (size_t i = 0; i < plan.units.size(); ++i) {
     const WriteUnit& unit = plan.units[i];
+    if (run && !run(unit)) continue;
     uint64_t bytes = 0;
     for (const OutPiece& piece : unit.produce()) {
       plan.sink->write(piece.tensor, piece.offset, piece.bytes);
@@ -67,11 +74,47 @@ WriteSummary run_write_plan(WritePlan plan, const std::string& dir, const Quanti
     summary.bytes += bytes;
     if (options.progress) options.progress(UnitDone{i + 1, plan.units.size(), unit.label, unit.format, bytes});
   }
-  plan.sink->close(PayloadPolicy::kWhole);
+  plan.sink->close(run ? PayloadPolicy::kHeadersOnly : PayloadPolicy::kWhole);
   write_config_files(dir, plan.config_doc);
   for (const auto& [name, text] : plan.files) write_text_file((fs::path(dir) / name).string(), text);
   if (plan.finish) plan.finish(dir);
   return summary;
+}
+
+}  // namespace
+
+WriteSummary run_write_plan(WritePlan plan, const std::string& dir, const QuantizeOptions& options) {
+  return run_units(std::move(plan), dir, options, nullptr);
+}
+
+WriteSummary write_family_sample(FamilyId family, const FloatSource& source, const Json& config_doc,
+                                 const std::string& dir, int64_t template_experts, const QuantizeOptions& options) {
+  if (template_experts < 1) throw Error(Where{dir, "", "template experts"}, "must be at least 1");
+  WritePlan plan = write_plan(family, source, config_doc, options);
+  if (plan.finish) {
+    throw Error(Where{dir, "", "--family"}, std::string("a sample ") + family_name(family) +
+                                                " checkpoint cannot be written: its files are cut from written payloads");
+  }
+  std::unordered_set<std::string> skipped;  // the units of experts past the templates
+  for (const ParamSpec& spec : source.params()) {
+    if (spec.kind != ParamKind::ExpertBank) continue;
+    for (int64_t e = template_experts; e < static_cast<int64_t>(spec.shape[0]); ++e) skipped.insert(unit_label(spec, e));
+  }
+  return run_units(std::move(plan), dir, options, [&](const WriteUnit& u) { return !skipped.contains(u.label); });
+}
+
+void alias_template_experts(LoadPlan& plan, int64_t template_experts) {
+  for (Binding& b : plan.bindings) {
+    const int64_t i = plan.index_of(b.param);
+    if (i < 0 || plan.params[static_cast<size_t>(i)].kind != ParamKind::ExpertBank) continue;
+    const size_t experts = plan.params[static_cast<size_t>(i)].shape[0];
+    for (SourcePart& part : b.parts) {
+      if (part.tensors.size() != experts) continue;  // one tensor for the whole bank
+      for (size_t e = static_cast<size_t>(template_experts); e < experts; ++e) {
+        part.tensors[e] = part.tensors[e % static_cast<size_t>(template_experts)];
+      }
+    }
+  }
 }
 
 WriteSummary write_family_headers(FamilyId family, const FloatSource& source, const Json& config_doc, const std::string& dir,

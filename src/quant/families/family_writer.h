@@ -98,6 +98,16 @@ Footprint layout_footprint(FamilyId family, const FloatSource& source, const Jso
 // Runs a plan a family's writer laid out (write_family does both).
 WriteSummary run_write_plan(WritePlan plan, const std::string& dir, const QuantizeOptions& options = {});
 
+// A benchmark's checkpoint at real shapes: what write_family writes, except that only the first
+// `template_experts` routed experts of each bank are computed and written; the others stay holes
+// (sparse, reading as zero) that no plan should read: alias_template_experts points expert e of the
+// plan at expert e % template_experts. Refuses families whose files are cut from written payloads.
+WriteSummary write_family_sample(FamilyId family, const FloatSource& source, const Json& config_doc,
+                                 const std::string& dir, int64_t template_experts, const QuantizeOptions& options = {});
+// Binds expert e of every routed-expert bank of `plan` to the source tensors of expert
+// e % template_experts (the ones write_family_sample wrote).
+void alias_template_experts(LoadPlan& plan, int64_t template_experts);
+
 // The label of a parameter's unit: its name without ".weight"; of expert e of a bank, that expert's
 // module ("…experts.5.w1").
 std::string unit_label(const ParamSpec& spec, int64_t expert = -1);

@@ -28,6 +28,13 @@ std::vector<float> ShapeOnlySource::read(const ParamSpec& spec, int64_t) const {
   throw Error(Where{"", spec.name, ""}, "a header-only layout has no values");
 }
 
+SeededSource::SeededSource(K3Config config, uint64_t seed)
+    : config_(std::move(config)), params_(parameter_inventory(config_)), seed_(seed) {}
+
+std::vector<float> SeededSource::read(const ParamSpec& spec, int64_t expert) const {
+  return seeded_values(spec, seed_, expert);
+}
+
 CheckpointSource::CheckpointSource(const std::string& dir) : ckpt_(open_checkpoint_dir(dir)) {
   if (ckpt_.family != FamilyId::Bf16) {
     throw Error(Where{dir, "", ""}, std::string("is a ") + family_name(ckpt_.family) +

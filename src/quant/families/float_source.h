@@ -53,6 +53,21 @@ class ShapeOnlySource final : public FloatSource {
   std::vector<ParamSpec> params_;
 };
 
+// Values drawn from a seed as they are read (seeded_values in master.h): a float model of any size
+// without memory for it, for checkpoints written at real shapes (`k3 bench --family`).
+class SeededSource final : public FloatSource {
+ public:
+  SeededSource(K3Config config, uint64_t seed);
+  const K3Config& config() const override { return config_; }
+  const std::vector<ParamSpec>& params() const override { return params_; }
+  std::vector<float> read(const ParamSpec& spec, int64_t expert = -1) const override;
+
+ private:
+  K3Config config_;
+  std::vector<ParamSpec> params_;
+  uint64_t seed_;
+};
+
 // A dense float checkpoint directory (the bf16 family: BF16/F16/F32 safetensors, sharded or not,
 // with config.json), read through its load plan; each tensor's mapped pages are given back once it
 // is read. Opening throws k3::Error (one line) for a directory of another family (already quantized,

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <span>
 
 #include "io/safetensors.h"
 
@@ -23,6 +24,14 @@ struct Rng {
     if (u1 < 1e-300) u1 = 1e-300;
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   }
+  // Mean 0, variance 1, bell-shaped on [−2√3, 2√3] (the sum of four uniforms): no transcendental
+  // function, for values drawn at real model sizes.
+  double quick_normal() {
+    constexpr double kInv53 = 1.0 / 9007199254740992.0;
+    const double sum = static_cast<double>(next() >> 11) + static_cast<double>(next() >> 11) +
+                       static_cast<double>(next() >> 11) + static_cast<double>(next() >> 11);
+    return (sum * kInv53 - 2.0) * 1.7320508075688772;
+  }
 };
 
 uint64_t fnv1a(const std::string& s) {
@@ -37,9 +46,31 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 // Values shaped like trained weights where it matters for the math and the quantizers: unit-ish
 // norms, per-head decay logs, linear rows of different magnitudes (so block scales differ) with a
-// few outliers (so amax-based scales are not all alike).
-std::vector<float> generate(const ParamSpec& p, Rng& rng) {
-  std::vector<float> v(p.numel());
+// few outliers (so amax-based scales are not all alike). Matrices (linears, expert banks, the
+// embedding) are drawn row by row (K = last dim): a row's values depend only on the stream it is
+// drawn from.
+bool drawn_by_rows(const ParamSpec& p) {
+  return p.kind == ParamKind::Linear || p.kind == ParamKind::ExpertBank || p.kind == ParamKind::Embedding;
+}
+
+// kQuick: Rng::quick_normal for the elements (seeded_values), else Rng::normal (make_master).
+template <bool kQuick>
+void draw_row(const ParamSpec& p, Rng& rng, std::span<float> row) {
+  const auto normal = [&rng] { return kQuick ? rng.quick_normal() : rng.normal(); };
+  if (p.kind == ParamKind::Embedding) {
+    for (auto& x : row) x = static_cast<float>(normal());
+    return;
+  }
+  const double base = 1.0 / std::sqrt(static_cast<double>(row.size()));
+  const double row_scale = base * (0.25 + 1.5 * rng.uniform());
+  for (auto& x : row) {
+    double v = row_scale * normal();
+    if (rng.uniform() < 0.002) v *= 8.0;  // outlier
+    x = static_cast<float>(v);
+  }
+}
+
+void draw_vector(const ParamSpec& p, Rng& rng, std::span<float> v) {
   const std::string& n = p.name;
   if (ends_with(n, "A_log")) {
     for (auto& x : v) x = static_cast<float>(std::log(1.0 + 15.0 * rng.uniform()));
@@ -49,22 +80,20 @@ std::vector<float> generate(const ParamSpec& p, Rng& rng) {
     for (auto& x : v) x = static_cast<float>(0.5 * rng.normal());
   } else if (p.kind == ParamKind::Vector) {  // norm weights
     for (auto& x : v) x = static_cast<float>(1.0 + 0.1 * rng.normal());
-  } else if (p.kind == ParamKind::Conv) {
+  } else {  // Conv
     for (auto& x : v) x = static_cast<float>(0.3 * rng.normal());
-  } else if (p.kind == ParamKind::Embedding) {
-    for (auto& x : v) x = static_cast<float>(rng.normal());
-  } else {  // Linear / ExpertBank: rows of varying scale, K = last dim
-    const uint64_t k = p.shape.back();
-    const double base = 1.0 / std::sqrt(static_cast<double>(k));
-    for (uint64_t r = 0; r < v.size() / k; ++r) {
-      const double row_scale = base * (0.25 + 1.5 * rng.uniform());
-      for (uint64_t c = 0; c < k; ++c) {
-        double x = row_scale * rng.normal();
-        if (rng.uniform() < 0.002) x *= 8.0;  // outlier
-        v[r * k + c] = static_cast<float>(x);
-      }
-    }
   }
+}
+
+// make_master's draw: one stream for the whole tensor.
+std::vector<float> generate(const ParamSpec& p, Rng& rng) {
+  std::vector<float> v(p.numel());
+  if (!drawn_by_rows(p)) {
+    draw_vector(p, rng, v);
+    return v;
+  }
+  const uint64_t k = p.shape.back();
+  for (uint64_t r = 0; r < v.size() / k; ++r) draw_row<false>(p, rng, std::span<float>(v).subspan(r * k, k));
   return v;
 }
 
@@ -90,6 +119,26 @@ MasterWeights make_master(const K3Config& config, uint64_t seed) {
     m.values.emplace(p.name, generate(p, rng));
   }
   return m;
+}
+
+std::vector<float> seeded_values(const ParamSpec& p, uint64_t seed, int64_t expert) {
+  const uint64_t stream = seed ^ fnv1a(p.name);
+  if (!drawn_by_rows(p)) {
+    Rng rng{stream};
+    std::vector<float> v(p.numel());
+    draw_vector(p, rng, v);
+    return v;
+  }
+  const uint64_t k = p.shape.back();
+  const uint64_t rows = (expert >= 0 ? p.shape[1] : p.numel() / k);
+  const uint64_t first_row = expert >= 0 ? static_cast<uint64_t>(expert) * rows : 0;
+  std::vector<float> v(rows * k);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < static_cast<int64_t>(rows); ++r) {
+    Rng rng{stream ^ (0x9E3779B97F4A7C15ull * (first_row + static_cast<uint64_t>(r) + 1))};
+    draw_row<true>(p, rng, std::span<float>(v).subspan(static_cast<uint64_t>(r) * k, k));
+  }
+  return v;
 }
 
 void write_master(const MasterWeights& master, const std::string& path) {

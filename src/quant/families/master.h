@@ -27,4 +27,10 @@ MasterWeights make_master(const K3Config& config, uint64_t seed);
 
 void write_master(const MasterWeights& master, const std::string& path);
 
+// make_master's laws drawn per read, nothing held (SeededSource, float_source.h): a matrix's rows
+// each from their own stream (seed, name, row), in parallel, their elements bell-shaped without
+// transcendental functions; for an expert bank and expert ≥ 0, that expert's [N, K] rows only. Not
+// make_master's values (one stream per tensor there, Gaussian elements).
+std::vector<float> seeded_values(const ParamSpec& spec, uint64_t seed, int64_t expert = -1);
+
 }  // namespace k3

@@ -1,0 +1,116 @@
+// Sample checkpoints (family_writer.h write_family_sample + alias_template_experts): every family
+// that has one writes all its tensors but the routed experts past the templates, bit for bit what
+// write_family writes from the same source; the aliased plan reads expert e as expert
+// e % templates; the skipped experts stay holes. Also SeededSource: deterministic, and make_master's
+// laws (the per-row streams are its own).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include "error_of.h"
+#include "family_test_util.h"
+#include "quant/families/family_writer.h"
+#include "quant/families/float_source.h"
+#include "quant/plan/plan_files.h"
+
+namespace k3 {
+namespace {
+
+constexpr int64_t kTemplates = 2;
+
+std::filesystem::path temp_dir(const std::string& name) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / name;
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+TEST(SampleCheckpoint, EveryFamilyWritesAllButTheSkippedExpertsAndAliasesThem) {
+  const Json doc = tiny_config_json(TinyArch::KimiK3, TinySize::Tiny);
+  const K3Config config = parse_k3_config(parse_json(doc.dump(), "tiny config.json"));
+  const SeededSource source(config, 11);
+  for (FamilyId family : all_families()) {
+    if (family == FamilyId::GgufExpertPack) continue;  // refused below
+    SCOPED_TRACE(family_name(family));
+    const std::string full = temp_dir(std::string("full_") + family_name(family)).string();
+    const std::string sample = temp_dir(std::string("sample_") + family_name(family)).string();
+    write_family(family, source, doc, full);
+    write_family_sample(family, source, doc, sample, kTemplates);
+    const LoadPlan full_plan = plan_checkpoint(full);
+    LoadPlan plan = plan_checkpoint(sample);
+    ASSERT_TRUE(plan.ok()) << test::problems_text(plan);
+    ASSERT_EQ(plan.bindings.size(), full_plan.bindings.size());
+    PlanFiles full_files(full_plan);
+    {
+      // Before aliasing the skipped experts read as zeros (holes): the sample wrote only templates.
+      PlanFiles files(plan);
+      for (size_t i = 0; i < plan.params.size(); ++i) {
+        const ParamSpec& spec = plan.params[i];
+        if (spec.kind != ParamKind::ExpertBank) continue;
+        const std::vector<float> last = materialize_expert(plan.bindings[i], spec, files, static_cast<int64_t>(spec.shape[0]) - 1);
+        EXPECT_TRUE(std::all_of(last.begin(), last.end(), [](float v) { return v == 0.0f; })) << spec.name;
+      }
+    }
+    alias_template_experts(plan, kTemplates);
+    PlanFiles files(plan);
+    int banks = 0;
+    for (size_t i = 0; i < plan.params.size(); ++i) {
+      const ParamSpec& spec = plan.params[i];
+      if (full_plan.index_of(spec.name) < 0) continue;  // folded into another parameter by the family
+      const Binding& full_b = full_plan.bindings[static_cast<size_t>(full_plan.index_of(spec.name))];
+      if (spec.kind != ParamKind::ExpertBank) {
+        EXPECT_EQ(materialize(plan.bindings[i], spec, files), materialize(full_b, spec, full_files)) << spec.name;
+        continue;
+      }
+      ++banks;
+      for (int64_t e = 0; e < static_cast<int64_t>(spec.shape[0]); ++e) {
+        const std::vector<float> got = materialize_expert(plan.bindings[i], spec, files, e);
+        EXPECT_EQ(got, materialize_expert(full_b, spec, full_files, e % kTemplates)) << spec.name << " expert " << e;
+        if (e < kTemplates) {
+          EXPECT_TRUE(std::any_of(got.begin(), got.end(), [](float v) { return v != 0.0f; })) << spec.name << " expert " << e;
+        }
+      }
+    }
+    EXPECT_GT(banks, 0);
+  }
+}
+
+TEST(SampleCheckpoint, RefusesFamiliesCutFromWrittenPayloads) {
+  const Json doc = tiny_config_json(TinyArch::KimiK3, TinySize::Tiny);
+  const SeededSource source(parse_k3_config(parse_json(doc.dump(), "tiny config.json")), 11);
+  const std::string dir = temp_dir("sample_pack").string();
+  const std::string err = test::error_of([&] { write_family_sample(FamilyId::GgufExpertPack, source, doc, dir, kTemplates); });
+  EXPECT_NE(err.find("cannot be written"), std::string::npos) << err;
+  EXPECT_NE(test::error_of([&] { write_family_sample(FamilyId::Bf16, source, doc, dir, 0); }).find("at least 1"),
+            std::string::npos);
+}
+
+TEST(SeededSource, DeterministicPerExpertAndShapedLikeTheMaster) {
+  const K3Config config = parse_k3_config(parse_json(tiny_config_json(TinyArch::KimiK3, TinySize::Tiny).dump(), "tiny"));
+  const SeededSource a(config, 5), b(config, 5), c(config, 6);
+  for (const ParamSpec& spec : a.params()) {
+    SCOPED_TRACE(spec.name);
+    const std::vector<float> v = a.read(spec);
+    ASSERT_EQ(v.size(), spec.numel());
+    EXPECT_EQ(v, b.read(spec));
+    if (spec.numel() > 16) EXPECT_NE(v, c.read(spec));
+    for (float x : v) ASSERT_TRUE(std::isfinite(x));
+    if (spec.kind == ParamKind::ExpertBank) {  // an expert's read is that expert's rows of the whole bank
+      const size_t per = spec.shape[1] * spec.shape[2];
+      const std::vector<float> last = a.read(spec, static_cast<int64_t>(spec.shape[0]) - 1);
+      EXPECT_TRUE(std::equal(last.begin(), last.end(), v.end() - static_cast<std::ptrdiff_t>(per)));
+    }
+    if (spec.kind == ParamKind::Linear && spec.shape[0] >= 64) {  // rows of variance ~ 1/K (make_master's law)
+      double sq = 0;
+      for (float x : v) sq += static_cast<double>(x) * x;
+      const double k = static_cast<double>(spec.shape.back()), var = sq / static_cast<double>(v.size());
+      EXPECT_GT(var * k, 0.3);
+      EXPECT_LT(var * k, 3.0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace k3

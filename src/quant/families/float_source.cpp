@@ -21,15 +21,12 @@ std::vector<float> MasterSource::read(const ParamSpec& spec, int64_t expert) con
   return std::vector<float>(first, first + static_cast<std::ptrdiff_t>(per));
 }
 
-ShapeOnlySource::ShapeOnlySource(K3Config config)
+InventorySource::InventorySource(K3Config config)
     : config_(std::move(config)), params_(parameter_inventory(config_)) {}
 
 std::vector<float> ShapeOnlySource::read(const ParamSpec& spec, int64_t) const {
   throw Error(Where{"", spec.name, ""}, "a header-only layout has no values");
 }
-
-SeededSource::SeededSource(K3Config config, uint64_t seed)
-    : config_(std::move(config)), params_(parameter_inventory(config_)), seed_(seed) {}
 
 std::vector<float> SeededSource::read(const ParamSpec& spec, int64_t expert) const {
   return seeded_values(spec, seed_, expert);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "quant/families/family.h"
@@ -39,32 +40,34 @@ class MasterSource final : public FloatSource {
   const MasterWeights& master_;
 };
 
-// A model's shapes without values: what a header-only checkpoint is laid out from
-// (write_family_headers). read() throws: nothing may ask for a value.
-class ShapeOnlySource final : public FloatSource {
+// A config and its parameter inventory; what a read gives is the subclass's.
+class InventorySource : public FloatSource {
  public:
-  explicit ShapeOnlySource(K3Config config);
+  explicit InventorySource(K3Config config);
   const K3Config& config() const override { return config_; }
   const std::vector<ParamSpec>& params() const override { return params_; }
-  std::vector<float> read(const ParamSpec& spec, int64_t expert = -1) const override;
 
  private:
   K3Config config_;
   std::vector<ParamSpec> params_;
 };
 
+// A model's shapes without values: what a header-only checkpoint is laid out from
+// (write_family_headers). read() throws: nothing may ask for a value.
+class ShapeOnlySource final : public InventorySource {
+ public:
+  using InventorySource::InventorySource;
+  std::vector<float> read(const ParamSpec& spec, int64_t expert = -1) const override;
+};
+
 // Values drawn from a seed as they are read (seeded_values in master.h): a float model of any size
 // without memory for it, for checkpoints written at real shapes (`k3 bench --family`).
-class SeededSource final : public FloatSource {
+class SeededSource final : public InventorySource {
  public:
-  SeededSource(K3Config config, uint64_t seed);
-  const K3Config& config() const override { return config_; }
-  const std::vector<ParamSpec>& params() const override { return params_; }
+  SeededSource(K3Config config, uint64_t seed) : InventorySource(std::move(config)), seed_(seed) {}
   std::vector<float> read(const ParamSpec& spec, int64_t expert = -1) const override;
 
  private:
-  K3Config config_;
-  std::vector<ParamSpec> params_;
   uint64_t seed_;
 };
 

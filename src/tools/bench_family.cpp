@@ -24,10 +24,15 @@ Json config_document(const std::string& synthetic) {
 }
 
 // The document of the config's first `layers` layers: num_hidden_layers and the 1-based layer lists
-// of linear_attn_config cut to them.
+// of linear_attn_config cut to them; an AttnRes block longer than the layers shortened to them (the
+// same blocks: one, sealed at layer 0).
 void keep_first_layers_of_document(Json& doc, int64_t layers) {
   Json& text = text_config_of(doc);
   text["num_hidden_layers"] = layers;
+  if (text.contains("attn_res_block_size") && text["attn_res_block_size"].is_number_integer() &&
+      text["attn_res_block_size"].get<int64_t>() > layers) {
+    text["attn_res_block_size"] = layers;
+  }
   if (!text.contains("linear_attn_config") || !text["linear_attn_config"].is_object()) return;
   for (const char* key : {"kda_layers", "full_attn_layers"}) {
     Json& list = text["linear_attn_config"][key];

@@ -563,6 +563,7 @@ int run_bench(const BenchArgs& a) {
     QuantizeOptions quantize;
     quantize.gguf_recipe = parse_gguf_recipe(a.recipe);
     quantize.producer = "k3 bench";
+    quantize.concurrent_units = omp_get_max_threads();  // SeededSource reads concurrently
     sample = std::make_unique<SampleCheckpoint>(family, a.synthetic, a.layers, a.seed, a.template_experts, a.scratch, quantize);
     for (const ParamFootprint& p : sample->footprint().params) stored[p.spec.name] = static_cast<double>(p.bytes);
     weighs = [&stored](const ParamSpec& p) { return stored.contains(p.name) ? stored.at(p.name) : 0.0; };

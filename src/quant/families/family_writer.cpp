@@ -1,8 +1,15 @@
 #include "quant/families/family_writer.h"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <condition_variable>
+#include <exception>
 #include <filesystem>
 #include <functional>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -51,6 +58,83 @@ std::optional<float> InputAmax::of(const ParamSpec& spec, int64_t expert) const 
 
 namespace {
 
+// Produces units `order` of `units` on `workers` threads, at most 2·workers of them produced and
+// not yet handed on, and hands each one's pieces to `take` in `order` on the calling thread. The
+// first unit that throws (in `order`) stops the rest and its exception is rethrown here.
+void produce_in_order(const std::vector<WriteUnit>& units, const std::vector<size_t>& order, int workers,
+                      const std::function<void(size_t, std::vector<OutPiece>)>& take) {
+  if (workers <= 1 || order.size() <= 1) {
+    for (size_t i : order) take(i, units[i].produce());
+    return;
+  }
+  const size_t ahead = 2 * static_cast<size_t>(workers);
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<std::optional<std::vector<OutPiece>>> produced(order.size());
+  std::vector<std::exception_ptr> failed(order.size());
+  std::vector<bool> ready(order.size(), false);
+  size_t next = 0, taken = 0;
+  bool stop = false;
+  const auto work = [&] {
+    omp_set_num_threads(1);  // this thread's parallel loops: the units are the parallelism
+    for (;;) {
+      size_t j = 0;
+      {
+        std::unique_lock lock(mutex);
+        changed.wait(lock, [&] { return stop || next >= order.size() || next < taken + ahead; });
+        if (stop || next >= order.size()) return;
+        j = next++;
+      }
+      std::optional<std::vector<OutPiece>> pieces;
+      std::exception_ptr error;
+      try {
+        pieces = units[order[j]].produce();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      {
+        std::lock_guard lock(mutex);
+        produced[j] = std::move(pieces);
+        failed[j] = error;
+        ready[j] = true;
+      }
+      changed.notify_all();
+    }
+  };
+  std::vector<std::jthread> threads;  // joined before the state above goes
+  const auto halt = [&] {
+    {
+      std::lock_guard lock(mutex);
+      stop = true;
+    }
+    changed.notify_all();
+    threads.clear();
+  };
+  for (int w = 0; w < workers; ++w) threads.emplace_back(work);
+  try {
+    for (size_t j = 0; j < order.size(); ++j) {
+      std::vector<OutPiece> pieces;
+      {
+        std::unique_lock lock(mutex);
+        changed.wait(lock, [&] { return ready[j]; });
+        if (failed[j]) std::rethrow_exception(failed[j]);
+        pieces = std::move(*produced[j]);
+        produced[j].reset();
+      }
+      take(order[j], std::move(pieces));
+      {
+        std::lock_guard lock(mutex);
+        taken = j + 1;
+      }
+      changed.notify_all();
+    }
+  } catch (...) {
+    halt();
+    throw;
+  }
+  halt();
+}
+
 // Runs the units `run` accepts (all: every payload must be written), then the files.
 WriteSummary run_units(WritePlan plan, const std::string& dir, const QuantizeOptions& options,
                        const std::function<bool(const WriteUnit&)>& run) {
@@ -59,11 +143,14 @@ WriteSummary run_units(WritePlan plan, const std::string& dir, const QuantizeOpt
   WriteSummary summary;
   summary.units = plan.units.size();
   summary.tensors = plan.sink->size();
+  std::vector<size_t> order;
   for (size_t i = 0; i < plan.units.size(); ++i) {
+    if (!run || run(plan.units[i])) order.push_back(i);
+  }
+  produce_in_order(plan.units, order, options.concurrent_units, [&](size_t i, std::vector<OutPiece> pieces) {
     const WriteUnit& unit = plan.units[i];
-    if (run && !run(unit)) continue;
     uint64_t bytes = 0;
-    for (const OutPiece& piece : unit.produce()) {
+    for (const OutPiece& piece : pieces) {
       plan.sink->write(piece.tensor, piece.offset, piece.bytes);
       bytes += piece.bytes.size();
     }
@@ -73,7 +160,7 @@ WriteSummary run_units(WritePlan plan, const std::string& dir, const QuantizeOpt
     }
     summary.bytes += bytes;
     if (options.progress) options.progress(UnitDone{i + 1, plan.units.size(), unit.label, unit.format, bytes});
-  }
+  });
   plan.sink->close(run ? PayloadPolicy::kHeadersOnly : PayloadPolicy::kWhole);
   write_config_files(dir, plan.config_doc);
   for (const auto& [name, text] : plan.files) write_text_file((fs::path(dir) / name).string(), text);

@@ -40,6 +40,10 @@ struct QuantizeOptions {
   GgufRecipe gguf_recipe = GgufRecipe::kDefault;  // gguf and gguf-expert-pack only
   const InputAmax* input_amax = nullptr;          // null: the recipe's constant input_scale
   std::function<void(const UnitDone&)> progress;  // after each unit (empty: quiet)
+  // Units produced at once, each on its own thread (its parallel loops then run on that thread
+  // alone); the files are written in the plan's order, bit for bit as one at a time. More than 1
+  // only for a source that allows concurrent reads (SeededSource, MasterSource).
+  int concurrent_units = 1;
   // Who wrote the checkpoint, as the files record it (GGUF general.name "<producer> <arch>", the
   // ModelOpt producer version with '-' for ' ').
   std::string producer = "k3 make-tiny";

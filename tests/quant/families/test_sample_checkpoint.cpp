@@ -1,13 +1,17 @@
 // Sample checkpoints (family_writer.h write_family_sample + alias_template_experts): every family
 // that has one writes all its tensors but the routed experts past the templates, bit for bit what
 // write_family writes from the same source; the aliased plan reads expert e as expert
-// e % templates; the skipped experts stay holes. Also SeededSource: deterministic, and make_master's
-// laws (the per-row streams are its own).
+// e % templates; the skipped experts stay holes. Units produced concurrently write the same bytes,
+// and the first unit that fails is the one reported. Also SeededSource: deterministic, and
+// make_master's laws (the per-row streams are its own).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <iterator>
 #include <string>
 
 #include "error_of.h"
@@ -85,6 +89,76 @@ TEST(SampleCheckpoint, RefusesFamiliesCutFromWrittenPayloads) {
   EXPECT_NE(err.find("cannot be written"), std::string::npos) << err;
   EXPECT_NE(test::error_of([&] { write_family_sample(FamilyId::Bf16, source, doc, dir, 0); }).find("at least 1"),
             std::string::npos);
+}
+
+std::string file_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Every file under `dir`, by relative name, with its bytes.
+std::map<std::string, std::string> folder_files(const std::filesystem::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file()) out[std::filesystem::relative(entry.path(), dir).string()] = file_bytes(entry.path());
+  }
+  return out;
+}
+
+TEST(ConcurrentUnits, WriteTheFilesOneAtATimeWrites) {
+  const Json doc = tiny_config_json(TinyArch::KimiK3, TinySize::Tiny);
+  const SeededSource source(parse_k3_config(parse_json(doc.dump(), "tiny config.json")), 13);
+  for (FamilyId family : all_families()) {
+    SCOPED_TRACE(family_name(family));
+    const std::filesystem::path one = temp_dir(std::string("one_") + family_name(family));
+    const std::filesystem::path many = temp_dir(std::string("many_") + family_name(family));
+    QuantizeOptions options;
+    write_family(family, source, doc, one.string(), options);
+    options.concurrent_units = 3;
+    std::vector<size_t> reported;  // progress comes in the plan's order, from the calling thread
+    options.progress = [&](const UnitDone& u) { reported.push_back(u.index); };
+    write_family(family, source, doc, many.string(), options);
+    EXPECT_TRUE(std::is_sorted(reported.begin(), reported.end()));
+    ASSERT_FALSE(reported.empty());
+    EXPECT_EQ(reported.size(), reported.back());
+    const auto a = folder_files(one), b = folder_files(many);
+    ASSERT_EQ(a.size(), b.size());
+    for (const auto& [name, bytes] : a) {
+      ASSERT_TRUE(b.contains(name)) << name;
+      EXPECT_TRUE(b.at(name) == bytes) << name;
+    }
+  }
+}
+
+// SeededSource but for one parameter, whose read throws.
+class FailingSource final : public FloatSource {
+ public:
+  FailingSource(const FloatSource& inner, std::string failing) : inner_(inner), failing_(std::move(failing)) {}
+  const K3Config& config() const override { return inner_.config(); }
+  const std::vector<ParamSpec>& params() const override { return inner_.params(); }
+  std::vector<float> read(const ParamSpec& spec, int64_t expert = -1) const override {
+    if (spec.name == failing_) throw Error(Where{"", spec.name, ""}, "cannot be read");
+    return inner_.read(spec, expert);
+  }
+
+ private:
+  const FloatSource& inner_;
+  std::string failing_;
+};
+
+TEST(ConcurrentUnits, TheFailingUnitIsReportedAndTheOthersStop) {
+  const Json doc = tiny_config_json(TinyArch::KimiK3, TinySize::Tiny);
+  const SeededSource seeded(parse_k3_config(parse_json(doc.dump(), "tiny config.json")), 13);
+  for (const size_t at : {size_t{0}, seeded.params().size() / 2, seeded.params().size() - 1}) {
+    const std::string failing = seeded.params()[at].name;
+    const FailingSource source(seeded, failing);
+    QuantizeOptions options;
+    options.concurrent_units = 4;
+    const std::string err =
+        test::error_of([&] { write_family(FamilyId::ModelOptMixed, source, doc, temp_dir("failing").string(), options); });
+    EXPECT_NE(err.find(failing), std::string::npos) << err;
+    EXPECT_NE(err.find("cannot be read"), std::string::npos) << err;
+  }
 }
 
 TEST(SeededSource, DeterministicPerExpertAndShapedLikeTheMaster) {

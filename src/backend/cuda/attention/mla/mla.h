@@ -80,8 +80,8 @@ MlaDecodeKernel mla_decode_kernel_for(int heads);
 // The mma.sync kernel takes kPerSequence only. kAuto: kAdaptive for wgmma, kPerSequence for mma.sync.
 // `chained`: the decode and combine kernels are programmatic dependents (core/launch.h) of the kernel
 // before them, so each is launched while its predecessor runs and waits for it on the GPU. Off by
-// default: chained launches have not been timed against plain ones on a GPU yet (the attention
-// bench's 'adapt plain' variant is that A/B).
+// default: they save 1–3 µs on short calls, but the cost model behind kAdaptive is fitted on plain
+// launches and misjudges B = 1 chained (docs/decisions/mla-decode-wgmma.md).
 enum class MlaDecodeSchedule { kAuto, kBalanced, kPerSequence, kAdaptive };
 struct MlaDecodePlan {
   MlaDecodeKernel kernel = MlaDecodeKernel::kAuto;        // resolved by mla_decode_plan

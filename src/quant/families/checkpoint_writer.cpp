@@ -37,7 +37,8 @@ std::vector<uint8_t> f32_bytes(const float* v, size_t n) {
 
 std::vector<uint8_t> bf16_bytes(const float* v, size_t n) {
   std::vector<uint8_t> out(n * 2);
-  for (size_t i = 0; i < n; ++i) {
+#pragma omp parallel for schedule(static) if (n >= (size_t{1} << 20))
+  for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) {
     const uint16_t b = encode_bf16(v[i]);
     std::memcpy(out.data() + 2 * i, &b, 2);
   }

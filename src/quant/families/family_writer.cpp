@@ -61,8 +61,8 @@ namespace {
 // Produces units `order` of `units` on `workers` threads, at most 2·workers of them produced and
 // not yet handed on, and hands each one's pieces to `take` in `order` on the calling thread. The
 // first unit that throws (in `order`) stops the rest and its exception is rethrown here.
-void produce_in_order(const std::vector<WriteUnit>& units, const std::vector<size_t>& order, int workers,
-                      const std::function<void(size_t, std::vector<OutPiece>)>& take) {
+void produce_side_by_side(const std::vector<WriteUnit>& units, const std::vector<size_t>& order, int workers,
+                          const std::function<void(size_t, std::vector<OutPiece>)>& take) {
   if (workers <= 1 || order.size() <= 1) {
     for (size_t i : order) take(i, units[i].produce());
     return;
@@ -147,7 +147,13 @@ WriteSummary run_units(WritePlan plan, const std::string& dir, const QuantizeOpt
   for (size_t i = 0; i < plan.units.size(); ++i) {
     if (!run || run(plan.units[i])) order.push_back(i);
   }
-  produce_in_order(plan.units, order, options.concurrent_units, [&](size_t i, std::vector<OutPiece> pieces) {
+  // With several units at once, the large ones go first, alone (each unit's pieces land at their
+  // own offsets, so the order of writing does not change the files).
+  std::vector<size_t> alone, rest;
+  for (size_t i : order) {
+    (options.concurrent_units > 1 && plan.units[i].bytes >= options.alone_unit_bytes ? alone : rest).push_back(i);
+  }
+  const auto take = [&](size_t i, std::vector<OutPiece> pieces) {
     const WriteUnit& unit = plan.units[i];
     uint64_t bytes = 0;
     for (const OutPiece& piece : pieces) {
@@ -160,7 +166,9 @@ WriteSummary run_units(WritePlan plan, const std::string& dir, const QuantizeOpt
     }
     summary.bytes += bytes;
     if (options.progress) options.progress(UnitDone{i + 1, plan.units.size(), unit.label, unit.format, bytes});
-  });
+  };
+  for (size_t i : alone) take(i, plan.units[i].produce());
+  produce_side_by_side(plan.units, rest, options.concurrent_units, take);
   plan.sink->close(run ? PayloadPolicy::kHeadersOnly : PayloadPolicy::kWhole);
   write_config_files(dir, plan.config_doc);
   for (const auto& [name, text] : plan.files) write_text_file((fs::path(dir) / name).string(), text);

@@ -41,9 +41,11 @@ struct QuantizeOptions {
   const InputAmax* input_amax = nullptr;          // null: the recipe's constant input_scale
   std::function<void(const UnitDone&)> progress;  // after each unit (empty: quiet)
   // Units produced at once, each on its own thread (its parallel loops then run on that thread
-  // alone); the files are written in the plan's order, bit for bit as one at a time. More than 1
-  // only for a source that allows concurrent reads (SeededSource, MasterSource).
+  // alone); the files are bit for bit what one unit at a time writes. More than 1 only for a source
+  // that allows concurrent reads (SeededSource, MasterSource). Units of at least
+  // `alone_unit_bytes` (an embedding, lm_head) are produced first, one at a time, with every thread.
   int concurrent_units = 1;
+  uint64_t alone_unit_bytes = uint64_t{256} << 20;
   // Who wrote the checkpoint, as the files record it (GGUF general.name "<producer> <arch>", the
   // ModelOpt producer version with '-' for ' ').
   std::string producer = "k3 make-tiny";

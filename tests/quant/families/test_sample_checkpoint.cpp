@@ -111,21 +111,29 @@ TEST(ConcurrentUnits, WriteTheFilesOneAtATimeWrites) {
   for (FamilyId family : all_families()) {
     SCOPED_TRACE(family_name(family));
     const std::filesystem::path one = temp_dir(std::string("one_") + family_name(family));
-    const std::filesystem::path many = temp_dir(std::string("many_") + family_name(family));
-    QuantizeOptions options;
-    write_family(family, source, doc, one.string(), options);
-    options.concurrent_units = 3;
-    std::vector<size_t> reported;  // progress comes in the plan's order, from the calling thread
-    options.progress = [&](const UnitDone& u) { reported.push_back(u.index); };
-    write_family(family, source, doc, many.string(), options);
-    EXPECT_TRUE(std::is_sorted(reported.begin(), reported.end()));
-    ASSERT_FALSE(reported.empty());
-    EXPECT_EQ(reported.size(), reported.back());
-    const auto a = folder_files(one), b = folder_files(many);
-    ASSERT_EQ(a.size(), b.size());
-    for (const auto& [name, bytes] : a) {
-      ASSERT_TRUE(b.contains(name)) << name;
-      EXPECT_TRUE(b.at(name) == bytes) << name;
+    write_family(family, source, doc, one.string(), QuantizeOptions{});
+    const auto expected = folder_files(one);
+    // Side by side only, then with the units of 4 KiB and more first, each alone.
+    for (const uint64_t alone : {uint64_t{1} << 40, uint64_t{4096}}) {
+      SCOPED_TRACE(alone);
+      const std::filesystem::path many = temp_dir(std::string("many_") + family_name(family));
+      QuantizeOptions options;
+      options.concurrent_units = 3;
+      options.alone_unit_bytes = alone;
+      std::vector<size_t> reported;  // from the calling thread, each unit once
+      options.progress = [&](const UnitDone& u) { reported.push_back(u.index); };
+      write_family(family, source, doc, many.string(), options);
+      ASSERT_FALSE(reported.empty());
+      if (alone > 4096) EXPECT_TRUE(std::is_sorted(reported.begin(), reported.end()));
+      std::sort(reported.begin(), reported.end());
+      EXPECT_EQ(std::adjacent_find(reported.begin(), reported.end()), reported.end());
+      EXPECT_EQ(reported.size(), reported.back());
+      const auto got = folder_files(many);
+      ASSERT_EQ(got.size(), expected.size());
+      for (const auto& [name, bytes] : expected) {
+        ASSERT_TRUE(got.contains(name)) << name;
+        EXPECT_TRUE(got.at(name) == bytes) << name;
+      }
     }
   }
 }

@@ -336,8 +336,16 @@ std::vector<uint8_t> quantize_tensor(GgmlType type, std::span<const float> src, 
   if (row_length == 0 || src.size() % row_length != 0) {
     throw Error("cannot quantize " + std::to_string(src.size()) + " values as rows of " + std::to_string(row_length));
   }
-  std::vector<uint8_t> out(src.size() / row_length * row_bytes);
-  quantize_row(type, src.data(), out.data(), static_cast<int64_t>(src.size()));
+  const uint64_t rows = src.size() / row_length;
+  std::vector<uint8_t> out(rows * row_bytes);
+  // Rows quantize independently (every block of a row is its own), so any split gives the same bytes.
+  constexpr uint64_t kRowsPerChunk = 64;
+#pragma omp parallel for schedule(dynamic, 1) if (rows > kRowsPerChunk)
+  for (int64_t first = 0; first < static_cast<int64_t>(rows); first += kRowsPerChunk) {
+    const uint64_t count = std::min<uint64_t>(kRowsPerChunk, rows - static_cast<uint64_t>(first));
+    quantize_row(type, src.data() + static_cast<uint64_t>(first) * row_length, out.data() + static_cast<uint64_t>(first) * row_bytes,
+                 static_cast<int64_t>(count * row_length));
+  }
   return out;
 }
 

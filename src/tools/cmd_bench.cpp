@@ -93,9 +93,12 @@ struct OpBreakdown {
   std::vector<double> seconds;     // per class
   int64_t steps = 0;
   int64_t touched_experts = 0, moe_layer_calls = 0;  // the distinct experts the steps' MoE layer calls picked, summed
-  double touched_per_layer() const {
-    return moe_layer_calls > 0 ? static_cast<double>(touched_experts) / static_cast<double>(moe_layer_calls) : 0.0;
+  int64_t busiest_expert_rows = 0;                    // the most rows one expert got in each call, summed
+  double per_layer(int64_t sum) const {
+    return moe_layer_calls > 0 ? static_cast<double>(sum) / static_cast<double>(moe_layer_calls) : 0.0;
   }
+  double touched_per_layer() const { return per_layer(touched_experts); }
+  double busiest_rows_per_layer() const { return per_layer(busiest_expert_rows); }
   double step_ms() const {
     double total = 0;
     for (double s : seconds) total += s;
@@ -259,6 +262,13 @@ void print_report(const BenchArgs& a, const Measured& m) {
     }
     std::printf("\n");
   }
+  if (!m.decode.empty() && m.decode.front().ops.moe_layer_calls > 0) {
+    std::printf("rows of the busiest expert per MoE layer (profiled steps):");
+    for (const DecodeResult& r : m.decode) {
+      std::printf(" b=%lld %.1f", static_cast<long long>(r.batch), r.ops.busiest_rows_per_layer());
+    }
+    std::printf("\n");
+  }
   if (m.streaming) {
     std::printf("expert streaming: cache %lld experts (%.2f GB on the device), %.2f GB of experts in pinned host memory\n",
                 static_cast<long long>(m.cache_slots), static_cast<double>(m.cache_bytes) / 1e9,
@@ -307,6 +317,7 @@ Json report_json(const BenchArgs& a, const Measured& m) {
                     {"fraction_of_floor", floor_s / step_s},
                     {"experts_expected_per_layer", r.experts_expected},
                     {"experts_touched_per_layer", r.ops.touched_per_layer()},
+                    {"busiest_expert_rows_per_layer", r.ops.busiest_rows_per_layer()},
                     {"touched_floor_ms", r.touched_traffic.total() / m.kind->hbm_read_bps * 1e3},
                     {"fraction_of_touched_floor", r.touched_traffic.total() / m.kind->hbm_read_bps / step_s},
                     {"graph_replays", r.graph_replays},
@@ -374,6 +385,7 @@ OpBreakdown profile(Executor& executor, Run run) {
   OpBreakdown o;
   o.steps = after.profiled_steps - before.profiled_steps;
   o.touched_experts = after.touched_experts - before.touched_experts;
+  o.busiest_expert_rows = after.busiest_expert_rows - before.busiest_expert_rows;
   o.moe_layer_calls = after.profiled_moe_layer_calls - before.profiled_moe_layer_calls;
   for (size_t c = 0; c < after.op_seconds.size(); ++c) {
     o.names.emplace_back(cuda::op_class_name(static_cast<cuda::OpClass>(c)));

@@ -132,6 +132,10 @@ TEST_P(SyntheticModel, ProfilingPerOpClassChangesNoLogitAndSplitsTheStep) {
   const int64_t prefill_touched = s.touched_experts - 3 * L * k;
   EXPECT_GE(prefill_touched, L * k);
   EXPECT_LE(prefill_touched, L * E);
+  // A decode token gives each of its experts one row; the prefill's busiest expert has 1 to 24.
+  const int64_t prefill_busiest = s.busiest_expert_rows - 3 * L;
+  EXPECT_GE(prefill_busiest, L);
+  EXPECT_LE(prefill_busiest, 24 * L);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, SyntheticModel, ::testing::Values(TinyArch::KimiK3, TinyArch::KimiLinear),

@@ -596,6 +596,7 @@ class CudaExecutor final : public Executor {
       stats_.op_seconds = timeline_.seconds;
       stats_.profiled_steps = timeline_.steps;
       stats_.touched_experts = timeline_.touched_experts;
+      stats_.busiest_expert_rows = timeline_.busiest_expert_rows;
       stats_.profiled_moe_layer_calls = timeline_.moe_layer_calls;
     }
     return logits;

@@ -99,10 +99,11 @@ struct CudaExecutorStats {
   int64_t hybrid_layer_calls = 0, cpu_picks = 0, gpu_picks = 0;
   double cpu_expert_seconds = 0, cpu_wait_seconds = 0;
   // Per-op-class profiling (set_cuda_op_profiling): the profiled steps' stream time per op class, and
-  // the distinct experts their MoE layer calls picked, summed over the calls.
+  // the distinct experts their MoE layer calls picked and the busiest expert's rows, summed over the calls.
   OpSeconds op_seconds{};
   int64_t profiled_steps = 0;
   int64_t touched_experts = 0, profiled_moe_layer_calls = 0;
+  int64_t busiest_expert_rows = 0;  // Σ over the calls of the most rows one expert got
 };
 CudaExecutorStats cuda_executor_stats(const Executor& executor);
 

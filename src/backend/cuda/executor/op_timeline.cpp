@@ -55,6 +55,13 @@ void OpTimeline::end_step(cudaStream_t stream) {
   for (size_t i = 0; i < picks_used_; ++i) {
     std::vector<int32_t> ids(picks_[i].host, picks_[i].host + picks_[i].count);
     std::sort(ids.begin(), ids.end());
+    int64_t busiest = 0;
+    for (auto run = std::lower_bound(ids.begin(), ids.end(), 0); run != ids.end();) {
+      const auto end = std::upper_bound(run, ids.end(), *run);
+      busiest = std::max<int64_t>(busiest, end - run);
+      run = end;
+    }
+    busiest_expert_rows += busiest;
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
     touched_experts += std::count_if(ids.begin(), ids.end(), [](int32_t e) { return e >= 0; });
     ++moe_layer_calls;

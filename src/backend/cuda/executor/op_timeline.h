@@ -3,8 +3,9 @@
 // at the step's end the time between consecutive events goes to the earlier mark's class. The events
 // cost a few microseconds of host time each, so a profiled step runs slower than an unprofiled one:
 // the breakdown gives shares, the benchmark's unprofiled steps the rate. A profiled step also records
-// each MoE layer's router picks and counts the distinct experts they name: the experts whose weights
-// the step actually reads. Host-only header.
+// each MoE layer's router picks and counts the distinct experts they name (the experts whose weights
+// the step actually reads) and the rows of the busiest one (what the grouped GEMMs' longest expert
+// takes). Host-only header.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -36,6 +37,7 @@ class OpTimeline {
   OpSeconds seconds{};
   int64_t steps = 0;
   int64_t touched_experts = 0;  // Σ over the profiled steps' MoE layer calls of the distinct experts picked
+  int64_t busiest_expert_rows = 0;  // Σ over the same calls of the most rows one expert got
   int64_t moe_layer_calls = 0;
 
  private:

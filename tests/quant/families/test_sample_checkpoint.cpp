@@ -9,9 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <iterator>
 #include <string>
 
 #include "error_of.h"
@@ -19,6 +17,7 @@
 #include "quant/families/family_writer.h"
 #include "quant/families/float_source.h"
 #include "quant/plan/plan_files.h"
+#include "tools/cli_runner.h"
 
 namespace k3 {
 namespace {
@@ -91,16 +90,11 @@ TEST(SampleCheckpoint, RefusesFamiliesCutFromWrittenPayloads) {
             std::string::npos);
 }
 
-std::string file_bytes(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 // Every file under `dir`, by relative name, with its bytes.
 std::map<std::string, std::string> folder_files(const std::filesystem::path& dir) {
   std::map<std::string, std::string> out;
   for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
-    if (entry.is_regular_file()) out[std::filesystem::relative(entry.path(), dir).string()] = file_bytes(entry.path());
+    if (entry.is_regular_file()) out[std::filesystem::relative(entry.path(), dir).string()] = test::slurp(entry.path().string());
   }
   return out;
 }

@@ -57,14 +57,15 @@ std::string fresh_folder(const std::string& scratch) {
 }  // namespace
 
 SampleCheckpoint::SampleCheckpoint(FamilyId family, const std::string& synthetic, int64_t layers, uint64_t seed,
-                                   int64_t template_experts, const std::string& scratch, const QuantizeOptions& quantize) {
+                                   int64_t template_experts, const std::string& scratch, const QuantizeOptions& quantize,
+                                   const RoutingSkew& routing) {
   K3Config config = resolve_synthetic_config(synthetic);
   cli::keep_first_layers(config, layers);
   Json doc = without_quantization_config(config_document(synthetic));
   if (layers > 0) keep_first_layers_of_document(doc, layers);
   dir_ = fresh_folder(scratch);
   const auto t0 = std::chrono::steady_clock::now();
-  write_family_sample(family, SeededSource(config, seed), doc, dir_, template_experts, quantize);
+  write_family_sample(family, SeededSource(config, seed, routing), doc, dir_, template_experts, quantize);
   seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const CheckpointDir ckpt = open_checkpoint_dir(dir_);
   if (!ckpt.config || ckpt.config->mixer != config.mixer || ckpt.config->ffn != config.ffn) {

@@ -1,6 +1,6 @@
 // `k3 bench --family F`: the benchmark's model as a checkpoint of family F at the config's real
 // shapes, in the family's own layout, loaded by the same planner and uploader as a real release.
-// Its values are drawn from the seed (SeededSource) and quantized by the family's writer; only the
+// Its values are drawn from the seed (SeededSource, whose routers route as `routing` says) and quantized by the family's writer; only the
 // first `template_experts` routed experts of each bank are computed and written, and the plan reads
 // expert e from expert e % template_experts (write_family_sample, alias_template_experts): every
 // expert's bytes are in the real layout and place on the device, at a fraction of the writing.
@@ -12,6 +12,7 @@
 #include <string>
 
 #include "model/config.h"
+#include "model/routing_skew.h"
 #include "quant/families/family.h"
 #include "quant/families/quantize_options.h"
 #include "quant/plan/footprint.h"
@@ -25,7 +26,7 @@ class SampleCheckpoint {
   // synthetic: a known config's name or a config.json path (as --synthetic); layers: as --layers
   // (0: all). Throws k3::Error for a family that has no sample (the ExpertPack).
   SampleCheckpoint(FamilyId family, const std::string& synthetic, int64_t layers, uint64_t seed, int64_t template_experts,
-                   const std::string& scratch, const QuantizeOptions& quantize = {});
+                   const std::string& scratch, const QuantizeOptions& quantize = {}, const RoutingSkew& routing = {});
   ~SampleCheckpoint();
   SampleCheckpoint(const SampleCheckpoint&) = delete;
   SampleCheckpoint& operator=(const SampleCheckpoint&) = delete;

@@ -567,7 +567,6 @@ int run_bench(const BenchArgs& a) {
       bad_flag("--family", "gguf-expert-pack cannot be benchmarked from a sample (its pack is cut from written payloads): use gguf");
     }
     if (a.recipe != "default" && family != FamilyId::Gguf) bad_flag("--recipe", "is for --family gguf");
-    if (routing.zipf > 0) bad_flag("--routing", "a skewed router needs the generated weights (without --family)");
     if (config.moe && a.template_experts > config.moe->num_experts) {
       bad_flag("--template-experts", "must be at most the config's " + std::to_string(config.moe->num_experts) + " experts");
     }
@@ -576,7 +575,7 @@ int run_bench(const BenchArgs& a) {
     quantize.gguf_recipe = parse_gguf_recipe(a.recipe);
     quantize.producer = "k3 bench";
     quantize.concurrent_units = omp_get_max_threads();  // SeededSource reads concurrently
-    sample = std::make_unique<SampleCheckpoint>(family, a.synthetic, a.layers, a.seed, a.template_experts, a.scratch, quantize);
+    sample = std::make_unique<SampleCheckpoint>(family, a.synthetic, a.layers, a.seed, a.template_experts, a.scratch, quantize, routing);
     for (const ParamFootprint& p : sample->footprint().params) stored[p.spec.name] = static_cast<double>(p.bytes);
     weighs = [&stored](const ParamSpec& p) { return stored.contains(p.name) ? stored.at(p.name) : 0.0; };
   }

@@ -116,7 +116,6 @@ TEST(CliBench, FamilyFlagsNameTheFlag) {
   expect_flag_error(run_k3(kBench + "--family modelopt-mixed --recipe q4_k_m"), "--recipe");
   expect_flag_error(run_k3(kBench + "--recipe q4_k_m"), "--recipe");
   expect_usage_error(run_k3(kBench + "--family gguf --recipe q9"), "--recipe");
-  expect_flag_error(run_k3(kBench + "--family bf16 --routing zipf:1"), "--routing");
   expect_flag_error(run_k3(kBench + "--family bf16 --template-experts 257"), "--template-experts");
   expect_usage_error(run_k3(kBench + "--family bf16 --template-experts 0"), "--template-experts");
 }

@@ -28,7 +28,20 @@ std::vector<float> ShapeOnlySource::read(const ParamSpec& spec, int64_t) const {
   throw Error(Where{"", spec.name, ""}, "a header-only layout has no values");
 }
 
+SeededSource::SeededSource(K3Config config, uint64_t seed, const RoutingSkew& routing)
+    : InventorySource(std::move(config)), seed_(seed) {
+  const K3Config& c = this->config();
+  check_routing_skew(c, routing, c.file.empty() ? "the config" : c.file);
+  if (c.moe) {
+    correction_bias_ = routing.zipf > 0 ? skewed_correction_bias(c.moe->num_experts, c.moe->experts_per_token, routing, seed)
+                                        : std::vector<float>(static_cast<size_t>(c.moe->num_experts), 0.0f);
+  }
+}
+
 std::vector<float> SeededSource::read(const ParamSpec& spec, int64_t expert) const {
+  if (spec.group == ParamGroup::Router) {
+    return spec.kind == ParamKind::Linear ? seeded_router_values(spec, seed_) : correction_bias_;
+  }
   return seeded_values(spec, seed_, expert);
 }
 

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/routing_skew.h"
 #include "quant/families/family.h"
 #include "quant/families/master.h"
 #include "quant/plan/plan_files.h"
@@ -61,14 +62,18 @@ class ShapeOnlySource final : public InventorySource {
 };
 
 // Values drawn from a seed as they are read (seeded_values in master.h): a float model of any size
-// without memory for it, for checkpoints written at real shapes (`k3 bench --family`).
+// without memory for it, for checkpoints written at real shapes (`k3 bench --family`). The routers
+// route as `routing` says (model/routing_skew.h): their matrices are seeded_router_values, their
+// correction biases zero (uniform) or skewed_correction_bias's fit, expert 0 the hottest — the
+// generated weights' routing. Throws k3::Error for a skew the config cannot take (check_routing_skew).
 class SeededSource final : public InventorySource {
  public:
-  SeededSource(K3Config config, uint64_t seed) : InventorySource(std::move(config)), seed_(seed) {}
+  SeededSource(K3Config config, uint64_t seed, const RoutingSkew& routing = {});
   std::vector<float> read(const ParamSpec& spec, int64_t expert = -1) const override;
 
  private:
   uint64_t seed_;
+  std::vector<float> correction_bias_;  // [E]: every MoE layer's
 };
 
 // A dense float checkpoint directory (the bf16 family: BF16/F16/F32 safetensors, sharded or not,

@@ -54,11 +54,17 @@ bool drawn_by_rows(const ParamSpec& p) {
 }
 
 // kQuick: Rng::quick_normal for the elements (seeded_values), else Rng::normal (make_master).
-template <bool kQuick>
+// kEvenRows: every row of variance 1/K, no outliers (seeded_router_values).
+template <bool kQuick, bool kEvenRows = false>
 void draw_row(const ParamSpec& p, Rng& rng, std::span<float> row) {
   const auto normal = [&rng] { return kQuick ? rng.quick_normal() : rng.normal(); };
   if (p.kind == ParamKind::Embedding) {
     for (auto& x : row) x = static_cast<float>(normal());
+    return;
+  }
+  if constexpr (kEvenRows) {
+    const double scale = 1.0 / std::sqrt(static_cast<double>(row.size()));
+    for (auto& x : row) x = static_cast<float>(scale * normal());
     return;
   }
   const double base = 1.0 / std::sqrt(static_cast<double>(row.size()));
@@ -121,7 +127,10 @@ MasterWeights make_master(const K3Config& config, uint64_t seed) {
   return m;
 }
 
-std::vector<float> seeded_values(const ParamSpec& p, uint64_t seed, int64_t expert) {
+namespace {
+
+template <bool kEvenRows>
+std::vector<float> seeded_rows(const ParamSpec& p, uint64_t seed, int64_t expert) {
   const uint64_t stream = seed ^ fnv1a(p.name);
   if (!drawn_by_rows(p)) {
     Rng rng{stream};
@@ -136,9 +145,22 @@ std::vector<float> seeded_values(const ParamSpec& p, uint64_t seed, int64_t expe
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < static_cast<int64_t>(rows); ++r) {
     Rng rng{stream ^ (0x9E3779B97F4A7C15ull * (first_row + static_cast<uint64_t>(r) + 1))};
-    draw_row<true>(p, rng, std::span<float>(v).subspan(static_cast<uint64_t>(r) * k, k));
+    draw_row<true, kEvenRows>(p, rng, std::span<float>(v).subspan(static_cast<uint64_t>(r) * k, k));
   }
   return v;
+}
+
+}  // namespace
+
+std::vector<float> seeded_values(const ParamSpec& p, uint64_t seed, int64_t expert) {
+  return seeded_rows<false>(p, seed, expert);
+}
+
+std::vector<float> seeded_router_values(const ParamSpec& p, uint64_t seed) {
+  if (p.group != ParamGroup::Router || p.kind != ParamKind::Linear) {
+    throw Error(Where{"", p.name, ""}, "internal: not a router matrix");
+  }
+  return seeded_rows<true>(p, seed, -1);
 }
 
 void write_master(const MasterWeights& master, const std::string& path) {

@@ -32,5 +32,10 @@ void write_master(const MasterWeights& master, const std::string& path);
 // transcendental functions; for an expert bank and expert ≥ 0, that expert's [N, K] rows only. Not
 // make_master's values (one stream per tensor there, Gaussian elements).
 std::vector<float> seeded_values(const ParamSpec& spec, uint64_t seed, int64_t expert = -1);
+// A router matrix (ParamGroup::Router, Linear) as seeded_values draws it, but with every row of
+// variance 1/K and no outliers: the router model that model/routing_skew.h fits its correction bias for, whose
+// picks are uniform over the experts without a bias. (make_master's rows differ in scale, which
+// makes the experts with the widest rows win most top-k picks.)
+std::vector<float> seeded_router_values(const ParamSpec& spec, uint64_t seed);
 
 }  // namespace k3

@@ -3,13 +3,14 @@
 // write_family writes from the same source; the aliased plan reads expert e as expert
 // e % templates; the skipped experts stay holes. Units produced concurrently write the same bytes,
 // and the first unit that fails is the one reported. Also SeededSource: deterministic, and
-// make_master's laws (the per-row streams are its own).
+// make_master's laws (the per-row streams are its own), but routers that route as asked.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <random>
 #include <string>
 
 #include "error_of.h"
@@ -185,6 +186,43 @@ TEST(SeededSource, DeterministicPerExpertAndShapedLikeTheMaster) {
       EXPECT_GT(var * k, 0.3);
       EXPECT_LT(var * k, 3.0);
     }
+  }
+}
+
+// Uniform routing: the router's rows all have variance 1/K and the correction bias is zero, so over
+// random unit-RMS inputs every expert takes about its k/E share of the picks; zipf:S: the bias is
+// skewed_correction_bias's fit, the router rows unchanged.
+TEST(SeededSource, RoutersRouteAsAsked) {
+  const K3Config config = parse_k3_config(parse_json(tiny_config_json(TinyArch::KimiK3, TinySize::Small).dump(), "small"));
+  const int64_t E = config.moe->num_experts, k = config.moe->experts_per_token, H = config.hidden_size;
+  const SeededSource uniform(config, 5), skewed(config, 5, parse_routing_skew("zipf:1.5"));
+  const ParamSpec& gate = uniform.spec(layer_prefix(1) + "block_sparse_moe.gate.weight");
+  const ParamSpec& bias = uniform.spec(layer_prefix(1) + "block_sparse_moe.gate.e_score_correction_bias");
+  EXPECT_EQ(uniform.read(bias), std::vector<float>(static_cast<size_t>(E), 0.0f));
+  EXPECT_EQ(skewed.read(bias), skewed_correction_bias(E, k, parse_routing_skew("zipf:1.5"), 5));
+  const std::vector<float> w = uniform.read(gate);
+  EXPECT_EQ(w, skewed.read(gate));
+
+  constexpr int kTokens = 4000;
+  std::mt19937_64 rng(9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<int64_t> picks(static_cast<size_t>(E), 0);
+  std::vector<float> x(static_cast<size_t>(H));
+  std::vector<std::pair<double, int64_t>> score(static_cast<size_t>(E));
+  for (int t = 0; t < kTokens; ++t) {
+    for (float& v : x) v = normal(rng);
+    for (int64_t e = 0; e < E; ++e) {
+      double logit = 0;
+      for (int64_t i = 0; i < H; ++i) logit += static_cast<double>(w[static_cast<size_t>(e * H + i)]) * x[static_cast<size_t>(i)];
+      score[static_cast<size_t>(e)] = {logit, e};
+    }
+    std::partial_sort(score.begin(), score.begin() + k, score.end(), std::greater<>());
+    for (int64_t j = 0; j < k; ++j) ++picks[static_cast<size_t>(score[static_cast<size_t>(j)].second)];
+  }
+  const double fair = static_cast<double>(kTokens * k) / static_cast<double>(E);
+  for (int64_t e = 0; e < E; ++e) {
+    EXPECT_GT(static_cast<double>(picks[static_cast<size_t>(e)]), 0.75 * fair) << "expert " << e;
+    EXPECT_LT(static_cast<double>(picks[static_cast<size_t>(e)]), 1.25 * fair) << "expert " << e;
   }
 }
 

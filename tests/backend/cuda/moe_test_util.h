@@ -1,5 +1,6 @@
-// Shared by the grouped expert-GEMM tests (test_moe, test_moe_w4, test_moe_w4a8, test_moe_ggml): the
-// float64 reference over a dispatch's sorted rows, the element check against it, and the check of the
+// Shared by the grouped expert-GEMM tests (test_moe, test_moe_w4, test_moe_w4a8, test_moe_ggml,
+// test_moe_fp8_block): random dispatches with their sorted activations, the float64 reference over a
+// dispatch's sorted rows, the element check against it, and the check of the
 // routing weights applied in a GEMM's epilogue (MoeDispatch::row_weight).
 #pragma once
 
@@ -8,11 +9,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <vector>
 
 #include "backend/cuda/core/arena.h"
 #include "backend/cuda/core/tensor.h"
 #include "backend/cuda/core/upload.h"
+#include "backend/cuda/moe/moe.h"
 #include "cuda_test_util.h"
 
 namespace k3::cuda::test {
@@ -88,6 +91,63 @@ inline void expect_row_weighted(const std::vector<float>& weighted, const std::v
     }
   }
   EXPECT_EQ(bad, 0);
+}
+
+// How make_routed's tokens pick experts: k distinct experts each, with repeats (one expert may take
+// several rows of a token), or k distinct ones from a quarter of the experts (the others get none).
+enum class PickMode { kDistinct, kRepeats, kSubset };
+
+inline std::vector<int32_t> make_ids(Rng& rng, int64_t T, int64_t k, int64_t E, PickMode mode) {
+  std::vector<int32_t> pool(static_cast<size_t>(E));
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), rng.gen());
+  if (mode == PickMode::kSubset) pool.resize(static_cast<size_t>(std::max<int64_t>(k, E / 4)));
+  const int n = static_cast<int>(pool.size());
+  std::vector<int32_t> ids(static_cast<size_t>(T * k));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      if (mode == PickMode::kRepeats) {
+        ids[t * k + j] = pool[rng.uniform_int(0, n - 1)];
+      } else {
+        std::swap(pool[j], pool[rng.uniform_int(static_cast<int>(j), n - 1)]);
+        ids[t * k + j] = pool[j];
+      }
+    }
+  }
+  return ids;
+}
+
+struct RoutedCase {
+  int64_t tokens, top_k, experts, n, k;
+  PickMode routing;
+};
+
+// A dispatch of random routing on the device, its offsets and sorted tokens on the host, and the
+// sorted rows of bf16-rounded random activations (device xs, host copy).
+struct Routed {
+  MoeDispatch d;
+  std::vector<int32_t> off, sorted;
+  DeviceTensor xs;
+  std::vector<float> xs_host;
+};
+
+inline Routed make_routed(Rng& rng, const RoutedCase& c) {
+  Arena& a = arena();
+  const int64_t T = c.tokens, k = c.top_k, E = c.experts, K = c.k, R = T * k;
+  Routed s;
+  const std::vector<int32_t> ids = make_ids(rng, T, k, E, c.routing);
+  const DeviceTensor dids = a.alloc_tensor(DType::kI32, T, k, "ids");
+  copy_bytes_to_device(dids.data, ids.data(), ids.size() * sizeof(int32_t));
+  s.d = moe_dispatch_view(a.alloc(moe_dispatch_bytes(T, k, E), "dispatch"), T, k, E);
+  moe_dispatch(dids, s.d, nullptr);
+  s.off = download_i32(DeviceTensor(s.d.expert_offsets, DType::kI32, 1, E + 1));
+  s.sorted = download_i32(DeviceTensor(s.d.sorted_token, DType::kI32, 1, R));
+  const std::vector<float> x = round_bf16(rng.normal(static_cast<size_t>(T * K)));
+  s.xs = a.alloc_tensor(DType::kBF16, R, K, "xs");
+  moe_gather(upload_f32(a, x.data(), T, K, DType::kBF16, "x"), s.d, s.xs, nullptr);
+  s.xs_host.resize(static_cast<size_t>(R * K));
+  for (int64_t r = 0; r < R; ++r) std::copy_n(&x[static_cast<size_t>(s.sorted[r] * K)], K, &s.xs_host[static_cast<size_t>(r * K)]);
+  return s;
 }
 
 }  // namespace k3::cuda::test

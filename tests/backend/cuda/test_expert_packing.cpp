@@ -1,7 +1,8 @@
 // choose_expert_packing (no GPU needed, so it runs in CI): every make-tiny family's routed-expert
 // banks take the form the CUDA uploader should give them — NVFP4 / MXFP4 packed for the W4A16
-// kernels, ModelSlim W4A8 and GGUF packed only with packed_int_experts, everything else bf16 — so a
-// family never falls back to bf16 without a test noticing. A packed bank is packed by its own
+// kernels, FP8-block packed for its grouped GEMM, ModelSlim W4A8 and GGUF packed only with
+// packed_int_experts, everything else bf16 — so a family never falls back to bf16 without a test
+// noticing. A packed bank is packed by its own
 // scheme's entry (cuda_format.h).
 #include <gtest/gtest.h>
 
@@ -60,7 +61,7 @@ INSTANTIATE_TEST_SUITE_P(
                       PackingCase{FamilyId::ModelOptNvfp4, TinyArch::KimiK3, true, true},
                       PackingCase{FamilyId::ModelOptMixed, TinyArch::KimiK3, true, true},
                       PackingCase{FamilyId::CompressedTensorsMxfp4, TinyArch::KimiLinear, true, true},
-                      PackingCase{FamilyId::Fp8Block, TinyArch::KimiK3, false, false},
+                      PackingCase{FamilyId::Fp8Block, TinyArch::KimiK3, true, true},
                       PackingCase{FamilyId::ModelOptFp8, TinyArch::KimiLinear, false, false},
                       PackingCase{FamilyId::ModelSlimW4A8, TinyArch::KimiK3, true, false},
                       PackingCase{FamilyId::Gguf, TinyArch::KimiLinear, true, false},

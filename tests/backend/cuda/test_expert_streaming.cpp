@@ -174,7 +174,7 @@ TEST_P(ExpertStreamingModel, ThreeSlotsGiveTheResidentLogits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ExpertStreamingModel,
-                         ::testing::Values(FamilyId::Bf16, FamilyId::ModelOptNvfp4, FamilyId::Gguf),
+                         ::testing::Values(FamilyId::Bf16, FamilyId::ModelOptNvfp4, FamilyId::Gguf, FamilyId::Fp8Block),
                          test::CaseIndexName());
 
 TEST(ExpertStreamingErrors, CacheWithoutRoomForOneExpertIsAOneLineError) {

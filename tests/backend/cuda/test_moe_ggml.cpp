@@ -264,60 +264,10 @@ TEST(MoeGgmlBank, KernelsAndRowsPerWarp) {
 
 // ---- GPU -------------------------------------------------------------------------------------------
 
-enum class Routing { kDistinct, kRepeats, kSubset };
-
-std::vector<int32_t> make_ids(test::Rng& rng, int64_t T, int64_t k, int64_t E, Routing mode) {
-  std::vector<int32_t> pool(static_cast<size_t>(E));
-  std::iota(pool.begin(), pool.end(), 0);
-  std::shuffle(pool.begin(), pool.end(), rng.gen());
-  if (mode == Routing::kSubset) pool.resize(static_cast<size_t>(std::max<int64_t>(k, E / 4)));
-  const int n = static_cast<int>(pool.size());
-  std::vector<int32_t> ids(static_cast<size_t>(T * k));
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t j = 0; j < k; ++j) {
-      if (mode == Routing::kRepeats) {
-        ids[t * k + j] = pool[rng.uniform_int(0, n - 1)];
-      } else {
-        std::swap(pool[j], pool[rng.uniform_int(static_cast<int>(j), n - 1)]);
-        ids[t * k + j] = pool[j];
-      }
-    }
-  }
-  return ids;
-}
-
-struct Case {
-  int64_t tokens, top_k, experts, n, k;
-  Routing routing;
-};
-
-// A dispatch of random routing on the device, its offsets and sorted tokens on the host, and the
-// sorted rows of bf16-rounded random activations (device xs, host copy).
-struct Routed {
-  MoeDispatch d;
-  std::vector<int32_t> off, sorted;
-  DeviceTensor xs;
-  std::vector<float> xs_host;
-};
-
-Routed make_routed(test::Rng& rng, const Case& c) {
-  Arena& a = test::arena();
-  const int64_t T = c.tokens, k = c.top_k, E = c.experts, K = c.k, R = T * k;
-  Routed s;
-  const std::vector<int32_t> ids = make_ids(rng, T, k, E, c.routing);
-  const DeviceTensor dids = a.alloc_tensor(DType::kI32, T, k, "ids");
-  copy_bytes_to_device(dids.data, ids.data(), ids.size() * sizeof(int32_t));
-  s.d = moe_dispatch_view(a.alloc(moe_dispatch_bytes(T, k, E), "dispatch"), T, k, E);
-  moe_dispatch(dids, s.d, nullptr);
-  s.off = download_i32(DeviceTensor(s.d.expert_offsets, DType::kI32, 1, E + 1));
-  s.sorted = download_i32(DeviceTensor(s.d.sorted_token, DType::kI32, 1, R));
-  const std::vector<float> x = test::round_bf16(rng.normal(static_cast<size_t>(T * K)));
-  s.xs = a.alloc_tensor(DType::kBF16, R, K, "xs");
-  moe_gather(upload_f32(a, x.data(), T, K, DType::kBF16, "x"), s.d, s.xs, nullptr);
-  s.xs_host.resize(static_cast<size_t>(R * K));
-  for (int64_t r = 0; r < R; ++r) std::copy_n(&x[static_cast<size_t>(s.sorted[r] * K)], K, &s.xs_host[static_cast<size_t>(r * K)]);
-  return s;
-}
+using Routing = test::PickMode;
+using Case = test::RoutedCase;
+using test::make_routed;
+using test::Routed;
 
 // A bank of random GGML rows on the device (uploaded expert by expert) and their exact float values.
 struct RandomBank {

@@ -4,22 +4,8 @@
 #include "backend/cuda/moe/moe_tiles.h"
 
 namespace k3::cuda {
-namespace {
 
 using namespace grouped_gemm;
-
-template <typename Tout>
-void launch_tile(MoeTile tile, const GemmArgs<Bf16Bank>& a, const MoeTileMap& map, cudaStream_t stream) {
-  constexpr const char* kWhat = "moe_grouped_gemm_bf16";
-  switch (tile) {
-    case MoeTile::kM16: launch<CfgM16, Tout>(a, map, stream, kWhat); break;
-    case MoeTile::kM64: launch<CfgM64, Tout>(a, map, stream, kWhat); break;
-    case MoeTile::kM128: launch<CfgM128, Tout>(a, map, stream, kWhat); break;
-    case MoeTile::kAuto: throw Error("moe_grouped_gemm_bf16: unresolved tile");
-  }
-}
-
-}  // namespace
 
 void moe_grouped_gemm_bf16(const DeviceTensor& xs, const DeviceTensor& w, const MoeDispatch& d, const DeviceTensor& ys,
                            cudaStream_t stream, MoeTile tile) {
@@ -42,13 +28,7 @@ void moe_grouped_gemm_bf16(const DeviceTensor& xs, const DeviceTensor& w, const 
   if (R == 0) return;
   const GemmArgs<Bf16Bank> a{xs.as<const bf16>(), xs.ld, {w.as<const bf16>(), w.ld}, ys.data, ys.ld, static_cast<int>(N),
                              static_cast<int>(K), 0, d.expert_offsets, nullptr, nullptr, d.row_weight};
-  if (ys.dtype == DType::kF32) {
-    launch_tile<float>(tile, a, map, stream);
-  } else if (ys.dtype == DType::kBF16) {
-    launch_tile<bf16>(tile, a, map, stream);
-  } else {
-    throw Error("moe_grouped_gemm_bf16: ys must be f32 or bf16, got " + ys.describe());
-  }
+  launch_tile(tile, a, map, ys, stream, "moe_grouped_gemm_bf16");
 }
 
 void moe_grouped_gemm_bf16(const DeviceTensor& xs, const DeviceTensor& w, const MoeDispatch& d, const DeviceTensor& ys,

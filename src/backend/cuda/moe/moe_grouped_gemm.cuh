@@ -236,4 +236,26 @@ void launch(GemmArgs<W> a, const MoeTileMap& map, cudaStream_t stream, const cha
   K3_CUDA_CHECK_LAUNCH("moe_gemm_kernel");
 }
 
+// The launch at tile class `tile` (kM16, kM64 or kM128) into ys (f32 or bf16; a.y is its data).
+template <class W>
+void launch_tile(MoeTile tile, const GemmArgs<W>& a, const MoeTileMap& map, const DeviceTensor& ys, cudaStream_t stream,
+                 const char* what) {
+  auto run = [&](auto zero) {
+    using Tout = decltype(zero);
+    switch (tile) {
+      case MoeTile::kM16: launch<CfgM16, Tout>(a, map, stream, what); break;
+      case MoeTile::kM64: launch<CfgM64, Tout>(a, map, stream, what); break;
+      case MoeTile::kM128: launch<CfgM128, Tout>(a, map, stream, what); break;
+      case MoeTile::kAuto: throw Error(std::string(what) + ": unresolved tile");
+    }
+  };
+  if (ys.dtype == DType::kF32) {
+    run(float{});
+  } else if (ys.dtype == DType::kBF16) {
+    run(bf16{});
+  } else {
+    throw Error(std::string(what) + ": ys must be f32 or bf16, got " + ys.describe());
+  }
+}
+
 }  // namespace k3::cuda::grouped_gemm

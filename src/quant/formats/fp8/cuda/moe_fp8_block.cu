@@ -64,17 +64,6 @@ struct Fp8BlockSource {
   }
 };
 
-template <typename Tout>
-void launch_tile(MoeTile tile, const GemmArgs<Fp8BlockSource>& a, const MoeTileMap& map, cudaStream_t stream) {
-  constexpr const char* kWhat = "moe_grouped_gemm_fp8_block";
-  switch (tile) {
-    case MoeTile::kM16: launch<CfgM16, Tout>(a, map, stream, kWhat); break;
-    case MoeTile::kM64: launch<CfgM64, Tout>(a, map, stream, kWhat); break;
-    case MoeTile::kM128: launch<CfgM128, Tout>(a, map, stream, kWhat); break;
-    case MoeTile::kAuto: throw Error("moe_grouped_gemm_fp8_block: unresolved tile");
-  }
-}
-
 std::string shape_text(int64_t experts, int64_t n, int64_t k) {
   return std::to_string(experts) + " experts × [" + std::to_string(n) + ", " + std::to_string(k) + "]";
 }
@@ -130,13 +119,7 @@ void moe_grouped_gemm_fp8_block(const DeviceTensor& xs, const MoeFp8BlockBank& b
   const GemmArgs<Fp8BlockSource> a{xs.as<const bf16>(), xs.ld, {bank.codes, bank.scales, K, bank.scale_cols()}, ys.data,
                                    ys.ld, static_cast<int>(N), static_cast<int>(K), 0, d.expert_offsets, nullptr,
                                    nullptr, d.row_weight};
-  if (ys.dtype == DType::kF32) {
-    launch_tile<float>(tile, a, map, stream);
-  } else if (ys.dtype == DType::kBF16) {
-    launch_tile<bf16>(tile, a, map, stream);
-  } else {
-    throw Error(std::string(kFn) + ": ys must be f32 or bf16, got " + ys.describe());
-  }
+  launch_tile(tile, a, map, ys, stream, kFn);
 }
 
 }  // namespace k3::cuda

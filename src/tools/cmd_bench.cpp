@@ -22,7 +22,8 @@
 // between op classes: backend/cuda/executor/op_classes.h) and give each op class's time per step.
 // --family F loads the model as a checkpoint of family F at the config's shapes instead (bench_family.h:
 // written under --scratch with --template-experts distinct experts per bank, planned and uploaded as
-// a release is); the floor then counts each weight's stored bytes in that family.
+// a release is; its routers route as --routing says); the floor then counts each weight's stored
+// bytes in that family.
 #include <algorithm>
 #include <charconv>
 #include <chrono>

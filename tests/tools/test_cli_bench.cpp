@@ -120,11 +120,12 @@ TEST(CliBench, FamilyFlagsNameTheFlag) {
   expect_usage_error(run_k3(kBench + "--family bf16 --template-experts 0"), "--template-experts");
 }
 
-// A run of the small Kimi-Linear: on a GPU it runs and writes its numbers (the JSON document, which
-// `check` inspects); elsewhere it stops at the device with a one-line error.
-void expect_run_or_no_device(const std::string& flags, const std::function<void(const nlohmann::json&)>& check) {
-  const std::string config =
-      write_file("small.json", k3::tiny_config_json(k3::TinyArch::KimiLinear, k3::TinySize::Small).dump());
+// A run of the small Kimi-Linear (or `arch`; both have 32 experts, top-4): on a GPU it runs and writes
+// its numbers (the JSON document, which `check` inspects); elsewhere it stops at the device with a
+// one-line error.
+void expect_run_or_no_device(const std::string& flags, const std::function<void(const nlohmann::json&)>& check,
+                             k3::TinyArch arch = k3::TinyArch::KimiLinear) {
+  const std::string config = write_file("small.json", k3::tiny_config_json(arch, k3::TinySize::Small).dump());
   const std::string json = ::testing::TempDir() + "/bench.json";
   const CliResult r = run_k3("bench --synthetic " + config + " --batch 1,2 --context 70 --steps 3 --gpu-memory 3G --json " +
                              json + " " + flags);
@@ -178,6 +179,17 @@ TEST(CliBench, FamilyRunBenchmarksOrSaysThereIsNoDevice) {
       EXPECT_GT(doc["decode"][0]["expert_bytes"].get<double>(), 0);
     });
   }
+}
+
+// A family's sample routes as --routing says (Kimi-K3 small: one expert group, which a skew needs).
+TEST(CliBench, FamilyRunTakesARoutingSkewOrSaysThereIsNoDevice) {
+  expect_run_or_no_device(
+      "--family fp8-block --template-experts 3 --routing zipf:1.5",
+      [](const nlohmann::json& doc) {
+        EXPECT_EQ(doc["family"], "fp8-block");
+        EXPECT_EQ(doc["routing"], "zipf:1.5");
+      },
+      k3::TinyArch::KimiK3);
 }
 
 TEST(CliBench, ValidRunBenchmarksOrSaysThereIsNoDevice) {

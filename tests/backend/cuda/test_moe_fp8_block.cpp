@@ -2,9 +2,10 @@
 // printed; K3_TEST_SEED replays one). Without a GPU (CI): the shapes the bank refuses, with the
 // caller named. On the GPU: over random e4m3 codes (every finite code) and block multipliers spread
 // over 2^±12, the GEMM equals, bit for bit, the bf16 grouped GEMM over the bank dequantised on the
-// host and rounded to bf16 (the uploader's bf16 path) — every tile height, f32 and bf16 outputs,
-// with and without routing weights, K a multiple of 8 but not of 128 — and stays within fp32
-// summation error of the float64 product over those bf16 weights.
+// host and rounded to bf16 (the uploader's bf16 path) — every tile height, and at kM16 both the tile
+// and the decode kernel, f32 and bf16 outputs, with and without routing weights, K a multiple of 8
+// or 16 but not of 128 — and stays within fp32 summation error of the float64 product over those
+// bf16 weights. Forcing the decode kernel where it does not fit is an error.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -74,7 +75,8 @@ TEST(MoeFp8BlockGpu, EqualsTheBf16GemmOverTheDequantisedBankBitForBit) {
   SCOPED_TRACE("seed " + std::to_string(rng.seed()));
   using test::PickMode;
   for (const test::RoutedCase& c : {test::RoutedCase{1, 8, 64, 256, 512, PickMode::kDistinct},   // decode
-                                    test::RoutedCase{40, 6, 3, 128, 1000, PickMode::kRepeats},   // K % 128 != 0; several m-tiles
+                                    test::RoutedCase{40, 6, 3, 128, 1000, PickMode::kRepeats},   // K % 16 != 0; several m-tiles
+                                    test::RoutedCase{9, 4, 6, 256, 1008, PickMode::kRepeats},    // K % 128 != 0
                                     test::RoutedCase{150, 3, 5, 384, 768, PickMode::kSubset}}) {  // empty experts
     const int64_t E = c.experts, N = c.n, K = c.k, R = c.tokens * c.top_k;
     SCOPED_TRACE("E " + std::to_string(E) + ", N " + std::to_string(N) + ", K " + std::to_string(K));
@@ -93,20 +95,25 @@ TEST(MoeFp8BlockGpu, EqualsTheBf16GemmOverTheDequantisedBankBitForBit) {
         const DeviceTensor ys = a.alloc_tensor(out, R, N, "ys"), ys16 = a.alloc_tensor(out, R, N, "ys bf16 bank");
         for (bool weighted : {false, true}) {
           const MoeDispatch d = weighted ? moe_weighted(s.d, rw.device) : s.d;
-          poison(ys);
           poison(ys16);
-          moe_grouped_gemm_fp8_block(s.xs, fp8.bank, d, ys, nullptr, tile);
           moe_grouped_gemm_bf16(s.xs, bf16_bank, d, ys16, nullptr, tile);
-          const std::vector<float> got = download_f32(ys);
-          EXPECT_EQ(bits_of(got), bits_of(download_f32(ys16))) << (weighted ? "weighted" : "plain");
-          if (!weighted) test::expect_within_reference(got, ref, N, out, 2e-5);
+          const std::vector<uint32_t> want = bits_of(download_f32(ys16));
+          for (Fp8ExpertKernel kernel : {Fp8ExpertKernel::kTile, Fp8ExpertKernel::kDecode}) {
+            if (kernel == Fp8ExpertKernel::kDecode && (tile != MoeTile::kM16 || K % 16 != 0)) continue;
+            poison(ys);
+            moe_grouped_gemm_fp8_block(s.xs, fp8.bank, d, ys, nullptr, tile, kernel);
+            const std::vector<float> got = download_f32(ys);
+            EXPECT_EQ(bits_of(got), want) << (weighted ? "weighted" : "plain") << ", kernel "
+                                          << (kernel == Fp8ExpertKernel::kDecode ? "decode" : "tile");
+            if (!weighted) test::expect_within_reference(got, ref, N, out, 2e-5);
+          }
         }
       }
     }
   }
 }
 
-TEST(MoeFp8BlockGpu, RefusesAForeignDispatchAndPartialBlocks) {
+TEST(MoeFp8BlockGpu, RefusesAForeignDispatchPartialBlocksAndADecodeKernelThatDoesNotFit) {
   K3_REQUIRE_GPU();
   test::ArenaScope scope;
   test::Rng rng;
@@ -115,6 +122,11 @@ TEST(MoeFp8BlockGpu, RefusesAForeignDispatchAndPartialBlocks) {
   const MoeFp8BlockBank bank = moe_fp8_block_alloc(a, 5, 128, 256, "bank");
   const DeviceTensor ys = a.alloc_tensor(DType::kF32, 8, 128, "ys");
   EXPECT_THROW(moe_grouped_gemm_fp8_block(s.xs, bank, s.d, ys, nullptr), Error);  // 5 experts, dispatch 4
+  const MoeFp8BlockBank four = moe_fp8_block_alloc(a, 4, 128, 256, "four");
+  EXPECT_THROW(moe_grouped_gemm_fp8_block(s.xs, four, s.d, ys, nullptr, MoeTile::kM64, Fp8ExpertKernel::kDecode), Error);
+  const test::Routed odd = test::make_routed(rng, {4, 2, 4, 128, 248, test::PickMode::kSubset});
+  const MoeFp8BlockBank odd_k = moe_fp8_block_alloc(a, 4, 128, 248, "odd K");
+  EXPECT_THROW(moe_grouped_gemm_fp8_block(odd.xs, odd_k, odd.d, ys, nullptr, MoeTile::kM16, Fp8ExpertKernel::kDecode), Error);
   const std::vector<uint8_t> codes(64 * 256);
   const std::vector<float> scales(2);
   EXPECT_THROW(moe_fp8_block_upload_rows(bank, 0, codes.data(), scales.data(), 64), Error);

@@ -10,6 +10,7 @@
 #include "backend/cuda/moe/moe_grouped_gemm.cuh"
 #include "core/error.h"
 #include "quant/formats/fp8/cuda/moe_fp8_block.h"
+#include "quant/formats/fp8/cuda/moe_fp8_block_internal.h"
 
 namespace k3::cuda {
 namespace {
@@ -98,7 +99,7 @@ void moe_fp8_block_upload_rows(const MoeFp8BlockBank& bank, int64_t row0, const 
 }
 
 void moe_grouped_gemm_fp8_block(const DeviceTensor& xs, const MoeFp8BlockBank& bank, const MoeDispatch& d,
-                                const DeviceTensor& ys, cudaStream_t stream, MoeTile tile) {
+                                const DeviceTensor& ys, cudaStream_t stream, MoeTile tile, Fp8ExpertKernel kernel) {
   constexpr const char* kFn = "moe_grouped_gemm_fp8_block";
   const int64_t R = d.rows(), N = bank.n, K = bank.k;
   moe_fp8_block_check_shape(bank.experts, N, K, kFn);
@@ -114,8 +115,24 @@ void moe_grouped_gemm_fp8_block(const DeviceTensor& xs, const MoeFp8BlockBank& b
     if (!rows_aligned16(*t)) throw Error(std::string(kFn) + ": needs 16-byte aligned rows, got " + t->describe());
   }
   if (tile == MoeTile::kAuto) tile = moe_tile_for(R, moe_choice_experts(d));
+  const bool decode_fits = tile == MoeTile::kM16 && fp8_experts::decode_fits(N, K);
+  if (kernel == Fp8ExpertKernel::kAuto) kernel = decode_fits ? Fp8ExpertKernel::kDecode : Fp8ExpertKernel::kTile;
+  if (kernel == Fp8ExpertKernel::kDecode && !decode_fits) {
+    throw Error(std::string(kFn) + ": the decode kernel needs the kM16 tile and K % 16 == 0, got tile height " +
+                std::to_string(moe_tile_rows(tile)) + ", " + shape_text(bank.experts, N, K));
+  }
   const MoeTileMap map = moe_tile_map(d, tile);
   if (R == 0) return;
+  if (kernel == Fp8ExpertKernel::kDecode) {
+    const fp8_experts::DecodeArgs a{xs.data, xs.ld, bank.codes, bank.scales, bank.scale_cols(), ys.data, ys.ld,
+                                    static_cast<int>(N), static_cast<int>(K), 0, d.expert_offsets, nullptr, nullptr,
+                                    d.row_weight};
+    if (ys.dtype != DType::kF32 && ys.dtype != DType::kBF16) {
+      throw Error(std::string(kFn) + ": ys must be f32 or bf16, got " + ys.describe());
+    }
+    fp8_experts::launch_decode(a, map, ys.dtype == DType::kF32, stream);
+    return;
+  }
   const GemmArgs<Fp8BlockSource> a{xs.as<const bf16>(), xs.ld, {bank.codes, bank.scales, K, bank.scale_cols()}, ys.data,
                                    ys.ld, static_cast<int>(N), static_cast<int>(K), 0, d.expert_offsets, nullptr,
                                    nullptr, d.row_weight};

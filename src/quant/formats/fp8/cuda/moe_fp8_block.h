@@ -47,10 +47,17 @@ MoeFp8BlockBank moe_fp8_block_alloc(Arena& arena, int64_t experts, int64_t n, in
 void moe_fp8_block_upload_rows(const MoeFp8BlockBank& bank, int64_t row0, const uint8_t* codes, const float* scales,
                                int64_t rows);
 
+// The kernels: kTile, the grouped GEMM's tile kernel at the tile height, its threads decoding the
+// codes they load; kDecode, at tile height kM16 only, the codes streamed into shared memory by
+// cp.async and decoded there (moe_fp8_block_decode.cu; K % 16 == 0). Both give the same bits.
+// kAuto: kDecode where the tile is kM16 and it fits, else kTile.
+enum class Fp8ExpertKernel : uint8_t { kAuto, kTile, kDecode };
+
 // Grouped GEMM over the dispatch: ys[r] = xs[r] · W_eᵀ for the sorted rows r of each expert e, W_e the
 // bank's expert e dequantised to bf16 as above. xs bf16 [R, K]; ys f32 or bf16 [R, N] (times the
 // dispatch's row_weight where set); rows 16-byte aligned. The tile height follows moe_tile_for (kAuto).
 void moe_grouped_gemm_fp8_block(const DeviceTensor& xs, const MoeFp8BlockBank& bank, const MoeDispatch& d,
-                                const DeviceTensor& ys, cudaStream_t stream, MoeTile tile = MoeTile::kAuto);
+                                const DeviceTensor& ys, cudaStream_t stream, MoeTile tile = MoeTile::kAuto,
+                                Fp8ExpertKernel kernel = Fp8ExpertKernel::kAuto);
 
 }  // namespace k3::cuda

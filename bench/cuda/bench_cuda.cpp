@@ -33,7 +33,11 @@
 // GEMM kernel (auto and every tile) timed interleaved with the bf16 grouped GEMM; TB/s on the packed
 // bytes (codes + fp32 scales) of the experts hit, TOPS over real rows, speed-up over bf16.
 //
-// Run: k3_bench_cuda [--reps N] [--arena 75%] [--quick] [--tokens T,T,...] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4] [--moe-w4a8] [--moe-ggml [--ggml-types q2_K,q4_K]]
+// FP8-block experts (quant/formats/fp8/cuda/moe_fp8_block.h, --moe-fp8: this section only): the same
+// Kimi-K3 layer with e4m3 banks (128×128 multipliers), the tile kernel and the decode kernel timed
+// interleaved with the bf16 grouped GEMM (when the arena holds both); TB/s on the packed bytes.
+//
+// Run: k3_bench_cuda [--reps N] [--arena 75%] [--quick] [--tokens T,T,...] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4] [--moe-w4a8] [--moe-fp8] [--moe-ggml [--ggml-types q2_K,q4_K]]
 //   --moe        the MoE section only;  --moe-tiles  time every grouped-GEMM tile height, not only kAuto
 //   --memory     the copy ceiling and the memory-bound table only;  --gemv  the decode bf16 GEMMs only
 //   --moe-w4     the 4-bit expert section only;  --moe-w4a8  the W4A8 expert section only
@@ -308,7 +312,7 @@ int run(int argc, char** argv) {
   std::vector<GgmlType> ggml_types = {GgmlType::Q4_K, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_0, GgmlType::Q8_0};
   bool moe_ggml_only = false;
   bool quick = false, moe_only = false, moe_tiles = false, memory_only = false, gemv_only = false,
-       moe_w4_only = false, moe_w4a8_only = false;
+       moe_w4_only = false, moe_w4a8_only = false, moe_fp8_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
@@ -338,6 +342,8 @@ int run(int argc, char** argv) {
       moe_w4_only = true;
     } else if (a == "--moe-w4a8") {
       moe_w4a8_only = true;
+    } else if (a == "--moe-fp8") {
+      moe_fp8_only = true;
     } else if (a == "--moe-ggml") {
       moe_ggml_only = true;
     } else if (a == "--ggml-types" && i + 1 < argc) {
@@ -358,7 +364,7 @@ int run(int argc, char** argv) {
     } else if (a == "--gemv") {
       gemv_only = true;
     } else {
-      std::fprintf(stderr, "usage: k3_bench_cuda [--reps N] [--arena SIZE] [--quick] [--tokens T,T,...] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4] [--moe-w4a8] [--moe-ggml [--ggml-types T,T]]\n");
+      std::fprintf(stderr, "usage: k3_bench_cuda [--reps N] [--arena SIZE] [--quick] [--tokens T,T,...] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4] [--moe-w4a8] [--moe-fp8] [--moe-ggml [--ggml-types T,T]]\n");
       return 2;
     }
   }
@@ -396,6 +402,10 @@ int run(int argc, char** argv) {
   }
   if (moe_w4a8_only) {
     bench_moe_w4a8(arena, stream, bf16_pool);
+    return 0;
+  }
+  if (moe_fp8_only) {
+    bench_moe_fp8_block(arena, stream, fp8_pool, bf16_pool);
     return 0;
   }
   if (!moe_only) {

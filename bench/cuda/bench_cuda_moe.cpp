@@ -18,6 +18,7 @@
 #include "backend/cuda/moe/moe_w4.h"
 #include "backend/cuda/moe/moe_w4_tuning.h"
 #include "backend/cuda/ops/ops.h"
+#include "quant/formats/fp8/cuda/moe_fp8_block.h"
 #include "quant/formats/ggml/cuda/moe_ggml.h"
 #include "quant/formats/ggml/cuda/moe_ggml_tuning.h"
 #include "quant/formats/modelslim/cuda/moe_w4a8.h"
@@ -547,6 +548,49 @@ void bench_moe_w4a8(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
 }
 
 // ---- MoE, GGUF experts -------------------------------------------------------------------------------
+
+// ---- MoE, FP8-block experts ----------------------------------------------------------------------
+
+void bench_moe_fp8_block(Arena& arena, Stream& stream, const RandomPool& fp8_pool, const RandomPool& bf16_pool) {
+  const int64_t E = MoeLayer::E, H = MoeLayer::H, I = MoeLayer::I;
+  print_moe_layer_header("FP8-block experts (e4m3 codes x 128x128 f32 multipliers decoded to bf16 in shared memory,"
+                         " bf16 mma.sync; tile = the grouped GEMM's tile kernel, decode = codes by cp.async)",
+                         "packed FP8 bytes (codes + multipliers)");
+  MoeLayer l;
+  l.tokens = {1, 8, 64, 512};
+  if (!g_tokens.empty()) l.tokens = g_tokens;
+  const size_t mark = arena.mark();
+  const double bank_bytes = 3.0 * E * I * H * (1.0 + 4.0 / (128 * 128));
+  if (!moe_layer_fits(arena, l, bank_bytes, 0, true)) return;
+  alloc_moe_layer(arena, bf16_pool, l);
+  const MoeFp8BlockBank b1 = moe_fp8_block_alloc(arena, E, 2 * I, H, "moe fp8 w1|w3");
+  const MoeFp8BlockBank b2 = moe_fp8_block_alloc(arena, E, H, I, "moe fp8 w2");
+  for (const MoeFp8BlockBank* b : {&b1, &b2}) {
+    fp8_pool.fill(b->codes, b->code_bytes(), 61);
+    const std::vector<float> ones(b->scale_bytes() / sizeof(float), 1.0f);
+    copy_bytes_to_device(b->scales, ones.data(), b->scale_bytes());
+  }
+  run_moe_layer(
+      arena, stream, l, [](int64_t, int64_t, const Routings&) {},
+      [&](const MoeGemm& g) {
+        std::vector<MoeVariant> vs;
+        const MoeFp8BlockBank& w = g.gemm == 1 ? b1 : b2;
+        const double bytes = g.rt.hit * static_cast<double>(w.code_bytes() + w.scale_bytes()) / E;
+        const MoeTile tile = moe_tile_for(g.R, E);
+        for (Fp8ExpertKernel kernel : {Fp8ExpertKernel::kTile, Fp8ExpertKernel::kDecode}) {
+          const bool decode = kernel == Fp8ExpertKernel::kDecode;
+          if (decode && tile != MoeTile::kM16) continue;
+          const bool is_auto = decode || tile != MoeTile::kM16;
+          const std::string label = std::string(decode ? "fp8 decode" : "fp8 tile ") + (decode ? "" : tile_name(tile)) +
+                                    (is_auto ? " (auto)" : "");
+          vs.push_back({label, bytes, [&, w, kernel](int i) {
+                          moe_grouped_gemm_fp8_block(g.in, w, g.rt.d[i % kRoutings], g.out, stream, MoeTile::kAuto, kernel);
+                        }});
+        }
+        return vs;
+      });
+  arena.reset(mark);
+}
 
 void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool, const std::vector<GgmlType>& types) {
   const int64_t E = MoeLayer::E, H = MoeLayer::H, I = MoeLayer::I;

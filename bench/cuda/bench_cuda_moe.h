@@ -23,6 +23,11 @@ void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool, boo
 // choice, and the int8 row quantisation of each GEMM's input alone ("quant").
 void bench_moe_w4a8(Arena& arena, Stream& stream, const RandomPool& bf16_pool);
 
+// FP8-block experts (quant/formats/fp8/cuda/moe_fp8_block.h): both kernels (the tile kernel at the
+// model's tile height, and at decode the cp.async decode kernel) against the bf16 grouped GEMM, banks
+// of random e4m3 codes with unit multipliers; T = 1, 8, 64, 512 (--tokens: others).
+void bench_moe_fp8_block(Arena& arena, Stream& stream, const RandomPool& fp8_pool, const RandomPool& bf16_pool);
+
 // GGUF routed experts (quant/formats/ggml/cuda/moe_ggml.h) of the formats `types`: the decode grouped
 // GEMV (quantisation of the sorted rows included) at 2, 3 and 4 weight rows per warp, the
 // quantisation alone, and from 512 tokens on the prefill GEMM (moe_grouped_gemm_ggml, both tile

@@ -125,6 +125,31 @@ TEST_F(HttpServerTest, KeepAliveServesTwoRequestsOnOneConnection) {
   EXPECT_EQ(server_->open_connections(), 1u);
 }
 
+// Two pipelined requests, then a third once both are answered, on one connection, many times over:
+// each is answered once, in order, from its own bytes — also the one that arrives after the server
+// drained its buffer while a read was outstanding.
+TEST_F(HttpServerTest, PipelinedAndFollowingRequestsAreEachAnsweredFromTheirOwnBytes) {
+  start();
+  auto post = [](const std::string& body) {
+    return "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  };
+  for (int round = 0; round < 20; ++round) {
+    RawClient c(port());
+    ASSERT_TRUE(c.send(post("A" + std::to_string(round)) + post("B" + std::to_string(round))));
+    for (const char* name : {"A", "B"}) {
+      auto r = c.read_response();
+      EXPECT_EQ(r.body, "POST /echo " + std::string(name) + std::to_string(round));
+    }
+    for (int i = 0; i < 3; ++i) {
+      const std::string body = "C" + std::to_string(round) + "." + std::to_string(i);
+      ASSERT_TRUE(c.send(post(body)));
+      auto r = c.read_response();
+      EXPECT_TRUE(r.ok);
+      EXPECT_EQ(r.body, "POST /echo " + body);
+    }
+  }
+}
+
 TEST_F(HttpServerTest, ChunkedRequestBodyIsAccepted) {
   start();
   RawClient c(port());

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstring>
 #include <sstream>
 #include <vector>
 
@@ -22,7 +23,6 @@ using error_code = boost::system::error_code;
 
 namespace {
 
-constexpr size_t kReadChunk = 16 << 10;
 constexpr double kLingerSeconds = 1.0;  // after a final response: wait this long for the client's EOF
 
 template <class Message>
@@ -87,7 +87,9 @@ void Connection::read() {
   // beyond that reading pauses (a disconnect is then noticed by the writes).
   if (state_ == State::Responding && in_.size() >= ctx_.limits.max_header_bytes) return;
   reading_ = true;
-  socket_.async_read_some(in_.prepare(kReadChunk),
+  // Into a buffer of its own, appended to in_ when the read completes: in_ is consumed (and its bytes
+  // moved to its front) while a read is outstanding, which would leave the read's target stale.
+  socket_.async_read_some(net::buffer(read_chunk_),
                           [self = shared_from_this()](const error_code& ec, size_t n) { self->on_read(ec, n); });
 }
 
@@ -99,6 +101,8 @@ void Connection::on_read(const error_code& ec, size_t n) {
     if (ec == net::error::eof && state_ == State::Responding && exchange_.expired()) return;
     return close();  // EOF, reset: the client is gone
   }
+  const auto room = in_.prepare(n);
+  std::memcpy(room.data(), read_chunk_.data(), n);
   in_.commit(n);
   switch (state_) {
     case State::Idle:

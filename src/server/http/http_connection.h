@@ -12,6 +12,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include <array>
 #include <atomic>
 #include <deque>
 #include <functional>
@@ -86,6 +87,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool rejected_;
   State state_ = State::Idle;
   boost::beast::flat_buffer in_;
+  std::array<char, 16 << 10> read_chunk_;  // the outstanding read's target (read(), on_read())
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
   bool reading_ = false, writing_ = false;
   bool keep_alive_ = false;

@@ -84,6 +84,7 @@ struct BenchArgs {
   int64_t template_experts = 8;     // --family: distinct experts written per bank
   std::string scratch;              // --family: where the checkpoint is written (empty: the temp folder)
   std::string recipe = "default";   // --family gguf: the GGML type recipe (gguf_recipe.h)
+  std::string dense_linears = "packed";  // --family: packed (the scheme's GEMM form) or bf16 (dequantised)
 };
 
 [[noreturn]] void bad_flag(const char* flag, const std::string& why) { throw Error(Where{"", "", flag}, why); }
@@ -339,6 +340,7 @@ Json report_json(const BenchArgs& a, const Measured& m) {
           {"family", a.family.empty() ? "generated bf16" : a.family},
           {"template_experts", a.family.empty() ? 0 : a.template_experts},
           {"gguf_recipe", a.family == "gguf" ? a.recipe : ""},
+          {"dense_linears", a.dense_linears},
           {"device", a.device},
           {"seed", a.seed},
           {"weight_bytes", m.weight_bytes},
@@ -405,6 +407,7 @@ Measured measure_executor(const BenchArgs& a, const K3Config& config, SampleChec
   options.max_sequences = *std::max_element(batches.begin(), batches.end());
   options.max_context = (a.context + kWarmupSteps + a.steps + kProfiledSteps + 63) / 64 * 64;
   options.graphs = !a.no_graphs;
+  options.packed_dense_linears = a.dense_linears == "packed";
   options.expert_cache_bytes = a.expert_cache.empty() ? 0 : parse_expert_cache(a.expert_cache);
   options.experts_on_cpu = experts_on_cpu;
   options.mla_decode = a.mla_decode == "mma"     ? cuda::MlaDecodeKernel::kMma
@@ -442,9 +445,9 @@ Measured measure_executor(const BenchArgs& a, const K3Config& config, SampleChec
   m.graphs = options.graphs;
   char what[160];
   if (sample != nullptr) {
-    std::snprintf(what, sizeof what, "%s%s%s checkpoint (%lld distinct experts per bank, written in %.0f s)", a.family.c_str(),
-                  a.family == "gguf" ? " " : "", a.family == "gguf" ? a.recipe.c_str() : "",
-                  static_cast<long long>(a.template_experts), sample->seconds_to_write());
+    std::snprintf(what, sizeof what, "%s%s%s checkpoint (%lld distinct experts per bank, dense linears %s, written in %.0f s)",
+                  a.family.c_str(), a.family == "gguf" ? " " : "", a.family == "gguf" ? a.recipe.c_str() : "",
+                  static_cast<long long>(a.template_experts), a.dense_linears.c_str(), sample->seconds_to_write());
   } else {
     std::snprintf(what, sizeof what, "bf16 weights generated on the GPU");
   }
@@ -562,6 +565,7 @@ int run_bench(const BenchArgs& a) {
   ParamBytes weighs = generated_bytes;
   std::map<std::string, double> stored;
   if (a.family.empty() && a.recipe != "default") bad_flag("--recipe", "is for --family gguf");
+  if (a.family.empty() && a.dense_linears != "packed") bad_flag("--dense-linears", "is for --family (generated weights are bf16)");
   if (!a.family.empty()) {
     const FamilyId family = parse_family(a.family);
     if (family == FamilyId::GgufExpertPack) {
@@ -653,6 +657,10 @@ Registered add_bench(CLI::App& app) {
       ->check(parsed_by([](const std::string& t) { parse_gguf_recipe(t); }))
       ->capture_default_str();
   cmd->add_option("--scratch", args->scratch, "--family: the folder the checkpoint is written under (default: the temp folder)");
+  cmd->add_option("--dense-linears", args->dense_linears,
+                  "--family: dense linears in their scheme's packed GEMM form (packed) or dequantised to bf16 (bf16), to compare them")
+      ->check(CLI::IsMember({"packed", "bf16"}))
+      ->capture_default_str();
   return {cmd, [args] { return run_bench(*args); }};
 }
 

@@ -118,6 +118,8 @@ TEST(CliBench, FamilyFlagsNameTheFlag) {
   expect_usage_error(run_k3(kBench + "--family gguf --recipe q9"), "--recipe");
   expect_flag_error(run_k3(kBench + "--family bf16 --template-experts 257"), "--template-experts");
   expect_usage_error(run_k3(kBench + "--family bf16 --template-experts 0"), "--template-experts");
+  expect_flag_error(run_k3(kBench + "--dense-linears bf16"), "--dense-linears");
+  expect_usage_error(run_k3(kBench + "--family gguf --dense-linears fp16"), "--dense-linears");
 }
 
 // A run of the small Kimi-Linear (or `arch`; both have 32 experts, top-4): on a GPU it runs and writes

@@ -6,8 +6,11 @@
 // scheme's entry (cuda_format.h).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <optional>
 #include <string>
 
+#include "backend/cuda/executor/bank_linear.h"
 #include "backend/cuda/executor/expert_packing.h"
 #include "cuda_test_util.h"
 #include "model/engine_test_util.h"
@@ -66,6 +69,59 @@ INSTANTIATE_TEST_SUITE_P(
                       PackingCase{FamilyId::ModelSlimW4A8, TinyArch::KimiK3, true, false},
                       PackingCase{FamilyId::Gguf, TinyArch::KimiLinear, true, false},
                       PackingCase{FamilyId::GgufExpertPack, TinyArch::KimiK3, true, false}),
+    cuda::test::CaseIndexName());
+
+// dense_bank_layout (bank_linear.h): which dense linears of each make-tiny family run as a bank of
+// one expert on their format's expert kernels. Every linear of a dense_as_bank scheme whose layout the
+// expert kernels take is banked (GGUF and W4A8 only with packed_int), none of another scheme, and a
+// head share of the rows never is.
+struct DenseCase {
+  FamilyId family;
+  TinyArch arch;
+  bool banked;  // some linear is banked (with packed_int)
+};
+
+class DenseLinearPackingTest : public ::testing::TestWithParam<DenseCase> {};
+
+TEST_P(DenseLinearPackingTest, EveryLinearOfABankSchemeIsBanked) {
+  const DenseCase c = GetParam();
+  SCOPED_TRACE(family_name(c.family));
+  const k3::test::TinyCheckpoint ckpt = k3::test::make_tiny_conditioned(c.family, c.arch, 3);
+  const LoadPlan plan = plan_checkpoint(open_checkpoint_dir(ckpt.dir));
+  ASSERT_TRUE(plan.ok());
+  PlanFiles files(plan);
+  int linears = 0, banked = 0;
+  for (size_t i = 0; i < plan.params.size(); ++i) {
+    const ParamSpec& spec = plan.params[i];
+    if (spec.kind != ParamKind::Linear || spec.shape.size() != 2) continue;
+    ++linears;
+    const int64_t n = static_cast<int64_t>(spec.shape[0]), k = static_cast<int64_t>(spec.shape[1]);
+    const CudaFormat& f = cuda_format(plan.bindings[i].scheme.kind);
+    const std::optional<int64_t> layout = dense_bank_layout(plan, files, i, {0, n}, true);
+    const bool bank_scheme = f.dense_as_bank && f.linear == nullptr;
+    const bool fits = bank_scheme && plan.bindings[i].layout_only() && f.expert_layout(plan.bindings[i], 1, n, k, files);
+    EXPECT_EQ(layout.has_value(), fits) << spec.name;
+    if (!layout) continue;
+    ++banked;
+    EXPECT_EQ(dense_bank_layout(plan, files, i, {0, n}, false).has_value(), !f.needs_packed_int) << spec.name;
+    if (n >= 32) {
+      EXPECT_FALSE(dense_bank_layout(plan, files, i, {0, n / 2}, true)) << spec.name << ": a head share";
+    }
+  }
+  EXPECT_GT(linears, 0);
+  std::printf("[ %s ] %d of %d dense linears banked\n", family_name(c.family), banked, linears);
+  EXPECT_EQ(banked > 0, c.banked);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, DenseLinearPackingTest,
+    ::testing::Values(DenseCase{FamilyId::Bf16, TinyArch::KimiK3, false},
+                      DenseCase{FamilyId::ModelOptNvfp4, TinyArch::KimiK3, true},
+                      DenseCase{FamilyId::CompressedTensorsMxfp4, TinyArch::KimiLinear, false},
+                      DenseCase{FamilyId::Fp8Block, TinyArch::KimiK3, false},
+                      DenseCase{FamilyId::ModelSlimW4A8, TinyArch::KimiK3, true},
+                      DenseCase{FamilyId::Gguf, TinyArch::KimiK3, true},
+                      DenseCase{FamilyId::Gguf, TinyArch::KimiLinear, true}),
     cuda::test::CaseIndexName());
 
 }  // namespace

@@ -173,6 +173,37 @@ INSTANTIATE_TEST_SUITE_P(
                       DispatchCase{0, 8, 256, Routing::kUniform}),
     test::CaseIndexName());
 
+// The one-expert dispatch of a dense linear run as a bank (moe_one_expert_dispatch) writes what the
+// counting sort makes from T zero ids, every array of the poisoned buffer.
+TEST(MoeOneExpertDispatch, EqualsTheDispatchOfZeroIds) {
+  K3_REQUIRE_GPU();
+  test::ArenaScope scope;
+  for (const int64_t T : {0, 1, 2, 15, 16, 17, 63, 64, 65, 128, 129, 1000, 8192}) {
+    SCOPED_TRACE("T " + std::to_string(T));
+    const HostDispatch ref = host_dispatch(std::vector<int32_t>(static_cast<size_t>(T), 0), T, 1, 1);
+    const MoeDispatch d = alloc_dispatch(T, 1, 1);
+    poison(DeviceTensor(d.expert_offsets, DType::kU8, 1, static_cast<int64_t>(moe_dispatch_bytes(T, 1, 1))));
+    moe_one_expert_dispatch(d, nullptr);
+    EXPECT_EQ(download_ints(d.expert_offsets, 2), ref.offsets);
+    EXPECT_EQ(download_ints(d.sorted_token, T), ref.sorted_token);
+    EXPECT_EQ(download_ints(d.pick_row, T), ref.pick_row);
+    for (int i = 0; i < kMoeTileHeights; ++i) {
+      const MoeTileMap map = moe_tile_map(d, kTiles[i]);
+      const int64_t count = download_ints(map.count, 1)[0];
+      ASSERT_EQ(count, static_cast<int64_t>(ref.tiles[i].size() / 4)) << "tile height " << moe_tile_rows(kTiles[i]);
+      EXPECT_LE(count, map.bound);
+      EXPECT_EQ(download_ints(map.tiles, 4 * count), ref.tiles[i]) << "tile height " << moe_tile_rows(kTiles[i]);
+    }
+  }
+}
+
+TEST(MoeOneExpertDispatch, RejectsAViewOfSeveralExpertsOrPicks) {
+  K3_REQUIRE_GPU();
+  test::ArenaScope scope;
+  EXPECT_THROW(moe_one_expert_dispatch(alloc_dispatch(4, 1, 2), nullptr), Error);
+  EXPECT_THROW(moe_one_expert_dispatch(alloc_dispatch(4, 2, 1), nullptr), Error);
+}
+
 // ---- gather ---------------------------------------------------------------------------------------
 
 struct GatherCase {

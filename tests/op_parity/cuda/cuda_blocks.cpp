@@ -95,7 +95,7 @@ std::vector<float> CudaTarget::block(const std::string& op, const K3Config& conf
   CudaDevice& d = scope.device();
   const int64_t H = config.hidden_size;
   if (static_cast<int64_t>(x.size()) != rows * H) throw std::logic_error("block: input size mismatch");
-  const cuda::DeviceWeights weights = cuda::upload_weights(d.arena, config, plan, files, cuda::ExpertUploadOptions{});
+  const cuda::DeviceWeights weights = cuda::upload_weights(d.arena, config, plan, files, cuda::UploadOptions{});
   const cuda::DeviceLayer& w = weights.layers.at(static_cast<size_t>(layer));
   const bool mixer = op == "kda" || op == "mla";
   const int64_t context = (rows + kPage - 1) / kPage * kPage;  // one sequence's cache rows, whole pages

@@ -2,8 +2,9 @@
 // executor (device_weights.cpp, expert_packing.cpp, ffn_block.cpp, expert_stream.cpp) dispatches
 // without naming formats. One entry per scheme of quant/formats/scheme_list.h, `cuda_format_<name>`,
 // defined in the scheme's folder (src/quant/formats/<format>/cuda/); cuda_format() looks one up.
-//   - linear: a dense linear kept in a GEMM form of its own (DeviceLinearForm); null or false: the
-//     uploader dequantises it to bf16.
+//   - linear: a dense linear kept in a GEMM form of its own (DeviceLinearForm); or, with
+//     dense_as_bank, kept as a routed-expert bank of one expert (bank_linear.h) where its layout
+//     allows; neither: the uploader dequantises it to bf16.
 //   - absorbed_kv_b: an MLA kv_b kept packed for the absorbed decode's two products
 //     (DeviceAbsorbedKvB); null: the uploader splits it into bf16 W_UK / W_UV.
 //   - routed-expert banks kept packed for the format's grouped GEMM: expert_layout says whether a
@@ -63,7 +64,8 @@ struct ExpertInput {
   }
 };
 
-// The input as bf16 rows (what the bf16 kernels multiply): runs the activation first where there is one.
+// The input as bf16 rows (what the bf16 kernels multiply): runs the activation first where there is
+// one; f32 rows (a dense linear's input, bank_linear.h) are rounded into step scratch.
 DeviceTensor bf16_rows(StepContext& ctx, const ExpertInput& in);
 
 // A routed-expert bank kept in its format's packed layout, stacked per expert (rows e·N … of expert
@@ -73,7 +75,7 @@ class DeviceExpertBank {
   explicit DeviceExpertBank(SchemeKind scheme) : scheme_(scheme) {}
   virtual ~DeviceExpertBank() = default;
   SchemeKind scheme() const { return scheme_; }
-  // ys [R, N] (f32) = the input's rows × each row's expert, in the kernels the format chooses for the
+  // ys [R, N] (f32 or bf16) = the input's rows × each row's expert, in the kernels the format chooses for the
   // dispatch (its choice E); the kernels run on ctx.stream, scratch from ctx.
   virtual void gemm(StepContext& ctx, const ExpertInput& in, const MoeDispatch& d, const DeviceTensor& ys) const = 0;
   // The bank's arrays for `experts` (> 0) experts (expert streaming copies them per expert).
@@ -91,9 +93,10 @@ class DeviceExpertBank {
 class DeviceLinearForm {
  public:
   virtual ~DeviceLinearForm() = default;
-  // y = x·Wᵀ on `stream`: x bf16 or f32 [rows, k], y bf16 [rows, n] (StepContext::linear widens an
-  // f32 output); scratch from `arena`, given back by the caller.
-  virtual void gemm(Blas& blas, Arena& arena, const DeviceTensor& x, const DeviceTensor& y, cudaStream_t stream) const = 0;
+  // y = x·Wᵀ on ctx.stream: x bf16 or f32 [rows, k], y bf16 [rows, n] — or f32 where writes_f32
+  // (else StepContext::linear widens an f32 output); scratch from ctx.arena, given back by the caller.
+  virtual void gemm(StepContext& ctx, const DeviceTensor& x, const DeviceTensor& y) const = 0;
+  virtual bool writes_f32() const { return false; }
 };
 
 // The absorbed MLA decode's two products (backend/cuda/attention/mla/mla.h mla_absorb_q /
@@ -113,7 +116,7 @@ struct UploadContext {
   const LoadPlan& plan;
   PlanFiles& files;
   uint64_t& bytes;
-  bool w4a4 = false;  // ExpertUploadOptions::w4a4
+  bool w4a4 = false;  // UploadOptions::w4a4
 
   // v as a device f32 vector (counted in bytes).
   DeviceVector upload(const std::vector<float>& v, const std::string& name);
@@ -145,6 +148,9 @@ struct CudaFormat {
   // packed for the absorbed decode.
   std::shared_ptr<const DeviceAbsorbedKvB> (*absorbed_kv_b)(UploadContext& up, size_t i, const std::string& name,
                                                             const MlaConfig& m) = nullptr;
+  // A dense linear without a `linear` form becomes a bank of one expert (expert_layout with E = 1,
+  // upload_experts) run by the bank's grouped GEMM (bank_linear.h).
+  bool dense_as_bank = false;
 };
 
 #define K3_CUDA_FORMAT_DECLARE(Kind, name) extern const CudaFormat cuda_format_##name;

@@ -44,8 +44,8 @@ void StepContext::linear(const DeviceLinear& w, const DeviceTensor& x, const Dev
     xb = scratch(DType::kBF16, wide.rows, wide.cols, "bf16 GEMM input");
     copy_rows(wide, nullptr, xb, nullptr, wide.rows, stream);
   }
-  // cuBLASLt writes f32 only from the bf16 GEMM; the packed forms' GEMMs write bf16 that is then widened.
-  const bool widen = w.kind != DeviceLinear::Kind::kBf16 && y.dtype == DType::kF32;
+  // cuBLASLt writes f32 only from the bf16 GEMM; packed forms that cannot write bf16 that is then widened.
+  const bool widen = w.kind == DeviceLinear::Kind::kPacked && y.dtype == DType::kF32 && !w.packed->writes_f32();
   const DeviceTensor yb = widen ? scratch(DType::kBF16, y.rows, y.cols, "packed GEMM output") : y;
   switch (w.kind) {
     case DeviceLinear::Kind::kBf16:
@@ -55,7 +55,7 @@ void StepContext::linear(const DeviceLinear& w, const DeviceTensor& x, const Dev
         blas.bf16(xb, w.bf16, yb, stream);
       }
       break;
-    case DeviceLinear::Kind::kPacked: w.packed->gemm(blas, arena, xb, yb, stream); break;
+    case DeviceLinear::Kind::kPacked: w.packed->gemm(*this, xb, yb); break;
     case DeviceLinear::Kind::kNone: break;
   }
   if (widen) copy_rows(yb, nullptr, y, nullptr, y.rows, stream);
@@ -727,7 +727,7 @@ std::unique_ptr<Executor> make_cuda_executor(const CudaOptions& options, const K
   return std::make_unique<CudaExecutor>(
       options, local,
       [&](Arena& arena, ExpertBankSink* sink) {
-        return upload_weights(arena, local, plan, files, ExpertUploadOptions{options.packed_int_experts, options.w4a4}, sink,
+        return upload_weights(arena, local, plan, files, UploadOptions{options.packed_int_experts, options.w4a4, options.packed_dense_linears}, sink,
                               heads);
       },
       std::move(share));

@@ -35,6 +35,10 @@ struct CudaOptions {
   // dequantised to bf16 (false: 4× the expert bytes, the bf16 kernels). The other packing formats'
   // experts are always packed.
   bool packed_int_experts = true;
+  // Dense linears in their scheme's GEMM form where it has one (FP8 through cuBLASLt; GGUF, NVFP4,
+  // MXFP4 and ModelSlim W4A8 as a bank of one expert on their expert kernels, bank_linear.h); false:
+  // every dense linear dequantised to bf16 (the A/B of those forms).
+  bool packed_dense_linears = true;
   // Expert streaming (docs/cuda-backend.md "Expert streaming"): 0 = off (every routed expert resident), else
   // the device bytes of an LRU expert cache; the routed experts stay in pinned host memory and are
   // copied in as the router picks them. Forces decode CUDA graphs off (each MoE layer reads its picks
@@ -76,7 +80,7 @@ struct CudaExecutorStats {
   int64_t packed_expert_banks = 0;  // routed-expert banks kept packed by their format (the rest bf16)
   int64_t packed_kv_b_layers = 0;   // MLA layers whose absorbed decode reads a kv_b kept packed (CudaFormat::absorbed_kv_b)
   int64_t graph_replays = 0, graph_captures = 0, eager_steps = 0;
-  int64_t packed_prefill_gemms = 0; // packed expert GEMMs on a prefill GEMM rather than a decode GEMV, graph replays not counted
+  int64_t packed_prefill_gemms = 0; // packed bank GEMMs (experts, banked dense linears) on a prefill GEMM rather than a decode GEMV, graph replays not counted
   // Expert streaming (zero when off): cache slots (experts), pinned host bytes of the experts,
   // lookups, waves and passes, MoE layer calls (and those needing more than one wave), host→device
   // bytes and the copy stream's time in them.

@@ -6,6 +6,7 @@
 #include <span>
 #include <string_view>
 
+#include "backend/cuda/executor/bank_linear.h"
 #include "backend/cuda/executor/cuda_format.h"
 #include "backend/cuda/executor/expert_packing.h"
 #include "backend/cuda/executor/step.h"
@@ -22,8 +23,8 @@ namespace {
 // a HeadShare, the parameters divided by head are this rank's share of them (device_weights.h).
 class Uploader final : public WeightFiller {
  public:
-  Uploader(Arena& arena, const LoadPlan& plan, PlanFiles& files, const ExpertUploadOptions& experts, const HeadShare& heads)
-      : arena_(arena), plan_(plan), files_(files), experts_(experts), heads_(heads), up_{arena, plan, files, bytes_, experts.w4a4} {}
+  Uploader(Arena& arena, const LoadPlan& plan, PlanFiles& files, const UploadOptions& options, const HeadShare& heads)
+      : arena_(arena), plan_(plan), files_(files), options_(options), heads_(heads), up_{arena, plan, files, bytes_, options.w4a4} {}
 
   DeviceLinear linear(const std::string& name) override {
     const size_t i = index(name);
@@ -33,7 +34,7 @@ class Uploader final : public WeightFiller {
     const IndexRange held = head_share(i, rows).value_or(IndexRange{0, rows});
     w.n = held.count;
     const CudaFormat& f = cuda_format(plan_.bindings[i].scheme.kind);
-    if (f.linear == nullptr || !f.linear(up_, i, name, held, w)) {
+    if (!options_.packed_linears || !packed_linear(f, i, name, held, w)) {
       w.kind = DeviceLinear::Kind::kBf16;
       w.bf16 = param_bf16(i, name, held);
     }
@@ -68,7 +69,7 @@ class Uploader final : public WeightFiller {
     }
     DeviceExperts bank;
     const std::optional<size_t> second_index = n2 > 0 ? std::optional<size_t>(i2) : std::nullopt;
-    const ExpertPacking packing = choose_expert_packing(plan_, files_, i1, second_index, experts_.packed_int);
+    const ExpertPacking packing = choose_expert_packing(plan_, files_, i1, second_index, options_.packed_int);
     if (packing.packed()) {
       bank.packed_bank = packing.format->upload_experts(up_, {first, i1, n2 > 0 ? i2 : i1, n1, n2, E, K}, packing.layout);
       return bank;
@@ -132,6 +133,16 @@ class Uploader final : public WeightFiller {
   }
 
  private:
+  // Sets w to its scheme's GEMM form of rows `held` of parameter i: the format's own, or a bank of
+  // one expert (bank_linear.h); false: none (bf16).
+  bool packed_linear(const CudaFormat& f, size_t i, const std::string& name, IndexRange held, DeviceLinear& w) {
+    if (f.linear != nullptr) return f.linear(up_, i, name, held, w);
+    const std::optional<int64_t> layout = dense_bank_layout(plan_, files_, i, held, options_.packed_int);
+    if (!layout) return false;
+    upload_bank_linear(up_, i, name, *layout, w);
+    return true;
+  }
+
   size_t index(const std::string& name) const {
     const int64_t i = plan_.index_of(name);
     if (i < 0) throw Error(Where{"", name, ""}, "parameter is not in the load plan");
@@ -228,7 +239,7 @@ class Uploader final : public WeightFiller {
   Arena& arena_;
   const LoadPlan& plan_;
   PlanFiles& files_;
-  ExpertUploadOptions experts_;
+  UploadOptions options_;
   HeadShare heads_;
   UploadContext up_;  // what the formats' entries upload with (bytes_ counts theirs too)
 };
@@ -348,19 +359,19 @@ DeviceWeights build_weights(WeightFiller& f, const K3Config& config, Arena* aren
     w.lm_head.k = w.embed.cols;
     w.lm_head.bf16 = w.embed;
   } else {
-    w.lm_head = f.bf16_linear("lm_head.weight");
+    w.lm_head = f.linear("lm_head.weight");  // in its scheme's GEMM form, like every dense linear
   }
   w.backend_extras.bytes = f.bytes() - streamed;  // the device bytes that stay
   return w;
 }
 
 DeviceWeights upload_weights(Arena& arena, const K3Config& config, const LoadPlan& plan, PlanFiles& files,
-                             const ExpertUploadOptions& experts, ExpertBankSink* sink, const HeadShare& heads) {
+                             const UploadOptions& options, ExpertBankSink* sink, const HeadShare& heads) {
   if (!plan.ok()) {
     throw Error(plan.problems.front().where, "the load plan has " + std::to_string(plan.problems.size()) +
                                                  " problem(s), first: " + plan.problems.front().message);
   }
-  Uploader u(arena, plan, files, experts, heads);
+  Uploader u(arena, plan, files, options, heads);
   return build_weights(u, config, &arena, sink);
 }
 

@@ -1,6 +1,8 @@
 // The model's weights on the GPU: model/weight_tree.h's tree over DeviceHandles, uploaded once from
 // the LoadPlan into the arena in the layouts the CUDA kernels read. Per scheme (docs/cuda-backend.md "Device weights"):
 //   a linear whose scheme has a GEMM form (cuda_format.h CudaFormat::linear) → that form
+//   a linear whose scheme runs dense linears as a bank of one expert (CudaFormat::dense_as_bank,
+//                        bank_linear.h) → that bank, where its layout allows
 //   every other linear → bf16 (BF16 copied as stored, the rest dequantised through its exact
 //                        reference; cuBLASLt BF16 GEMM)
 // Routed experts are stacked per bank, w1 and w3 interleaved per expert as [w1_e ; w3_e] so one
@@ -141,10 +143,11 @@ class ExpertBankSink {
 DeviceWeights build_weights(WeightFiller& filler, const K3Config& config, Arena* arena = nullptr,
                             ExpertBankSink* sink = nullptr);
 
-// How the routed experts are uploaded (CudaOptions' expert fields).
-struct ExpertUploadOptions {
-  bool packed_int = true;  // formats with CudaFormat::needs_packed_int packed (CudaOptions::packed_int_experts)
-  bool w4a4 = false;       // banks with an activation contract take their input_scale (CudaOptions::w4a4)
+// Which weights keep their checkpoint's packed form (CudaOptions' packing fields).
+struct UploadOptions {
+  bool packed_int = true;      // formats with CudaFormat::needs_packed_int packed (CudaOptions::packed_int_experts)
+  bool w4a4 = false;           // banks with an activation contract take their input_scale (CudaOptions::w4a4)
+  bool packed_linears = true;  // dense linears in their format's GEMM form (CudaOptions::packed_dense_linears)
 };
 // Attention tensor parallelism: rank `rank` of `ranks` holds split_range of the KDA and MLA heads
 // (`kda_heads`, `mla_heads`: the whole model's). The parameters parallel/sharding.h divides by head
@@ -158,7 +161,7 @@ struct HeadShare {
 // Uploads every parameter of an ok plan for `config` (with a HeadShare: the config of this rank's
 // heads, cpu::tensor_parallel_config). Throws k3::Error naming the parameter on any problem.
 DeviceWeights upload_weights(Arena& arena, const K3Config& config, const LoadPlan& plan, PlanFiles& files,
-                             const ExpertUploadOptions& experts, ExpertBankSink* sink = nullptr,
+                             const UploadOptions& options, ExpertBankSink* sink = nullptr,
                              const HeadShare& heads = {});
 
 // Every parameter the config implies, generated on the GPU (no host copies) in the bf16 form above:

@@ -13,6 +13,7 @@
 #include "backend/cuda/executor/expert_subset.h"
 #include "backend/cuda/executor/expert_stream.h"
 #include "backend/cuda/executor/block_ops.h"
+#include "backend/cuda/executor/rows.h"
 #include "backend/cuda/moe/moe.h"
 #include "backend/cuda/executor/cuda_format.h"
 #include "backend/cuda/ops/ops.h"
@@ -24,8 +25,12 @@ DeviceTensor bf16_rows(StepContext& ctx, const ExpertInput& in) {
   if (in.act != nullptr) {
     const OpScope activation = ctx.op(OpClass::kMoeAct);
     gated_activation(*in.act, in.gate, in.up, in.rows, ctx.stream);
+    return in.rows;
   }
-  return in.rows;
+  if (in.rows.dtype == DType::kBF16) return in.rows;
+  const DeviceTensor rounded = ctx.scratch(DType::kBF16, in.rows.rows, in.rows.cols, "bf16 bank rows");
+  copy_rows(in.rows, nullptr, rounded, nullptr, rounded.rows, ctx.stream);
+  return rounded;
 }
 
 namespace {

@@ -70,7 +70,7 @@ struct StepContext {
   RoutedSumAcrossRanks* expert_ranks = nullptr;
   // The attention tensor-parallel ranks this GPU's share of the heads is gathered over (o_proj inputs).
   HeadsAcrossRanks* tensor_ranks = nullptr;
-  int64_t packed_prefill_gemms = 0;   // packed expert GEMMs of this step on a prefill GEMM rather than a decode GEMV
+  int64_t packed_prefill_gemms = 0;   // packed bank GEMMs of this step on a prefill GEMM rather than a decode GEMV
   OpTimeline* timeline = nullptr;     // per-op-class profiling of this step, or none
 
   // From here on the stream's work belongs to op class `c` (profiled steps only).

@@ -64,6 +64,11 @@ MoeDispatch moe_dispatch_view(void* buffer, int64_t tokens, int64_t top_k, int64
 // gather over all R rows stays in bounds, and no tile covers them.
 void moe_dispatch(const DeviceTensor& ids, const MoeDispatch& d, cudaStream_t stream);
 
+// The dispatch of every row to one expert (a view of E = 1, top-k 1: a dense linear run by a bank of
+// one expert): the arrays moe_dispatch makes from T zero ids — offsets {0, T}, rows in order, every
+// tile map — written by T-parallel threads in one launch, with no ids to read.
+void moe_one_expert_dispatch(const MoeDispatch& d, cudaStream_t stream);
+
 // out[t, j] = map[ids[t, j]]: the router's picks renamed to a bank's own expert indices, −1 for the
 // experts the bank lacks (hybrid CPU/GPU experts: the GPU's bank holds only its experts). ids, out:
 // i32 [T, k]; map: device i32 [experts]; ids outside [0, experts) become −1.

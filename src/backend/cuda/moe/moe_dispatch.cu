@@ -320,6 +320,20 @@ void moe_map_experts(const DeviceTensor& ids, const int32_t* map, int64_t expert
 
 namespace {
 
+constexpr int kOneExpertThreads = 256;
+__global__ void __launch_bounds__(kOneExpertThreads) moe_one_expert_dispatch_kernel(DispatchArgs a) {
+  const int R = a.rows;
+  const int i = blockIdx.x * kOneExpertThreads + threadIdx.x;
+  if (i < R) a.sorted_token[i] = i, a.pick_row[i] = i;
+#pragma unroll
+  for (int h = 0; h < kMoeTileHeights; ++h) {
+    const int n = (R + tile_rows(h) - 1) / tile_rows(h);
+    if (i < n) a.tiles[h][i] = make_int4(0, i * tile_rows(h), 0, n);
+    if (i == 0) a.tile_count[h] = n;
+  }
+  if (i == 0) a.offsets[0] = 0, a.offsets[1] = R;
+}
+
 }  // namespace
 
 int moe_tile_rows(MoeTile tile) {
@@ -386,6 +400,23 @@ void moe_dispatch(const DeviceTensor& ids, const MoeDispatch& d, cudaStream_t st
   K3_CUDA_CHECK(cudaFuncSetAttribute(moe_dispatch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   moe_dispatch_kernel<<<1, kDispatchThreads, smem, stream>>>(a);
   K3_CUDA_CHECK_LAUNCH("moe_dispatch_kernel");
+}
+
+void moe_one_expert_dispatch(const MoeDispatch& d, cudaStream_t stream) {
+  check_dispatch(d, "moe_one_expert_dispatch");
+  if (d.experts != 1 || d.top_k != 1) {
+    throw Error("moe_one_expert_dispatch: needs E = 1 and top-k 1, got E " + std::to_string(d.experts) + ", k " +
+                std::to_string(d.top_k));
+  }
+  const Layout l = layout(d.tokens, 1, 1);
+  char* base = static_cast<char*>(d.tiles) - l.counts;
+  DispatchArgs a{nullptr, 0, 1, static_cast<int>(d.rows()), 1, d.expert_offsets, d.sorted_token, d.pick_row,
+                 reinterpret_cast<int32_t*>(base + l.counts), {}};
+  for (int h = 0; h < kMoeTileHeights; ++h) a.tiles[h] = reinterpret_cast<int4*>(base + l.tiles[h]);
+  const int64_t threads = std::max<int64_t>(1, d.rows());
+  moe_one_expert_dispatch_kernel<<<static_cast<unsigned>((threads + kOneExpertThreads - 1) / kOneExpertThreads),
+                                   kOneExpertThreads, 0, stream>>>(a);
+  K3_CUDA_CHECK_LAUNCH("moe_one_expert_dispatch_kernel");
 }
 
 void moe_gather(const DeviceTensor& x, const MoeDispatch& d, const DeviceTensor& xs, cudaStream_t stream) {

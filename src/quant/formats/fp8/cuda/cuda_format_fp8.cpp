@@ -20,8 +20,8 @@ bool fp8_shape(const DeviceLinear& w) { return w.n % 16 == 0 && w.k % 16 == 0; }
 class BlockLinear final : public DeviceLinearForm {
  public:
   explicit BlockLinear(const Fp8BlockWeight& w) : w_(w) {}
-  void gemm(Blas& blas, Arena& arena, const DeviceTensor& x, const DeviceTensor& y, cudaStream_t stream) const override {
-    linear_fp8_pb_wo(blas, arena, x, w_, y, stream);
+  void gemm(StepContext& ctx, const DeviceTensor& x, const DeviceTensor& y) const override {
+    linear_fp8_pb_wo(ctx.blas, ctx.arena, x, w_, y, ctx.stream);
   }
 
  private:
@@ -32,8 +32,8 @@ class BlockLinear final : public DeviceLinearForm {
 class TensorLinear final : public DeviceLinearForm {
  public:
   TensorLinear(const Fp8TensorWeight& w, const float* input_scale) : w_(w), input_scale_(input_scale) {}
-  void gemm(Blas& blas, Arena& arena, const DeviceTensor& x, const DeviceTensor& y, cudaStream_t stream) const override {
-    linear_fp8_tensor(blas, arena, x, input_scale_, w_, y, stream);
+  void gemm(StepContext& ctx, const DeviceTensor& x, const DeviceTensor& y) const override {
+    linear_fp8_tensor(ctx.blas, ctx.arena, x, input_scale_, w_, y, ctx.stream);
   }
 
  private:

@@ -1,7 +1,8 @@
 // GGUF on the GPU (cuda_format.h): routed-expert banks of one GGML block type stay packed as stored
 // (with CudaOptions::packed_int_experts; the layout is the GgmlType) for the GGUF grouped GEMV —
 // 8-bit block activations, the CPU's contract — or, where moe_ggml_prefill_gemm says so, the prefill
-// GEMM over bf16 rows (moe_ggml.h). Dense GGUF linears are dequantised to bf16; a split kv_b
+// GEMM over bf16 rows (moe_ggml.h). Dense GGUF linears run the same kernels as a bank of one expert
+// (bank_linear.h) where their block type has them; a split kv_b
 // (ExpertPack: k_b Q4_0, v_b Q2_K) keeps its blocks for the absorbed MLA decode (mla_absorb_ggml.h).
 #include <span>
 
@@ -123,7 +124,8 @@ std::shared_ptr<const DeviceAbsorbedKvB> split_kv_b(UploadContext& up, size_t i,
 
 }  // namespace
 
-const CudaFormat cuda_format_ggml{nullptr, true, ggml_layout, upload_ggml};
-const CudaFormat cuda_format_ggml_split_kv_b{nullptr, false, nullptr, nullptr, split_kv_b};
+const CudaFormat cuda_format_ggml{
+    .needs_packed_int = true, .expert_layout = ggml_layout, .upload_experts = upload_ggml, .dense_as_bank = true};
+const CudaFormat cuda_format_ggml_split_kv_b{.absorbed_kv_b = split_kv_b};
 
 }  // namespace k3::cuda

@@ -1,7 +1,7 @@
 // ModelSlim on the GPU (cuda_format.h): W4A8 routed-expert banks stay packed (with
 // CudaOptions::packed_int_experts) for the W4A8 grouped GEMM, which takes int8 activations per row —
-// the CPU's contract (moe_w4a8.h); the layout is the weight scale group (0: per channel). W8A8 and
-// dense ModelSlim linears are dequantised to bf16.
+// the CPU's contract (moe_w4a8.h); the layout is the weight scale group (0: per channel). Dense W4A8
+// linears run the same kernel as a bank of one expert (bank_linear.h); W8A8 is dequantised to bf16.
 #include <span>
 
 #include "backend/cuda/executor/cuda_format.h"
@@ -87,7 +87,8 @@ std::shared_ptr<const DeviceExpertBank> upload_w4a8(UploadContext& up, const Exp
 
 }  // namespace
 
-const CudaFormat cuda_format_w4a8{nullptr, true, w4a8_layout, upload_w4a8};
+const CudaFormat cuda_format_w4a8{
+    .needs_packed_int = true, .expert_layout = w4a8_layout, .upload_experts = upload_w4a8, .dense_as_bank = true};
 const CudaFormat cuda_format_w8a8{};
 
 }  // namespace k3::cuda

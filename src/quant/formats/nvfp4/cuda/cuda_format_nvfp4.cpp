@@ -1,7 +1,7 @@
 // NVFP4 on the GPU (cuda_format.h): routed-expert banks stay packed for the 4-bit grouped GEMM
 // (W4Format::kNvfp4: E4M3 scale per 16, each part's weight_scale_2 in out_scale); under W4A4
 // (CudaOptions::w4a4) the GEMM input is quantised with each expert's input_scale (moe_nvfp4_act.h).
-// Dense NVFP4 linears are dequantised to bf16.
+// Dense NVFP4 linears run the same kernels as a bank of one expert (bank_linear.h).
 #include "backend/cuda/executor/w4_expert_bank.h"
 #include "quant/formats/nvfp4/cuda/moe_nvfp4_act.h"
 
@@ -23,6 +23,6 @@ std::shared_ptr<const DeviceExpertBank> upload(UploadContext& up, const ExpertBa
 
 }  // namespace
 
-const CudaFormat cuda_format_nvfp4{nullptr, false, w4_expert_layout, upload};
+const CudaFormat cuda_format_nvfp4{.expert_layout = w4_expert_layout, .upload_experts = upload, .dense_as_bank = true};
 
 }  // namespace k3::cuda

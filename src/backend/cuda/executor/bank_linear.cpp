@@ -1,0 +1,49 @@
+#include "backend/cuda/executor/bank_linear.h"
+
+#include <memory>
+
+#include "backend/cuda/executor/step.h"
+#include "backend/cuda/moe/moe.h"
+
+namespace k3::cuda {
+namespace {
+
+class BankLinear final : public DeviceLinearForm {
+ public:
+  explicit BankLinear(std::shared_ptr<const DeviceExpertBank> bank) : bank_(std::move(bank)) {}
+
+  void gemm(StepContext& ctx, const DeviceTensor& x, const DeviceTensor& y) const override {
+    const int64_t T = x.rows;
+    const MoeDispatch d = moe_dispatch_view(ctx.arena.alloc(moe_dispatch_bytes(T, 1, 1), "one-expert dispatch"), T, 1, 1);
+    moe_one_expert_dispatch(d, ctx.stream);
+    bank_->gemm(ctx, ExpertInput::of_rows(x), d, y);
+  }
+  bool writes_f32() const override { return true; }  // every bank's GEMM writes bf16 or f32
+
+ private:
+  std::shared_ptr<const DeviceExpertBank> bank_;
+};
+
+}  // namespace
+
+std::optional<int64_t> dense_bank_layout(const LoadPlan& plan, PlanFiles& files, size_t i, IndexRange rows,
+                                         bool packed_int) {
+  const Binding& b = plan.bindings[i];
+  const ParamSpec& spec = plan.params[i];
+  const CudaFormat& f = cuda_format(b.scheme.kind);
+  if (!f.dense_as_bank || f.expert_layout == nullptr || f.upload_experts == nullptr) return std::nullopt;
+  if (f.needs_packed_int && !packed_int) return std::nullopt;
+  if (spec.shape.size() != 2 || !b.layout_only()) return std::nullopt;
+  const int64_t n = static_cast<int64_t>(spec.shape[0]), k = static_cast<int64_t>(spec.shape[1]);
+  if (rows.first != 0 || rows.count != n) return std::nullopt;
+  return f.expert_layout(b, 1, n, k, files);
+}
+
+void upload_bank_linear(UploadContext& up, size_t i, const std::string& name, int64_t layout, DeviceLinear& w) {
+  const CudaFormat& f = cuda_format(up.plan.bindings[i].scheme.kind);
+  const ExpertBankSource src{name, i, i, w.n, 0, 1, w.k};
+  w.kind = DeviceLinear::Kind::kPacked;
+  w.packed = std::make_shared<BankLinear>(f.upload_experts(up, src, layout));
+}
+
+}  // namespace k3::cuda

@@ -1,0 +1,29 @@
+// Dense linears kept in their format's routed-expert bank form (CudaFormat::dense_as_bank): the
+// weight [n, k] is uploaded by the format's upload_experts as a bank of one expert and multiplied by
+// that bank's grouped GEMM over a dispatch of every row to the one expert (moe_one_expert_dispatch).
+// The linear so runs the format's expert kernels with their tile choice and activation contract:
+// GGUF 8-bit block activations at decode and the prefill GEMM over bf16 rows, NVFP4 / MXFP4 over bf16
+// rows (W4A4 where the upload takes input scales), ModelSlim W4A8 int8 per row.
+// Host-only header.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "backend/cuda/executor/cuda_format.h"
+
+namespace k3::cuda {
+
+// The bank layout rows `rows` of plan parameter i (a 2-D linear [n, k]) stay packed in, or nullopt
+// (bf16): its scheme's entry sets dense_as_bank (and packed_int where it needs_packed_int), the rows
+// are the whole parameter (a head share is bf16), the stored bytes are the weight as they are
+// (layout-only transforms), and the format's expert_layout takes one expert of [n, k].
+std::optional<int64_t> dense_bank_layout(const LoadPlan& plan, PlanFiles& files, size_t i, IndexRange rows,
+                                         bool packed_int);
+
+// Sets w (n and k set) to the bank form of parameter i in `layout` (dense_bank_layout's).
+void upload_bank_linear(UploadContext& up, size_t i, const std::string& name, int64_t layout, DeviceLinear& w);
+
+}  // namespace k3::cuda

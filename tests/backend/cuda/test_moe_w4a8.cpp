@@ -13,7 +13,8 @@
 // On the GPU (passed on the H200, 2026-11-29): the quantisation kernel equals prepare_int8 bit for bit (codes
 // and scales, ties and all-zero rows included); every GEMM kernel (kM16 decode class, kM64 / kM128
 // prefill class, kAuto; bf16 and f32 out) on sorted rows of a real moe_dispatch against the float64
-// reference Σ_k value(c_k)·w_k over the exact dequantisation (dequant_w4a8) times out_scale.
+// reference Σ_k value(c_k)·w_k over the exact dequantisation (dequant_w4a8) times out_scale. The two
+// weight paths of the kernels (w4a8::WeightPath) byte for byte against each other: not yet run on a GPU.
 //
 // Tolerance: the integer products and their int32 group sums are exact, so only fp32 rounding remains:
 // one rounding of scale·second (vs the reference's (q·scale)·second: two per weight), one per group
@@ -296,6 +297,61 @@ struct GemmCase {
   Routing routing;
 };
 
+std::string describe(const GemmCase& c) {
+  return "T " + std::to_string(c.tokens) + " k " + std::to_string(c.top_k) + " E " + std::to_string(c.experts) + " N " +
+         std::to_string(c.n) + " K " + std::to_string(c.k) + " parts " + std::to_string(c.parts) + " group_size " +
+         std::to_string(c.group_size) + (c.packed ? " packed" : " old layout");
+}
+
+// A case's GEMM inputs: a random routing dispatched on the GPU, the tokens' rows gathered into the
+// sorted order and quantised to int8, and a random bank (every expert's parts quantised on their own,
+// as gate and up of [w1 | w3] are separate checkpoint tensors) with random out_scale; besides, on the
+// host, what the float64 reference needs.
+struct GemmInputs {
+  MoeDispatch d;
+  std::vector<int32_t> offsets, sorted;  // the dispatch's expert offsets and sorted tokens
+  Int8Rows xq;                           // the sorted rows, int8
+  std::vector<float> values;             // the CPU's int8 values of the tokens, [T, K]
+  MoeW4A8Bank bank;
+  std::vector<float> w, out_scale;       // the bank's exact dequantisation [E·N, K]; out_scale [E·parts]
+};
+
+GemmInputs make_gemm_inputs(test::Rng& rng, Arena& a, const GemmCase& c) {
+  const int64_t T = c.tokens, k = c.top_k, E = c.experts, N = c.n, K = c.k, R = T * k, NP = N / c.parts;
+  GemmInputs in;
+  const std::vector<int32_t> ids = make_ids(rng, T, k, E, c.routing);
+  const DeviceTensor dids = a.alloc_tensor(DType::kI32, T, k, "ids");
+  copy_bytes_to_device(dids.data, ids.data(), ids.size() * sizeof(int32_t));
+  in.d = moe_dispatch_view(a.alloc(moe_dispatch_bytes(T, k, E), "dispatch"), T, k, E);
+  moe_dispatch(dids, in.d, nullptr);
+  in.offsets = download_i32(DeviceTensor(in.d.expert_offsets, DType::kI32, 1, E + 1));
+  in.sorted = download_i32(DeviceTensor(in.d.sorted_token, DType::kI32, 1, R));
+
+  const std::vector<float> x = test::round_bf16(rng.normal(static_cast<size_t>(T * K)));
+  const DeviceTensor xs = a.alloc_tensor(DType::kBF16, R, K, "xs");
+  moe_gather(upload_f32(a, x.data(), T, K, DType::kBF16, "x"), in.d, xs, nullptr);
+  in.xq = {a.alloc_tensor(DType::kU8, R, K, "xq"), a.alloc_n<float>(static_cast<size_t>(R), "xq scale")};
+  moe_quantize_int8_rows(xs, in.xq, nullptr);
+  cpu::PreparedActivations act;
+  cpu::prepare_int8(x.data(), T, K, K, cpu::ActivationForm::Int8PerToken, act);
+  in.values.resize(static_cast<size_t>(T * K));
+  for (int64_t t = 0; t < T; ++t) act.values(t, &in.values[static_cast<size_t>(t * K)]);
+
+  in.bank = moe_w4a8_alloc(a, E, N, K, c.group_size, c.parts, "bank");
+  in.w.resize(static_cast<size_t>(E * N * K));
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t p = 0; p < c.parts; ++p) {
+      const W4A8Weights q = random_matrix(rng, NP, K, c.group_size, c.packed);
+      moe_w4a8_upload_rows(in.bank, e * N + p * NP, q.weight.data(), c.packed, q.scale.data(), q.scale_second.data(), NP);
+      const std::vector<float> wp = dequant(q, c.packed, c.group_size, NP, K);
+      std::copy(wp.begin(), wp.end(), in.w.begin() + (e * N + p * NP) * K);
+    }
+  }
+  in.out_scale = rng.uniform(static_cast<size_t>(E * c.parts), 0.25f, 2.0f);
+  moe_w4a8_upload_out_scale(in.bank, in.out_scale.data());
+  return in;
+}
+
 class MoeW4A8GemmTest : public ::testing::TestWithParam<GemmCase> {};
 
 TEST_P(MoeW4A8GemmTest, MatchesFloat64OverExactDequant) {
@@ -303,48 +359,15 @@ TEST_P(MoeW4A8GemmTest, MatchesFloat64OverExactDequant) {
   test::ArenaScope scope;
   test::Rng rng;
   const GemmCase c = GetParam();
-  SCOPED_TRACE("T " + std::to_string(c.tokens) + " k " + std::to_string(c.top_k) + " E " + std::to_string(c.experts) +
-               " N " + std::to_string(c.n) + " K " + std::to_string(c.k) + " parts " + std::to_string(c.parts) +
-               " group_size " + std::to_string(c.group_size) + (c.packed ? " packed" : " old layout") + ", seed " +
-               std::to_string(rng.seed()));
-  const int64_t T = c.tokens, k = c.top_k, E = c.experts, N = c.n, K = c.k, R = T * k, NP = N / c.parts;
+  SCOPED_TRACE(describe(c) + ", seed " + std::to_string(rng.seed()));
+  const int64_t N = c.n, K = c.k, R = c.tokens * c.top_k, NP = N / c.parts;
   Arena& a = test::arena();
-  const std::vector<int32_t> ids = make_ids(rng, T, k, E, c.routing);
-  const DeviceTensor dids = a.alloc_tensor(DType::kI32, T, k, "ids");
-  copy_bytes_to_device(dids.data, ids.data(), ids.size() * sizeof(int32_t));
-  const MoeDispatch d = moe_dispatch_view(a.alloc(moe_dispatch_bytes(T, k, E), "dispatch"), T, k, E);
-  moe_dispatch(dids, d, nullptr);
-  const std::vector<int32_t> off = download_i32(DeviceTensor(d.expert_offsets, DType::kI32, 1, E + 1));
-  const std::vector<int32_t> sorted = download_i32(DeviceTensor(d.sorted_token, DType::kI32, 1, R));
-
-  const std::vector<float> x = test::round_bf16(rng.normal(static_cast<size_t>(T * K)));
-  const DeviceTensor xs = a.alloc_tensor(DType::kBF16, R, K, "xs");
-  moe_gather(upload_f32(a, x.data(), T, K, DType::kBF16, "x"), d, xs, nullptr);
-  const Int8Rows xq{a.alloc_tensor(DType::kU8, R, K, "xq"), a.alloc_n<float>(static_cast<size_t>(R), "xq scale")};
-  moe_quantize_int8_rows(xs, xq, nullptr);
-  cpu::PreparedActivations act;
-  cpu::prepare_int8(x.data(), T, K, K, cpu::ActivationForm::Int8PerToken, act);
-  std::vector<float> values(static_cast<size_t>(T * K));
-  for (int64_t t = 0; t < T; ++t) act.values(t, &values[static_cast<size_t>(t * K)]);
-
-  // Every expert's parts quantised on their own (gate and up of [w1 | w3] are separate checkpoint tensors).
-  const MoeW4A8Bank bank = moe_w4a8_alloc(a, E, N, K, c.group_size, c.parts, "bank");
-  std::vector<float> w(static_cast<size_t>(E * N * K));
-  for (int64_t e = 0; e < E; ++e) {
-    for (int64_t p = 0; p < c.parts; ++p) {
-      const W4A8Weights q = random_matrix(rng, NP, K, c.group_size, c.packed);
-      moe_w4a8_upload_rows(bank, e * N + p * NP, q.weight.data(), c.packed, q.scale.data(), q.scale_second.data(), NP);
-      const std::vector<float> wp = dequant(q, c.packed, c.group_size, NP, K);
-      std::copy(wp.begin(), wp.end(), w.begin() + (e * N + p * NP) * K);
-    }
-  }
-  const std::vector<float> out_scale = rng.uniform(static_cast<size_t>(E * c.parts), 0.25f, 2.0f);
-  moe_w4a8_upload_out_scale(bank, out_scale.data());
-
+  const GemmInputs in = make_gemm_inputs(rng, a, c);
   const test::MoeReference ref = test::moe_reference(
-      off, N, K, [&](int64_t r, int64_t i) { return static_cast<double>(values[static_cast<size_t>(sorted[r] * K + i)]); },
-      w, [&](int64_t e, int64_t n) { return static_cast<double>(out_scale[static_cast<size_t>(e * c.parts + n / NP)]); });
-  const double groups = static_cast<double>(bank.groups());
+      in.offsets, N, K,
+      [&](int64_t r, int64_t i) { return static_cast<double>(in.values[static_cast<size_t>(in.sorted[r] * K + i)]); },
+      in.w, [&](int64_t e, int64_t n) { return static_cast<double>(in.out_scale[static_cast<size_t>(e * c.parts + n / NP)]); });
+  const double groups = static_cast<double>(in.bank.groups());
   for (MoeTile tile : {MoeTile::kAuto, MoeTile::kM16, MoeTile::kM64}) {
     for (DType out : {DType::kBF16, DType::kF32}) {
       SCOPED_TRACE(std::string("tile ") +
@@ -352,12 +375,12 @@ TEST_P(MoeW4A8GemmTest, MatchesFloat64OverExactDequant) {
                    dtype_name(out));
       const DeviceTensor ys = a.alloc_tensor(out, R, N, "ys");
       poison(ys);
-      moe_grouped_gemm_w4a8(xq, bank, d, ys, nullptr, tile);
+      moe_grouped_gemm_w4a8(in.xq, in.bank, in.d, ys, nullptr, tile);
       const std::vector<float> got = download_f32(ys);
       test::expect_within_reference(got, ref, N, out, (groups + 8) * 0x1p-24);
       if (out == DType::kF32) {  // the routing weights in the epilogue
         const test::RowWeights rw = test::random_row_weights(rng, R);
-        moe_grouped_gemm_w4a8(xq, bank, moe_weighted(d, rw.device), ys, nullptr, tile);
+        moe_grouped_gemm_w4a8(in.xq, in.bank, moe_weighted(in.d, rw.device), ys, nullptr, tile);
         test::expect_row_weighted(download_f32(ys), got, rw, N);
       }
     }
@@ -375,6 +398,46 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{2, 16, 64, 32, 3584, 2, 256, true, Routing::kDistinct},    // K3 GEMM1 width, 14 groups
                       GemmCase{2, 16, 64, 48, 3072, 1, 0, true, Routing::kDistinct}),     // K3 GEMM2 width, per channel
     test::CaseIndexName());
+
+// The shared-memory ring and the register prefetch of the codes (w4a8::WeightPath) feed the same words
+// to the same mma sequence with the same scale folding: byte-identical outputs. K 1600 (25 chunks) and
+// 192 (3) end in a partial stage of both tiles (6 and 2 chunks per stage), K 1280 (20, group 256) of
+// kM16; N 48 leaves warps with fewer 16-row groups than their share or none, N 336 a partial last
+// column tile; per channel and groups of 64 and 256, bf16 and f32 out.
+TEST(MoeW4A8WeightPath, SharedRingEqualsRegistersBitForBit) {
+  K3_REQUIRE_GPU();
+  test::ArenaScope scope;
+  test::Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  Arena& a = test::arena();
+  const GemmCase cases[] = {{40, 6, 7, 48, 1600, 1, 0, true, Routing::kRepeats},
+                            {40, 6, 7, 336, 1600, 1, 64, true, Routing::kRepeats},
+                            {3, 8, 17, 336, 1600, 1, 0, true, Routing::kDistinct},
+                            {3, 8, 17, 48, 1280, 1, 256, true, Routing::kDistinct},
+                            {40, 6, 7, 336, 1280, 1, 256, false, Routing::kRepeats},
+                            {200, 4, 5, 336, 192, 1, 0, true, Routing::kRepeats},
+                            {200, 4, 5, 48, 192, 1, 64, true, Routing::kRepeats}};
+  for (const GemmCase& c : cases) {
+    const GemmInputs in = make_gemm_inputs(rng, a, c);
+    const int64_t R = c.tokens * c.top_k;
+    for (MoeTile tile : {MoeTile::kM16, MoeTile::kM64}) {
+      for (DType out : {DType::kBF16, DType::kF32}) {
+        SCOPED_TRACE(describe(c) + ", tile " + std::to_string(moe_tile_rows(tile)) + ", out " + dtype_name(out));
+        std::vector<uint8_t> bytes[2];
+        for (const w4a8::WeightPath path : {w4a8::WeightPath::kSharedRing, w4a8::WeightPath::kRegisters}) {
+          const DeviceTensor ys = a.alloc_tensor(out, R, c.n, "ys");
+          poison(ys);
+          moe_grouped_gemm_w4a8(in.xq, in.bank, in.d, ys, nullptr, tile, path);
+          bytes[path == w4a8::WeightPath::kSharedRing ? 0 : 1] = download_bytes(ys);
+        }
+        ASSERT_EQ(bytes[0].size(), bytes[1].size());
+        const auto diff = std::mismatch(bytes[0].begin(), bytes[0].end(), bytes[1].begin());
+        EXPECT_TRUE(diff.first == bytes[0].end())
+            << "first differing byte " << (diff.first - bytes[0].begin()) << " of " << bytes[0].size();
+      }
+    }
+  }
+}
 
 }  // namespace
 }  // namespace k3::cuda

@@ -119,7 +119,7 @@ MoeTile moe_w4a8_tile_for(int64_t rows, int64_t experts, bool grouped) {
 }
 
 void moe_grouped_gemm_w4a8(const Int8Rows& xs, const MoeW4A8Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
-                           cudaStream_t stream, MoeTile tile) {
+                           cudaStream_t stream, MoeTile tile, w4a8::WeightPath path) {
   const int64_t R = d.rows(), K = w.k, N = w.n;
   expect_dtype(xs.codes, DType::kU8, "moe_grouped_gemm_w4a8 xs");
   expect_shape(xs.codes, R, K, "moe_grouped_gemm_w4a8 xs");
@@ -147,7 +147,12 @@ void moe_grouped_gemm_w4a8(const Int8Rows& xs, const MoeW4A8Bank& w, const MoeDi
   const w4a8::GemmArgs a{static_cast<const int8_t*>(xs.codes.data), xs.codes.ld, xs.scale, w.codes, w.scales,
                          w.out_scale, ys.data, ys.ld, static_cast<int>(N), static_cast<int>(K), static_cast<int>(w.group()),
                          static_cast<int>(N / w.parts), static_cast<int>(w.parts), d.expert_offsets, d.row_weight};
-  w4a8::launch_gemm(tile, ys.dtype == DType::kF32, w.groups() > 1, a, map, stream);
+  w4a8::launch_gemm(tile, path, ys.dtype == DType::kF32, w.groups() > 1, a, map, stream);
+}
+
+void moe_grouped_gemm_w4a8(const Int8Rows& xs, const MoeW4A8Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
+                           cudaStream_t stream, MoeTile tile) {
+  moe_grouped_gemm_w4a8(xs, w, d, ys, stream, tile, w4a8::WeightPath::kSharedRing);
 }
 
 void moe_grouped_gemm_w4a8(const Int8Rows& xs, const MoeW4A8Bank& w, const MoeDispatch& d, const DeviceTensor& ys,

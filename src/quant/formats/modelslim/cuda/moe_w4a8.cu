@@ -4,11 +4,20 @@
 // GEMM: swapped operands as moe_w4_gemm.cuh — C[feature][token] = Σ_k q[feature][k] · c[token][k] with
 // the weights as the mma A operand (m16 = 16 weight rows, widened from the bank's fragment-ordered
 // int4 words in registers: one mask per s8x4 register, moe_w4a8_layout.h) and the expert's sorted int8
-// rows as B (n8 = 8 tokens, ldmatrix from a cp.async ring in shared memory). mma.sync m16n8k32
-// s8·s8 → s32: two k32 steps per 64-column chunk, one 16-byte weight load per lane per 16-row group and
-// chunk, P chunks ahead in registers. Per scale group the exact int32 sums (16·Σ q·c) are folded into
-// an fp32 accumulator with one fma by the group's scale (per channel: once, in the epilogue); the
-// epilogue applies 1/16 (exact), the row's activation scale and out_scale, then stores transposed.
+// rows as B (n8 = 8 tokens, ldmatrix from a cp.async ring of STAGES stages in shared memory, P 64-column
+// chunks per stage). mma.sync m16n8k32 s8·s8 → s32: two k32 steps per chunk, one 16-byte word of codes
+// per lane per 16-row group and chunk. Two weight paths (WeightPath) feed the same words to the same
+// mma sequence with the same scale folding, so their outputs are bit-identical:
+//   kSharedRing  a stage's codes are copied into shared memory with cp.async in the commit group of
+//                that stage's activations, so STAGES − 1 stages of codes are in flight; a lane copies and
+//                reads back only its own 16 bytes per (group, chunk), so the wait that lands a stage is
+//                all the codes need (the barrier after it is the activations'). Grouped scales go into
+//                registers with __ldg at the start of their stage;
+//   kRegisters   codes and grouped scales are prefetched into registers, P chunks ahead (the A/B
+//                benchmark's reference).
+// Per scale group the exact int32 sums (16·Σ q·c) are folded into an fp32 accumulator with one fma by
+// the group's scale (per channel: once, in the epilogue); the epilogue applies 1/16 (exact), the row's
+// activation scale and out_scale, then stores transposed.
 #include <cuda_bf16.h>
 
 #include "backend/cuda/core/check.h"
@@ -33,18 +42,25 @@ __device__ __forceinline__ void mma_s8(int32_t (&c)[4], const uint32_t (&a)[4], 
 }
 
 // BT tokens per CTA (the tile map's height), MT 16-row weight groups per warp, P 64-column chunks per
-// pipeline stage (and the weight prefetch distance), STAGES activation stages.
-template <int BT_, int MT_, int WARPS, int P_, int STAGES_, int MIN_BLOCKS>
+// pipeline stage (and the register path's prefetch distance), STAGES pipeline stages, weight path W.
+template <int BT_, int MT_, int WARPS_, int P_, int STAGES_, int MIN_BLOCKS, WeightPath W>
 struct Cfg {
-  static constexpr int BT = BT_, MT = MT_, P = P_, STAGES = STAGES_, kMinBlocks = MIN_BLOCKS;
+  static constexpr WeightPath kPath = W;
+  static constexpr int BT = BT_, MT = MT_, WARPS = WARPS_, P = P_, STAGES = STAGES_, kMinBlocks = MIN_BLOCKS;
   static constexpr int kThreads = WARPS * 32;
   static constexpr int BF = 16 * MT * WARPS;     // weight rows (output features) per CTA
   static constexpr int BK = P * kChunk;          // columns (bytes of int8 activations) per stage
   static constexpr int LDS = BK + 16;            // padded shared row: an odd number of 16-byte units
   static constexpr int NT = BT / 8;              // n8 token fragments
-  static constexpr int kSmemBytes = STAGES * BT * LDS;
   static constexpr int kXChunks = BT * BK / 16;  // 16-byte activation chunks per stage
+  static constexpr int kXBytes = STAGES * BT * LDS;  // the activation ring, at the start of shared memory
+  // The code ring after it (kSharedRing): per stage [WARPS][P][MT][32 lanes] × 16 bytes.
+  static constexpr int kWStageBytes = W == WeightPath::kSharedRing ? WARPS * P * MT * kChunkCodeBytes : 0;
+  static constexpr int kSmemBytes = kXBytes + STAGES * kWStageBytes;
   static_assert(NT % 2 == 0, "tokens in ldmatrix.x4 pairs of n8 fragments");
+  static_assert(kXBytes % 16 == 0, "16-byte aligned code ring");
+  // 228 KB of shared memory per SM (H100 / H200), 1 KB of it reserved per CTA.
+  static_assert(kMinBlocks * (kSmemBytes + 1024) <= 228 * 1024, "kMinBlocks CTAs per SM must fit shared memory");
 };
 
 __device__ __forceinline__ void store_pair(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
@@ -54,6 +70,7 @@ template <class C, bool kGrouped, typename Tout>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     moe_w4a8_kernel(GemmArgs a, int n_tiles, const int32_t* __restrict__ tile_count, const int4* __restrict__ tiles) {
   constexpr int BT = C::BT, MT = C::MT, P = C::P, STAGES = C::STAGES, LDS = C::LDS, NT = C::NT;
+  constexpr bool kRing = C::kPath == WeightPath::kSharedRing;
   detail::MoeCtaTile ct;
   if (!detail::moe_cta_tile(n_tiles, BT, C::BF, tile_count, tiles, a.offsets, ct)) return;
   const int expert = ct.expert, r0 = ct.row0, rows = ct.rows, n0 = ct.col0;
@@ -71,17 +88,40 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   const int64_t group0 = (static_cast<int64_t>(expert) * a.n + f_warp) / kRowGroup;
   const uint8_t* wc = a.codes + group0 * kchunks * kChunkCodeBytes + lane * 16;
   const float* ws = a.scales + group0 * groups * kRowGroup + (lane >> 2) * 2;
-  // Groups past N are neither loaded nor stored; their (zero) registers are multiplied anyway.
+  // Groups past N are neither loaded nor stored; the mma multiplies whatever their words hold (zero
+  // registers on the register path, stale shared memory on the ring).
   uint4 wbuf[P][MT] = {};
   float2 sbuf[P][MT] = {};  // grouped: the scales of the group a chunk closes
+  auto load_scale = [&](int c, int p, int m) {  // group m's scales of the group chunk c closes, if any
+    if (kGrouped && (c + 1) % cpg == 0) {
+      sbuf[p][m] = __ldg(reinterpret_cast<const float2*>(ws + (static_cast<int64_t>(m) * groups + c / cpg) * kRowGroup));
+    }
+  };
+  // Register path: chunk c's codes and scales into slot p.
   auto load_w = [&](int c, int p) {
     if (c >= kchunks) return;
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
       if (m < mvalid) {
         wbuf[p][m] = detail::load_streaming16(wc + (static_cast<int64_t>(m) * kchunks + c) * kChunkCodeBytes);
-        if (kGrouped && (c + 1) % cpg == 0) {
-          sbuf[p][m] = __ldg(reinterpret_cast<const float2*>(ws + (static_cast<int64_t>(m) * groups + c / cpg) * kRowGroup));
+        load_scale(c, p, m);
+      }
+    }
+  };
+  // Ring path: the lane's 16 bytes of group m, chunk p of stage slot i at sw + i·kWStageBytes + (p·MT + m)·512.
+  // A lane reads back only what it copied: its cp_wait lands a stage, and the __syncthreads that follows
+  // the wait of the next stage orders those reads before the slot's refill.
+  unsigned char* sw = smem_raw + C::kXBytes + warp * P * MT * kChunkCodeBytes + lane * 16;
+  auto copy_w = [&](int kt) {
+    unsigned char* dst = sw + (kt % STAGES) * C::kWStageBytes;
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int c = kt * P + p;
+      if (c >= kchunks) break;
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        if (m < mvalid) {
+          cp_async16(dst + (p * MT + m) * kChunkCodeBytes, wc + (static_cast<int64_t>(m) * kchunks + c) * kChunkCodeBytes);
         }
       }
     }
@@ -101,6 +141,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       }
     }
   };
+  // One commit group per stage: its activations and, on the ring, its codes.
+  auto load_stage = [&](int kt) {
+    load_x(kt);
+    if constexpr (kRing) copy_w(kt);
+  };
 
   // Decode tiles (NT == 2) split the two k32 steps over two accumulator sets: independent mma chains.
   constexpr int AS = NT == 2 ? 2 : 1;
@@ -111,20 +156,34 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 #pragma unroll
   for (int i = 0; i < MT * NT * 4; ++i) (&facc[0][0][0])[i] = 0.0f;
 
+  if constexpr (!kRing) {
 #pragma unroll
-  for (int p = 0; p < P; ++p) load_w(p, p);
+    for (int p = 0; p < P; ++p) load_w(p, p);
+  }
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < ktiles) load_x(s);
+    if (s < ktiles) load_stage(s);
     cp_commit();
   }
 
   for (int kt = 0; kt < ktiles; ++kt) {
+    if constexpr (kRing && kGrouped) {  // the stage's scales, in flight over the wait and its first mmas
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        const int c = kt * P + p;
+        if (c >= kchunks) break;
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          if (m < mvalid) load_scale(c, p, m);
+        }
+      }
+    }
     cp_wait<STAGES - 2>();
     __syncthreads();  // stage kt landed for every thread; stage kt − 1 is free for reuse
-    if (kt + STAGES - 1 < ktiles) load_x(kt + STAGES - 1);
+    if (kt + STAGES - 1 < ktiles) load_stage(kt + STAGES - 1);
     cp_commit();
     const bf16* xs = reinterpret_cast<const bf16*>(sx + (kt % STAGES) * BT * LDS);  // ldmatrix in b16 units
+    const unsigned char* wk = sw + (kt % STAGES) * C::kWStageBytes;                 // ring: the lane's codes
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       const int c = kt * P + p;
@@ -132,8 +191,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       uint4 w[MT];
       float2 sc[MT];
 #pragma unroll
-      for (int m = 0; m < MT; ++m) w[m] = wbuf[p][m], sc[m] = sbuf[p][m];
-      load_w(c + P, p);
+      for (int m = 0; m < MT; ++m) {
+        w[m] = kRing ? *reinterpret_cast<const uint4*>(wk + (p * MT + m) * kChunkCodeBytes) : wbuf[p][m];
+        sc[m] = sbuf[p][m];
+      }
+      if constexpr (!kRing) load_w(c + P, p);
 #pragma unroll
       for (int s = 0; s < 2; ++s) {
         uint32_t af[MT][4];
@@ -247,19 +309,33 @@ void launch_variant(bool f32_out, bool grouped, const GemmArgs& a, const MoeTile
 }
 
 // Starting points taken from moe_w4_gemm.cuh (int8 halves the activation bytes per stage); not yet
-// tuned on a GPU. kM16: 6 chunks (384 columns) of codes in flight per warp.
-using CfgDecode = Cfg<16, 1, 8, 6, 3, 2>;
-using CfgPrefill64 = Cfg<64, 2, 4, 2, 3, 2>;
+// tuned on a GPU. kM16: 6 chunks (384 columns) of codes per warp and stage; kM64: 2 chunks of two
+// groups. The ring takes more kM64 stages to keep codes in flight: codes per stage 24 KB (kM16) and
+// 8 KB (kM64), shared memory 91 KB and 85 KB per CTA, two CTAs per SM.
+template <WeightPath W>
+using CfgDecode = Cfg<16, 1, 8, 6, 3, 2, W>;
+template <WeightPath W>
+using CfgPrefill64 = Cfg<64, 2, 4, 2, W == WeightPath::kSharedRing ? 5 : 3, 2, W>;
+
+template <WeightPath W>
+void launch_path(MoeTile tile, bool f32_out, bool grouped, const GemmArgs& a, const MoeTileMap& map,
+                 cudaStream_t stream) {
+  switch (tile) {
+    case MoeTile::kM16: launch_variant<CfgDecode<W>>(f32_out, grouped, a, map, stream); break;
+    case MoeTile::kM64: launch_variant<CfgPrefill64<W>>(f32_out, grouped, a, map, stream); break;
+    case MoeTile::kM128:  // slower than kM64 at every size (docs/decisions/w4a8-tile-choice.md)
+    case MoeTile::kAuto: throw Error("moe_grouped_gemm_w4a8: no kernel for this tile");
+  }
+}
 
 }  // namespace
 
-void launch_gemm(MoeTile tile, bool f32_out, bool grouped, const GemmArgs& a, const MoeTileMap& map,
+void launch_gemm(MoeTile tile, WeightPath path, bool f32_out, bool grouped, const GemmArgs& a, const MoeTileMap& map,
                  cudaStream_t stream) {
-  switch (tile) {
-    case MoeTile::kM16: launch_variant<CfgDecode>(f32_out, grouped, a, map, stream); break;
-    case MoeTile::kM64: launch_variant<CfgPrefill64>(f32_out, grouped, a, map, stream); break;
-    case MoeTile::kM128:  // slower than kM64 at every size (docs/decisions/w4a8-tile-choice.md)
-    case MoeTile::kAuto: throw Error("moe_grouped_gemm_w4a8: no kernel for this tile");
+  if (path == WeightPath::kSharedRing) {
+    launch_path<WeightPath::kSharedRing>(tile, f32_out, grouped, a, map, stream);
+  } else {
+    launch_path<WeightPath::kRegisters>(tile, f32_out, grouped, a, map, stream);
   }
 }
 

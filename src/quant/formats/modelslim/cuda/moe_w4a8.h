@@ -20,7 +20,7 @@
 //
 // Kernels (moe_w4a8.cu), chosen by moe_w4a8_tile_for (moe_w4a8_tuning.h):
 //   kM16   ≤ 16 sorted rows of one expert per CTA, 128 weight rows per CTA; the weights are the mma A
-//          operand straight from registers, so each packed byte is read once per expert;
+//          operand, so each packed byte is read once per expert;
 //   kM64   64 rows of one expert per CTA (n8 fragments past them skipped).
 // No host synchronisation, grids sized by the dispatch's bounds: graph-capturable (moe.h).
 // Host-only header.

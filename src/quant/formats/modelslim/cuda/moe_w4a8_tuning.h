@@ -1,5 +1,5 @@
-// The W4A8 expert GEMM's tile choice and the entry point that forces a tile (moe_w4a8.h), for the
-// kernels, the tests and the benchmarks. Host-only header.
+// The W4A8 expert GEMM's tile choice and the entry points that force a tile and a weight path
+// (moe_w4a8.h), for the kernels, the tests and the benchmarks. Host-only header.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,6 +8,7 @@
 
 #include "backend/cuda/moe/moe_tiles.h"
 #include "quant/formats/modelslim/cuda/moe_w4a8.h"
+#include "quant/formats/modelslim/cuda/moe_w4a8_internal.h"
 
 namespace k3::cuda {
 
@@ -21,5 +22,9 @@ MoeTile moe_w4a8_tile_for(int64_t rows, int64_t experts, bool grouped);
 // dispatch's choice E; kM128 throws).
 void moe_grouped_gemm_w4a8(const Int8Rows& xs, const MoeW4A8Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
                            cudaStream_t stream, MoeTile tile);
+// The same with the weight path forced (w4a8::WeightPath; the other overloads run kSharedRing): the
+// A/B benchmark and the bit-identity test.
+void moe_grouped_gemm_w4a8(const Int8Rows& xs, const MoeW4A8Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
+                           cudaStream_t stream, MoeTile tile, w4a8::WeightPath path);
 
 }  // namespace k3::cuda

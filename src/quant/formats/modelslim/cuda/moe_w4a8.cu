@@ -112,19 +112,23 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   // A lane reads back only what it copied: its cp_wait lands a stage, and the __syncthreads that follows
   // the wait of the next stage orders those reads before the slot's refill.
   unsigned char* sw = smem_raw + C::kXBytes + warp * P * MT * kChunkCodeBytes + lane * 16;
-  auto copy_w = [&](int kt) {
-    unsigned char* dst = sw + (kt % STAGES) * C::kWStageBytes;
+  // f(c, p, m) for every chunk c = kt·P + p of stage kt inside K and every group m inside N.
+  auto for_stage_words = [&](int kt, auto&& f) {
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       const int c = kt * P + p;
       if (c >= kchunks) break;
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
-        if (m < mvalid) {
-          cp_async16(dst + (p * MT + m) * kChunkCodeBytes, wc + (static_cast<int64_t>(m) * kchunks + c) * kChunkCodeBytes);
-        }
+        if (m < mvalid) f(c, p, m);
       }
     }
+  };
+  auto copy_w = [&](int kt) {
+    unsigned char* dst = sw + (kt % STAGES) * C::kWStageBytes;
+    for_stage_words(kt, [&](int c, int p, int m) {
+      cp_async16(dst + (p * MT + m) * kChunkCodeBytes, wc + (static_cast<int64_t>(m) * kchunks + c) * kChunkCodeBytes);
+    });
   };
 
   // Activation rows of this tile, 16-byte chunks; rows past the expert's are not loaded (their columns
@@ -168,15 +172,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 
   for (int kt = 0; kt < ktiles; ++kt) {
     if constexpr (kRing && kGrouped) {  // the stage's scales, in flight over the wait and its first mmas
-#pragma unroll
-      for (int p = 0; p < P; ++p) {
-        const int c = kt * P + p;
-        if (c >= kchunks) break;
-#pragma unroll
-        for (int m = 0; m < MT; ++m) {
-          if (m < mvalid) load_scale(c, p, m);
-        }
-      }
+      for_stage_words(kt, load_scale);
     }
     cp_wait<STAGES - 2>();
     __syncthreads();  // stage kt landed for every thread; stage kt − 1 is free for reuse

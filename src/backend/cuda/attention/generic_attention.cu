@@ -13,6 +13,7 @@
 #include <cmath>
 #include <string>
 
+#include "backend/cuda/core/smem.h"
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/attention/kda/kda_gate.cuh"
 #include "backend/cuda/core/kernel_util.cuh"
@@ -418,7 +419,7 @@ void mla_attention_generic(const int32_t* cu_q, const int32_t* cu_kv, int n, int
       with_dtype(out.dtype, [&](auto to) {
         const auto kernel = mla_attention_generic_kernel<typename decltype(ti)::type, typename decltype(tg)::type,
                                                          typename decltype(to)::type>;
-        K3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        allow_dynamic_smem(kernel, smem);
         kernel<<<grid, kMlaThreads, smem, stream>>>(a);
       });
     });

@@ -8,6 +8,8 @@
 namespace k3::cuda {
 namespace {
 
+constexpr int64_t kHeadShareRowGroup = 16;
+
 class BankLinear final : public DeviceLinearForm {
  public:
   explicit BankLinear(std::shared_ptr<const DeviceExpertBank> bank) : bank_(std::move(bank)) {}
@@ -35,13 +37,20 @@ std::optional<int64_t> dense_bank_layout(const LoadPlan& plan, PlanFiles& files,
   if (f.needs_packed_int && !packed_int) return std::nullopt;
   if (spec.shape.size() != 2 || !b.layout_only()) return std::nullopt;
   const int64_t n = static_cast<int64_t>(spec.shape[0]), k = static_cast<int64_t>(spec.shape[1]);
-  if (rows.first != 0 || rows.count != n) return std::nullopt;
+  if (rows.first < 0 || rows.count <= 0 || rows.end() > n) return std::nullopt;
+  // A head share: from an even row (ModelSlim packs int4 codes in row pairs), whole 16-row groups (the
+  // row group of every bank kernel); the layout is the stored parameter's.
+  const bool share = rows.count != n;
+  if (share && (rows.first % 2 != 0 || rows.count % kHeadShareRowGroup != 0)) return std::nullopt;
   return f.expert_layout(b, 1, n, k, files);
 }
 
-void upload_bank_linear(UploadContext& up, size_t i, const std::string& name, int64_t layout, DeviceLinear& w) {
+void upload_bank_linear(UploadContext& up, size_t i, const std::string& name, IndexRange rows, int64_t layout,
+                        DeviceLinear& w) {
   const CudaFormat& f = cuda_format(up.plan.bindings[i].scheme.kind);
-  const ExpertBankSource src{name, i, i, w.n, 0, 1, w.k};
+  ExpertBankSource src{name, i, i, rows.count, 0, 1, w.k};
+  src.row0 = rows.first;
+  src.source_rows = static_cast<int64_t>(up.plan.params[i].shape[0]);
   w.kind = DeviceLinear::Kind::kPacked;
   w.packed = std::make_shared<BankLinear>(f.upload_experts(up, src, layout));
 }

@@ -17,13 +17,16 @@
 namespace k3::cuda {
 
 // The bank layout rows `rows` of plan parameter i (a 2-D linear [n, k]) stay packed in, or nullopt
-// (bf16): its scheme's entry sets dense_as_bank (and packed_int where it needs_packed_int), the rows
-// are the whole parameter (a head share is bf16), the stored bytes are the weight as they are
-// (layout-only transforms), and the format's expert_layout takes one expert of [n, k].
+// (bf16): its scheme's entry sets dense_as_bank (and packed_int where it needs_packed_int), the
+// stored bytes are the weight as they are (layout-only transforms) and the format's expert_layout
+// takes the parameter as one expert. A head share under attention tensor parallelism (rows from an
+// even row, whole 16-row groups) is a bank of the rank's rows: each row's result is the whole
+// parameter's, bit for bit.
 std::optional<int64_t> dense_bank_layout(const LoadPlan& plan, PlanFiles& files, size_t i, IndexRange rows,
                                          bool packed_int);
 
-// Sets w (n and k set) to the bank form of parameter i in `layout` (dense_bank_layout's).
-void upload_bank_linear(UploadContext& up, size_t i, const std::string& name, int64_t layout, DeviceLinear& w);
+// Sets w (n and k set) to the bank form of rows `rows` of parameter i in `layout` (dense_bank_layout's).
+void upload_bank_linear(UploadContext& up, size_t i, const std::string& name, IndexRange rows, int64_t layout,
+                        DeviceLinear& w);
 
 }  // namespace k3::cuda

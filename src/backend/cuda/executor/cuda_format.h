@@ -130,6 +130,10 @@ struct ExpertBankSource {
   std::string name;  // the first parameter's
   size_t i1 = 0, i2 = 0;
   int64_t n1 = 0, n2 = 0, experts = 0, k = 0;
+  // A dense linear's head share (bank_linear.h; one part, one expert): the n1 rows taken start at
+  // row0 of a source of source_rows rows. 0, 0: each part's source holds exactly its rows.
+  int64_t row0 = 0, source_rows = 0;
+  int64_t rows_in_source(int64_t part_rows) const { return source_rows > 0 ? source_rows : part_rows; }
 };
 
 struct CudaFormat {

@@ -139,7 +139,7 @@ class Uploader final : public WeightFiller {
     if (f.linear != nullptr) return f.linear(up_, i, name, held, w);
     const std::optional<int64_t> layout = dense_bank_layout(plan_, files_, i, held, options_.packed_int);
     if (!layout) return false;
-    upload_bank_linear(up_, i, name, *layout, w);
+    upload_bank_linear(up_, i, name, held, *layout, w);
     return true;
   }
 

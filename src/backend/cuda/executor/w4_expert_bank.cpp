@@ -72,16 +72,18 @@ std::shared_ptr<const DeviceExpertBank> upload_w4_experts(UploadContext& up, con
       const SourceTensor& code_src = b.source("weight", e);
       const SourceTensor& scale_src = b.source("weight_scale", e);
       const std::span<const uint8_t> codes = up.files.bytes(code_src), scales = up.files.bytes(scale_src);
-      const int64_t want_codes = rows * K / 2, want_scales = rows * K / w4_group(f);
+      const int64_t held = src.rows_in_source(rows);
+      const int64_t want_codes = held * K / 2, want_scales = held * K / w4_group(f);
       if (static_cast<int64_t>(codes.size()) != want_codes || static_cast<int64_t>(scales.size()) != want_scales) {
         throw Error(Where{up.files.path(code_src), b.param, "weight"},
                     "expert " + std::to_string(e) + " holds " + std::to_string(codes.size()) + " code and " +
-                        std::to_string(scales.size()) + " scale bytes, " + std::to_string(rows) + "×" +
+                        std::to_string(scales.size()) + " scale bytes, " + std::to_string(held) + "×" +
                         std::to_string(K) + " needs " + std::to_string(want_codes) + " and " +
                         std::to_string(want_scales));
       }
       try {
-        moe_w4_upload_rows(bank, e * (n1 + n2) + p * n1, codes.data(), scales.data(), rows);
+        moe_w4_upload_rows(bank, e * (n1 + n2) + p * n1, codes.data() + src.row0 * K / 2,
+                           scales.data() + src.row0 * K / w4_group(f), rows);
       } catch (const Error& err) {  // a scale the kernels cannot represent: name where it is
         throw Error(Where{up.files.path(scale_src), b.param, "weight_scale"},
                     "expert " + std::to_string(e) + ": " + err.detail());

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/cuda/core/smem.h"
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/core/kernel_util.cuh"
 #include "backend/cuda/moe/moe.h"
@@ -397,7 +398,7 @@ void moe_dispatch(const DeviceTensor& ids, const MoeDispatch& d, cudaStream_t st
                  reinterpret_cast<int32_t*>(base + l.counts), {}};
   for (int h = 0; h < kMoeTileHeights; ++h) a.tiles[h] = reinterpret_cast<int4*>(base + l.tiles[h]);
   const int smem = static_cast<int>((kDispatchWarps * d.experts + (1 + kMoeTileHeights) * (d.experts + 1)) * 4);
-  K3_CUDA_CHECK(cudaFuncSetAttribute(moe_dispatch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  allow_dynamic_smem(moe_dispatch_kernel, smem);
   moe_dispatch_kernel<<<1, kDispatchThreads, smem, stream>>>(a);
   K3_CUDA_CHECK_LAUNCH("moe_dispatch_kernel");
 }

@@ -28,6 +28,7 @@
 
 #include <string>
 
+#include "backend/cuda/core/smem.h"
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/attention/mla/mla_util.cuh"
 #include "backend/cuda/moe/moe.h"
@@ -230,8 +231,7 @@ void launch(GemmArgs<W> a, const MoeTileMap& map, cudaStream_t stream, const cha
   a.tiles = reinterpret_cast<const int4*>(map.tiles);
   const int64_t blocks = static_cast<int64_t>(a.n_tiles) * map.bound;
   if (blocks > INT32_MAX) throw Error(std::string(what) + ": grid too large");
-  K3_CUDA_CHECK(cudaFuncSetAttribute(moe_gemm_kernel<C, Tout, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     C::kSmemBytes));
+  allow_dynamic_smem(moe_gemm_kernel<C, Tout, W>, C::kSmemBytes);
   moe_gemm_kernel<C, Tout, W><<<static_cast<unsigned>(blocks), C::kThreads, C::kSmemBytes, stream>>>(a);
   K3_CUDA_CHECK_LAUNCH("moe_gemm_kernel");
 }

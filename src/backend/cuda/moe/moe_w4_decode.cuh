@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/cuda/core/smem.h"
 #include "backend/cuda/core/launch.h"
 #include "backend/cuda/moe/moe_w4_gemm.cuh"
 
@@ -304,7 +305,7 @@ void launch_decode_cfg(const GemmArgs& a, const MoeTileMap& map, cudaStream_t st
   const int grid = static_cast<int>(std::min<int64_t>(sms, units));
   if (grid <= 0) return;
   auto* kernel = moe_w4_decode_kernel<F, STAGES, XR, Tout>;
-  K3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  allow_dynamic_smem(kernel, smem);
   launch_dependent(kernel, dim3(grid), dim3(C::kThreads), smem, stream, a, nb, map.count,
                    reinterpret_cast<const int4*>(map.tiles));
 }

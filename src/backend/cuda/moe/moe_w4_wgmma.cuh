@@ -30,6 +30,7 @@
 
 #include <cuda.h>
 
+#include "backend/cuda/core/smem.h"
 #include "backend/cuda/core/bulk_copy.cuh"
 #include "backend/cuda/moe/moe_w4_gemm.cuh"
 #include "backend/cuda/core/wgmma.cuh"
@@ -305,7 +306,7 @@ void launch_wgmma_out(const WgmmaMaps& maps, const GemmArgs& a, const MoeTileMap
   if (items > INT32_MAX) throw Error("moe_grouped_gemm_w4: too many work items");
   const int grid = static_cast<int>(std::min<int64_t>(items, multiprocessors));
   auto* kernel = moe_w4_wgmma_kernel<F, Tout>;
-  K3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+  allow_dynamic_smem(kernel, C::kSmemBytes);
   kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(maps.x, maps.codes, maps.scales, a, n_tiles, map.count,
                                                        reinterpret_cast<const int4*>(map.tiles));
   K3_CUDA_CHECK_LAUNCH("moe_w4_wgmma_kernel");

@@ -18,6 +18,7 @@
 #include <algorithm>
 
 #include "backend/cuda/core/bulk_copy.cuh"
+#include "backend/cuda/core/smem.h"
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/core/kernel_util.cuh"
 #include "backend/cuda/ops/ops.h"
@@ -291,7 +292,7 @@ void launch(std::span<const DeviceTensor> candidates, const float* c, const floa
     const auto kernel = attn_res_one_pass_kernel<Tin, Tout>;
     const size_t smem = static_cast<size_t>(n) * (sizeof(float) + kStages * sizeof(Tin));
     if (smem > 48 * 1024) {
-      K3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      allow_dynamic_smem(kernel, smem);
     }
     int dev = 0, sms = 0, per_sm = 0;
     K3_CUDA_CHECK(cudaGetDevice(&dev));

@@ -11,6 +11,7 @@
 #include <cfloat>
 #include <climits>
 
+#include "backend/cuda/core/smem.h"
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/core/kernel_util.cuh"
 #include "backend/cuda/ops/ops.h"
@@ -301,8 +302,7 @@ void moe_route(const RouterParams& p, const DeviceTensor& logits, const float* b
   }
   const size_t smem = static_cast<size_t>(p.experts) * (2 * sizeof(float) + 1);
   if (smem > 48 * 1024) {
-    K3_CUDA_CHECK(cudaFuncSetAttribute(route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
+    allow_dynamic_smem(route_kernel, smem);
   }
   route_kernel<<<static_cast<unsigned>(logits.rows), kThreads, smem, stream>>>(
       p, logits.as<const float>(), logits.ld, bias, ids.as<int32_t>(), ids.ld, weights.as<float>(), weights.ld);

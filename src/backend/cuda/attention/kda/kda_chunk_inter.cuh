@@ -14,6 +14,7 @@
 #pragma once
 
 #include "backend/cuda/core/bulk_copy.cuh"
+#include "backend/cuda/core/smem.h"
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/attention/kda/kda_internal.h"
 #include "backend/cuda/core/kernel_util.cuh"
@@ -296,7 +297,7 @@ template <int VB, bool kBulk, typename Tout>
 void launch_variant(const PrefillArgs& a, cudaStream_t stream) {
   const int smem = static_cast<int>(sizeof(Smem<VB>));
   const dim3 grid(D / VB, static_cast<unsigned>(a.heads), static_cast<unsigned>(a.batch.n));
-  K3_CUDA_CHECK(cudaFuncSetAttribute(chunk_inter_kernel<VB, kBulk, Tout>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  allow_dynamic_smem(chunk_inter_kernel<VB, kBulk, Tout>, smem);
   chunk_inter_kernel<VB, kBulk, Tout><<<grid, kThreads, smem, stream>>>(a);
   K3_CUDA_CHECK_LAUNCH("chunk_inter_kernel");
 }

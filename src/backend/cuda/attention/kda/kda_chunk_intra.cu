@@ -17,6 +17,7 @@
 // The solve then goes by blocks of 4 columns (each x_i sees the same operations in the same order
 // as row by row; the rows below a block update independently).
 // 256 threads and 110 KB of shared memory: two CTAs per SM. SIMT fp32 throughout.
+#include "backend/cuda/core/smem.h"
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/attention/kda/kda_internal.h"
 #include "backend/cuda/attention/kda/kda_gate.cuh"
@@ -298,7 +299,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_intra_kernel(PrefillArgs a)
 template <typename Tin>
 void launch(const PrefillArgs& a, cudaStream_t stream) {
   const int smem = static_cast<int>(sizeof(Smem));
-  K3_CUDA_CHECK(cudaFuncSetAttribute(chunk_intra_kernel<Tin>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  allow_dynamic_smem(chunk_intra_kernel<Tin>, smem);
   K3_CUDA_CHECK(cudaFuncSetAttribute(chunk_intra_kernel<Tin>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                      cudaSharedmemCarveoutMaxShared));  // room for two CTAs per SM
   const dim3 grid(static_cast<unsigned>((a.batch.max_len + C - 1) / C), static_cast<unsigned>(a.heads),

@@ -9,6 +9,7 @@
 // row per warp in registers and loops over the sequences.
 #include <string>
 
+#include "backend/cuda/core/smem.h"
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/core/kernel_util.cuh"
 #include "backend/cuda/attention/mla/mla.h"
@@ -108,8 +109,7 @@ __global__ void __launch_bounds__(256) unabsorb_o_kernel(const float* __restrict
 template <typename Tq>
 void launch_absorb(dim3 grid, const DeviceTensor& q, const DeviceTensor& w_uk, const DeviceTensor& q_abs, int64_t B,
                    cudaStream_t stream) {
-  K3_CUDA_CHECK(cudaFuncSetAttribute(absorb_q_kernel<Tq>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(kAbsorbSmem)));
+  allow_dynamic_smem(absorb_q_kernel<Tq>, kAbsorbSmem);
   absorb_q_kernel<Tq><<<grid, kAbsorbThreads, kAbsorbSmem, stream>>>(q.as<const Tq>(), q.ld, w_uk.as<const bf16>(),
                                                                       w_uk.ld, q_abs.as<bf16>(), q_abs.ld,
                                                                       static_cast<int>(B));

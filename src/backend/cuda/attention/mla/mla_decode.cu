@@ -17,6 +17,7 @@
 #include <string>
 
 #include "backend/cuda/core/bulk_copy.cuh"
+#include "backend/cuda/core/smem.h"
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/core/launch.h"
 #include "backend/cuda/attention/mla/mla.h"
@@ -308,7 +309,7 @@ __global__ void __launch_bounds__(128) mla_combine_kernel(const float* __restric
 template <int MT>
 void launch(const DecodeArgs& a, int ctas, bool chained, cudaStream_t stream) {
   const int smem = static_cast<int>(sizeof(Smem<MT>));
-  K3_CUDA_CHECK(cudaFuncSetAttribute(mla_decode_kernel<MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  allow_dynamic_smem(mla_decode_kernel<MT>, smem);
   const dim3 grid(static_cast<unsigned>((a.heads + 16 * MT - 1) / (16 * MT)), static_cast<unsigned>(ctas));
   launch_kernel(chained, mla_decode_kernel<MT>, grid, dim3(kThreads), static_cast<size_t>(smem), stream, a);
 }

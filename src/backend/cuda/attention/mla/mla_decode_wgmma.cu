@@ -25,6 +25,7 @@
 #include "backend/cuda/attention/mla/mla_decode.cuh"
 #include "backend/cuda/attention/mla/mla_util.cuh"
 #include "backend/cuda/core/bulk_copy.cuh"
+#include "backend/cuda/core/smem.h"
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/core/launch.h"
 #include "backend/cuda/core/wgmma.cuh"
@@ -322,7 +323,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int HC>
 void launch(const DecodeArgs& a, const CUtensorMap& map, int ranges, bool chained, cudaStream_t stream) {
   const int smem = static_cast<int>(sizeof(Smem<HC>)) + 1024;
-  K3_CUDA_CHECK(cudaFuncSetAttribute(mla_decode_wgmma_kernel<HC>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  allow_dynamic_smem(mla_decode_wgmma_kernel<HC>, smem);
   const dim3 grid(static_cast<unsigned>((a.heads + HC - 1) / HC), static_cast<unsigned>(ranges));
   launch_kernel(chained, mla_decode_wgmma_kernel<HC>, grid, dim3(kThreads), static_cast<size_t>(smem), stream, map, a);
 }

@@ -7,6 +7,7 @@
 // convex combination. The output gate sigmoid(g) is applied in the epilogue.
 #include <string>
 
+#include "backend/cuda/core/smem.h"
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/attention/mla/mla.h"
 #include "backend/cuda/attention/mla/mla_util.cuh"
@@ -203,8 +204,7 @@ __global__ void __launch_bounds__(kThreads) mla_prefill_kernel(PrefillArgs a) {
 template <typename Tg, typename Tout, bool kGate>
 void launch(const PrefillArgs& a, dim3 grid, cudaStream_t stream) {
   const int smem = static_cast<int>(sizeof(Smem));
-  K3_CUDA_CHECK(cudaFuncSetAttribute(mla_prefill_kernel<Tg, Tout, kGate>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  allow_dynamic_smem(mla_prefill_kernel<Tg, Tout, kGate>, smem);
   mla_prefill_kernel<Tg, Tout, kGate><<<grid, kThreads, smem, stream>>>(a);
   K3_CUDA_CHECK_LAUNCH("mla_prefill_kernel");
 }

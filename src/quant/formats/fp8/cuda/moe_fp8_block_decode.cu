@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include "backend/cuda/core/smem.h"
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/moe/moe_grouped_gemm.cuh"
 #include "backend/cuda/moe/moe_tile.cuh"
@@ -143,8 +144,7 @@ void launch_out(DecodeArgs a, const MoeTileMap& map, cudaStream_t stream) {
   a.tiles = reinterpret_cast<const int4*>(map.tiles);
   const int64_t blocks = static_cast<int64_t>(a.n_tiles) * map.bound;
   if (blocks > INT32_MAX) throw Error("moe_grouped_gemm_fp8_block: grid too large");
-  K3_CUDA_CHECK(cudaFuncSetAttribute(fp8_decode_kernel<Tout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(kSmemBytes)));
+  allow_dynamic_smem(fp8_decode_kernel<Tout>, kSmemBytes);
   fp8_decode_kernel<Tout><<<static_cast<unsigned>(blocks), kThreads, kSmemBytes, stream>>>(a);
   K3_CUDA_CHECK_LAUNCH("fp8_decode_kernel");
 }

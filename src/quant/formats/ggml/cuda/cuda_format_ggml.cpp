@@ -66,11 +66,12 @@ std::shared_ptr<const DeviceExpertBank> upload_ggml(UploadContext& up, const Exp
       const int64_t rows = p == 0 ? n1 : n2;
       const SourceTensor& s = up.plan.bindings[p == 0 ? src.i1 : src.i2].source("weight", e);
       const std::span<const uint8_t> bytes = up.files.bytes(s);
-      if (static_cast<int64_t>(bytes.size()) != rows * bank.row_bytes()) {
+      const int64_t want = src.rows_in_source(rows) * static_cast<int64_t>(bank.row_bytes());
+      if (static_cast<int64_t>(bytes.size()) != want) {
         throw Error(Where{up.files.path(s), src.name, "shape"}, "expert " + std::to_string(e) + " holds " +
-                    std::to_string(bytes.size()) + " bytes, its rows need " + std::to_string(rows * bank.row_bytes()));
+                    std::to_string(bytes.size()) + " bytes, its rows need " + std::to_string(want));
       }
-      moe_ggml_upload_rows(bank, e * (n1 + n2) + p * n1, bytes.data(), rows);
+      moe_ggml_upload_rows(bank, e * (n1 + n2) + p * n1, bytes.data() + src.row0 * bank.row_bytes(), rows);
     }
   }
   up.bytes += bank.bytes();

@@ -25,6 +25,7 @@
 #include <string>
 #include <type_traits>
 
+#include "backend/cuda/core/smem.h"
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/core/launch.h"
 #include "backend/cuda/core/kernel_util.cuh"
@@ -286,7 +287,7 @@ void launch(GgmlType type, bool f32_out, const GemvArgs& a, int n_slices, unsign
     using F = decltype(trait);
     const Geometry geo = geometry<F>(RW, a.k);
     auto run = [&](auto kernel) {
-      K3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, geo.smem()));
+      allow_dynamic_smem(kernel, geo.smem());
       launch_dependent(kernel, dim3(blocks), dim3(kGemvWarps * 32), geo.smem(), stream, a, geo, n_slices, map.count, tiles);
     };
     if (f32_out) {

@@ -66,14 +66,19 @@ std::shared_ptr<const DeviceExpertBank> upload_w4a8(UploadContext& up, const Exp
     for (int64_t p = 0; p < parts; ++p) {
       const int64_t rows = p == 0 ? n1 : n2;
       const Binding& b = up.plan.bindings[p == 0 ? src.i1 : src.i2];
-      const ModelSlimWeight w = read_modelslim_weight(b, rows, K, static_cast<size_t>(e), up.files);
+      const ModelSlimWeight w = read_modelslim_weight(b, src.rows_in_source(rows), K, static_cast<size_t>(e), up.files);
       if (!w.int4 || w.group_size != group) {  // the bank takes one layout: expert 0's (choose_expert_packing)
         throw Error(w.where, "expert " + std::to_string(e) + " is not int4 with scale groups of " + std::to_string(group) +
                                  " like expert 0");
       }
       try {
-        moe_w4a8_upload_rows(bank, e * (n1 + n2) + p * n1, reinterpret_cast<const int8_t*>(w.weight.data()),
-                             w.packed_along_n, w.scale.data(), w.scale_second.data(), rows);
+        // From row row0 (even: packed codes hold row pairs): its codes, channel scales and group scales.
+        const int64_t r0 = src.row0;
+        moe_w4a8_upload_rows(bank, e * (n1 + n2) + p * n1,
+                             reinterpret_cast<const int8_t*>(w.weight.data()) + (w.packed_along_n ? r0 / 2 : r0) * K,
+                             w.packed_along_n, w.scale.data() + r0,
+                             group > 0 ? w.scale_second.data() + r0 * (K / group) : w.scale_second.data(),
+                             rows);
       } catch (const Error& err) {  // codes outside int4 in the unpacked layout: name where they are
         throw Error(w.where, "expert " + std::to_string(e) + ": " + err.detail());
       }

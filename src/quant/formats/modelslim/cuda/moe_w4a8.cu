@@ -20,6 +20,7 @@
 // activation scale and out_scale, then stores transposed.
 #include <cuda_bf16.h>
 
+#include "backend/cuda/core/smem.h"
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/core/kernel_util.cuh"
 #include "backend/cuda/attention/mla/mla_util.cuh"
@@ -288,8 +289,7 @@ void launch_cfg(const GemmArgs& a, const MoeTileMap& map, cudaStream_t stream) {
   const int n_tiles = (a.n + C::BF - 1) / C::BF;
   const int64_t blocks = static_cast<int64_t>(n_tiles) * map.bound;
   if (blocks > INT32_MAX) throw Error("moe_grouped_gemm_w4a8: grid too large");
-  K3_CUDA_CHECK(cudaFuncSetAttribute(moe_w4a8_kernel<C, kGrouped, Tout>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     C::kSmemBytes));
+  allow_dynamic_smem(moe_w4a8_kernel<C, kGrouped, Tout>, C::kSmemBytes);
   moe_w4a8_kernel<C, kGrouped, Tout><<<static_cast<unsigned>(blocks), C::kThreads, C::kSmemBytes, stream>>>(
       a, n_tiles, map.count, reinterpret_cast<const int4*>(map.tiles));
   K3_CUDA_CHECK_LAUNCH("moe_w4a8_kernel");

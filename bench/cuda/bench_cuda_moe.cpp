@@ -533,20 +533,13 @@ void bench_moe_w4a8(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
             }
           }
         }
-        // Each forced tile also with the codes in a register prefetch ("regs"): the A/B of w4a8::WeightPath.
         for (const Banks& b : banks) {
           const MoeW4A8Bank& w = g.gemm == 1 ? b.g1 : b.g2;
           const std::string scheme = w4a8_scheme(b.group_size);
-          const double bytes = g.rt.hit * g.N * g.K * (0.5 + 4.0 / static_cast<double>(w.group()));
           for (MoeTile tile : kW4a8Tiles) {
-            const std::string label = scheme + " " + tile_label(tile, moe_w4a8_tile_for(g.R, E, w.groups() > 1));
-            vs.push_back({label, bytes,
+            vs.push_back({scheme + " " + tile_label(tile, moe_w4a8_tile_for(g.R, E)),
+                          g.rt.hit * g.N * g.K * (0.5 + 4.0 / static_cast<double>(w.group())),
                           [&, w, tile](int i) { moe_grouped_gemm_w4a8(inq, w, g.rt.d[i % kRoutings], g.out, stream, tile); }});
-            if (tile == MoeTile::kAuto) continue;
-            vs.push_back({label + " regs", bytes, [&, w, tile](int i) {
-                            moe_grouped_gemm_w4a8(inq, w, g.rt.d[i % kRoutings], g.out, stream, tile,
-                                                  w4a8::WeightPath::kRegisters);
-                          }});
           }
         }
         return vs;

@@ -113,13 +113,12 @@ void moe_w4a8_upload_out_scale(const MoeW4A8Bank& bank, const float* host) {
   copy_bytes_to_device(bank.out_scale, host, static_cast<size_t>(bank.experts * bank.parts) * sizeof(float));
 }
 
-MoeTile moe_w4a8_tile_for(int64_t rows, int64_t experts, bool grouped) {
-  if (!grouped) return MoeTile::kM64;
+MoeTile moe_w4a8_tile_for(int64_t rows, int64_t experts) {
   return rows <= 16 * std::max<int64_t>(experts, 1) ? MoeTile::kM16 : MoeTile::kM64;
 }
 
 void moe_grouped_gemm_w4a8(const Int8Rows& xs, const MoeW4A8Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
-                           cudaStream_t stream, MoeTile tile, w4a8::WeightPath path) {
+                           cudaStream_t stream, MoeTile tile) {
   const int64_t R = d.rows(), K = w.k, N = w.n;
   expect_dtype(xs.codes, DType::kU8, "moe_grouped_gemm_w4a8 xs");
   expect_shape(xs.codes, R, K, "moe_grouped_gemm_w4a8 xs");
@@ -140,19 +139,14 @@ void moe_grouped_gemm_w4a8(const Int8Rows& xs, const MoeW4A8Bank& w, const MoeDi
   if (ys.dtype != DType::kF32 && ys.dtype != DType::kBF16) {
     throw Error("moe_grouped_gemm_w4a8: ys must be f32 or bf16, got " + ys.describe());
   }
-  if (tile == MoeTile::kAuto) tile = moe_w4a8_tile_for(R, moe_choice_experts(d), w.groups() > 1);
+  if (tile == MoeTile::kAuto) tile = moe_w4a8_tile_for(R, moe_choice_experts(d));
   if (tile == MoeTile::kM128) throw Error("moe_grouped_gemm_w4a8: no kM128 kernel");
   const MoeTileMap map = moe_tile_map(d, tile);
   if (R == 0) return;
   const w4a8::GemmArgs a{static_cast<const int8_t*>(xs.codes.data), xs.codes.ld, xs.scale, w.codes, w.scales,
                          w.out_scale, ys.data, ys.ld, static_cast<int>(N), static_cast<int>(K), static_cast<int>(w.group()),
                          static_cast<int>(N / w.parts), static_cast<int>(w.parts), d.expert_offsets, d.row_weight};
-  w4a8::launch_gemm(tile, path, ys.dtype == DType::kF32, w.groups() > 1, a, map, stream);
-}
-
-void moe_grouped_gemm_w4a8(const Int8Rows& xs, const MoeW4A8Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
-                           cudaStream_t stream, MoeTile tile) {
-  moe_grouped_gemm_w4a8(xs, w, d, ys, stream, tile, w4a8::WeightPath::kSharedRing);
+  w4a8::launch_gemm(tile, ys.dtype == DType::kF32, w.groups() > 1, a, map, stream);
 }
 
 void moe_grouped_gemm_w4a8(const Int8Rows& xs, const MoeW4A8Bank& w, const MoeDispatch& d, const DeviceTensor& ys,

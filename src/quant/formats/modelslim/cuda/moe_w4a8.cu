@@ -6,15 +6,12 @@
 // int4 words in registers: one mask per s8x4 register, moe_w4a8_layout.h) and the expert's sorted int8
 // rows as B (n8 = 8 tokens, ldmatrix from a cp.async ring of STAGES stages in shared memory, P 64-column
 // chunks per stage). mma.sync m16n8k32 s8·s8 → s32: two k32 steps per chunk, one 16-byte word of codes
-// per lane per 16-row group and chunk. Two weight paths (WeightPath) feed the same words to the same
-// mma sequence with the same scale folding, so their outputs are bit-identical:
-//   kSharedRing  a stage's codes are copied into shared memory with cp.async in the commit group of
-//                that stage's activations, so STAGES − 1 stages of codes are in flight; a lane copies and
-//                reads back only its own 16 bytes per (group, chunk), so the wait that lands a stage is
-//                all the codes need (the barrier after it is the activations'). Grouped scales go into
-//                registers with __ldg at the start of their stage;
-//   kRegisters   codes and grouped scales are prefetched into registers, P chunks ahead (the A/B
-//                benchmark's reference).
+// per lane per 16-row group and chunk. A stage's codes are copied into shared memory with cp.async in
+// the commit group of that stage's activations, so STAGES − 1 stages of codes are in flight (a register
+// prefetch holds too few bytes to cover HBM latency: docs/decisions/w4a8-tile-choice.md); a lane copies
+// and reads back only its own 16 bytes per (group, chunk), so the wait that lands a stage is all the
+// codes need (the barrier after it is the activations'). Grouped scales go into registers with __ldg at
+// the start of their stage.
 // Per scale group the exact int32 sums (16·Σ q·c) are folded into an fp32 accumulator with one fma by
 // the group's scale (per channel: once, in the epilogue); the epilogue applies 1/16 (exact), the row's
 // activation scale and out_scale, then stores transposed.
@@ -44,9 +41,8 @@ __device__ __forceinline__ void mma_s8(int32_t (&c)[4], const uint32_t (&a)[4], 
 
 // BT tokens per CTA (the tile map's height), MT 16-row weight groups per warp, P 64-column chunks per
 // pipeline stage (and the register path's prefetch distance), STAGES pipeline stages, weight path W.
-template <int BT_, int MT_, int WARPS_, int P_, int STAGES_, int MIN_BLOCKS, WeightPath W>
+template <int BT_, int MT_, int WARPS_, int P_, int STAGES_, int MIN_BLOCKS>
 struct Cfg {
-  static constexpr WeightPath kPath = W;
   static constexpr int BT = BT_, MT = MT_, WARPS = WARPS_, P = P_, STAGES = STAGES_, kMinBlocks = MIN_BLOCKS;
   static constexpr int kThreads = WARPS * 32;
   static constexpr int BF = 16 * MT * WARPS;     // weight rows (output features) per CTA
@@ -55,8 +51,8 @@ struct Cfg {
   static constexpr int NT = BT / 8;              // n8 token fragments
   static constexpr int kXChunks = BT * BK / 16;  // 16-byte activation chunks per stage
   static constexpr int kXBytes = STAGES * BT * LDS;  // the activation ring, at the start of shared memory
-  // The code ring after it (kSharedRing): per stage [WARPS][P][MT][32 lanes] × 16 bytes.
-  static constexpr int kWStageBytes = W == WeightPath::kSharedRing ? WARPS * P * MT * kChunkCodeBytes : 0;
+  // The code ring after it: per stage [WARPS][P][MT][32 lanes] × 16 bytes.
+  static constexpr int kWStageBytes = WARPS * P * MT * kChunkCodeBytes;
   static constexpr int kSmemBytes = kXBytes + STAGES * kWStageBytes;
   static_assert(NT % 2 == 0, "tokens in ldmatrix.x4 pairs of n8 fragments");
   static_assert(kXBytes % 16 == 0, "16-byte aligned code ring");
@@ -71,7 +67,6 @@ template <class C, bool kGrouped, typename Tout>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     moe_w4a8_kernel(GemmArgs a, int n_tiles, const int32_t* __restrict__ tile_count, const int4* __restrict__ tiles) {
   constexpr int BT = C::BT, MT = C::MT, P = C::P, STAGES = C::STAGES, LDS = C::LDS, NT = C::NT;
-  constexpr bool kRing = C::kPath == WeightPath::kSharedRing;
   detail::MoeCtaTile ct;
   if (!detail::moe_cta_tile(n_tiles, BT, C::BF, tile_count, tiles, a.offsets, ct)) return;
   const int expert = ct.expert, r0 = ct.row0, rows = ct.rows, n0 = ct.col0;
@@ -89,27 +84,14 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   const int64_t group0 = (static_cast<int64_t>(expert) * a.n + f_warp) / kRowGroup;
   const uint8_t* wc = a.codes + group0 * kchunks * kChunkCodeBytes + lane * 16;
   const float* ws = a.scales + group0 * groups * kRowGroup + (lane >> 2) * 2;
-  // Groups past N are neither loaded nor stored; the mma multiplies whatever their words hold (zero
-  // registers on the register path, stale shared memory on the ring).
-  uint4 wbuf[P][MT] = {};
+  // Groups past N are neither loaded nor stored; the mma multiplies whatever their shared words hold.
   float2 sbuf[P][MT] = {};  // grouped: the scales of the group a chunk closes
   auto load_scale = [&](int c, int p, int m) {  // group m's scales of the group chunk c closes, if any
     if (kGrouped && (c + 1) % cpg == 0) {
       sbuf[p][m] = __ldg(reinterpret_cast<const float2*>(ws + (static_cast<int64_t>(m) * groups + c / cpg) * kRowGroup));
     }
   };
-  // Register path: chunk c's codes and scales into slot p.
-  auto load_w = [&](int c, int p) {
-    if (c >= kchunks) return;
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-      if (m < mvalid) {
-        wbuf[p][m] = detail::load_streaming16(wc + (static_cast<int64_t>(m) * kchunks + c) * kChunkCodeBytes);
-        load_scale(c, p, m);
-      }
-    }
-  };
-  // Ring path: the lane's 16 bytes of group m, chunk p of stage slot i at sw + i·kWStageBytes + (p·MT + m)·512.
+  // The lane's 16 bytes of group m, chunk p of stage slot i at sw + i·kWStageBytes + (p·MT + m)·512.
   // A lane reads back only what it copied: its cp_wait lands a stage, and the __syncthreads that follows
   // the wait of the next stage orders those reads before the slot's refill.
   unsigned char* sw = smem_raw + C::kXBytes + warp * P * MT * kChunkCodeBytes + lane * 16;
@@ -146,10 +128,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       }
     }
   };
-  // One commit group per stage: its activations and, on the ring, its codes.
+  // One commit group per stage: its activations and its codes.
   auto load_stage = [&](int kt) {
     load_x(kt);
-    if constexpr (kRing) copy_w(kt);
+    copy_w(kt);
   };
 
   // Decode tiles (NT == 2) split the two k32 steps over two accumulator sets: independent mma chains.
@@ -161,10 +143,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 #pragma unroll
   for (int i = 0; i < MT * NT * 4; ++i) (&facc[0][0][0])[i] = 0.0f;
 
-  if constexpr (!kRing) {
-#pragma unroll
-    for (int p = 0; p < P; ++p) load_w(p, p);
-  }
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < ktiles) load_stage(s);
@@ -172,7 +150,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   }
 
   for (int kt = 0; kt < ktiles; ++kt) {
-    if constexpr (kRing && kGrouped) {  // the stage's scales, in flight over the wait and its first mmas
+    if constexpr (kGrouped) {  // the stage's scales, in flight over the wait and its first mmas
       for_stage_words(kt, load_scale);
     }
     cp_wait<STAGES - 2>();
@@ -180,7 +158,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     if (kt + STAGES - 1 < ktiles) load_stage(kt + STAGES - 1);
     cp_commit();
     const bf16* xs = reinterpret_cast<const bf16*>(sx + (kt % STAGES) * BT * LDS);  // ldmatrix in b16 units
-    const unsigned char* wk = sw + (kt % STAGES) * C::kWStageBytes;                 // ring: the lane's codes
+    const unsigned char* wk = sw + (kt % STAGES) * C::kWStageBytes;                 // the lane's codes
 #pragma unroll
     for (int p = 0; p < P; ++p) {
       const int c = kt * P + p;
@@ -189,10 +167,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       float2 sc[MT];
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
-        w[m] = kRing ? *reinterpret_cast<const uint4*>(wk + (p * MT + m) * kChunkCodeBytes) : wbuf[p][m];
+        w[m] = *reinterpret_cast<const uint4*>(wk + (p * MT + m) * kChunkCodeBytes);
         sc[m] = sbuf[p][m];
       }
-      if constexpr (!kRing) load_w(c + P, p);
 #pragma unroll
       for (int s = 0; s < 2; ++s) {
         uint32_t af[MT][4];
@@ -304,34 +281,21 @@ void launch_variant(bool f32_out, bool grouped, const GemmArgs& a, const MoeTile
   }
 }
 
-// Starting points taken from moe_w4_gemm.cuh (int8 halves the activation bytes per stage); not yet
-// tuned on a GPU. kM16: 6 chunks (384 columns) of codes per warp and stage; kM64: 2 chunks of two
-// groups. The ring takes more kM64 stages to keep codes in flight: codes per stage 24 KB (kM16) and
-// 8 KB (kM64), shared memory 91 KB and 85 KB per CTA, two CTAs per SM.
-template <WeightPath W>
-using CfgDecode = Cfg<16, 1, 8, 6, 3, 2, W>;
-template <WeightPath W>
-using CfgPrefill64 = Cfg<64, 2, 4, 2, W == WeightPath::kSharedRing ? 5 : 3, 2, W>;
-
-template <WeightPath W>
-void launch_path(MoeTile tile, bool f32_out, bool grouped, const GemmArgs& a, const MoeTileMap& map,
-                 cudaStream_t stream) {
-  switch (tile) {
-    case MoeTile::kM16: launch_variant<CfgDecode<W>>(f32_out, grouped, a, map, stream); break;
-    case MoeTile::kM64: launch_variant<CfgPrefill64<W>>(f32_out, grouped, a, map, stream); break;
-    case MoeTile::kM128:  // slower than kM64 at every size (docs/decisions/w4a8-tile-choice.md)
-    case MoeTile::kAuto: throw Error("moe_grouped_gemm_w4a8: no kernel for this tile");
-  }
-}
+// kM16: 6 chunks (384 columns) of codes per warp and stage, 3 stages; kM64: 2 chunks of two groups, 5
+// stages. Codes per stage 24 KB and 8 KB, shared memory 91 KB and 85 KB per CTA, two CTAs per SM
+// (measured against a register prefetch: docs/decisions/w4a8-tile-choice.md).
+using CfgDecode = Cfg<16, 1, 8, 6, 3, 2>;
+using CfgPrefill64 = Cfg<64, 2, 4, 2, 5, 2>;
 
 }  // namespace
 
-void launch_gemm(MoeTile tile, WeightPath path, bool f32_out, bool grouped, const GemmArgs& a, const MoeTileMap& map,
+void launch_gemm(MoeTile tile, bool f32_out, bool grouped, const GemmArgs& a, const MoeTileMap& map,
                  cudaStream_t stream) {
-  if (path == WeightPath::kSharedRing) {
-    launch_path<WeightPath::kSharedRing>(tile, f32_out, grouped, a, map, stream);
-  } else {
-    launch_path<WeightPath::kRegisters>(tile, f32_out, grouped, a, map, stream);
+  switch (tile) {
+    case MoeTile::kM16: launch_variant<CfgDecode>(f32_out, grouped, a, map, stream); break;
+    case MoeTile::kM64: launch_variant<CfgPrefill64>(f32_out, grouped, a, map, stream); break;
+    case MoeTile::kM128:  // slower than kM64 at every size (docs/decisions/w4a8-tile-choice.md)
+    case MoeTile::kAuto: throw Error("moe_grouped_gemm_w4a8: no kernel for this tile");
   }
 }
 

@@ -24,14 +24,8 @@ struct GemmArgs {
   const float* row_weight;  // [R] or null: each sorted row's output scaled by it (MoeDispatch::row_weight)
 };
 
-// Where the kernel keeps the weight codes between HBM and the mma (moe_w4a8.cu); both paths give
-// bit-identical outputs. kSharedRing: a cp.async ring in shared memory beside the activations' (the
-// default). kRegisters: a register prefetch, selectable only for the A/B benchmark
-// (k3_bench_cuda --moe-w4a8) and its bit-identity test.
-enum class WeightPath { kSharedRing, kRegisters };
-
-// Launches the kernel of `tile` (kM16 / kM64) and `path` over the tile map; grouped: K/group > 1.
-void launch_gemm(MoeTile tile, WeightPath path, bool f32_out, bool grouped, const GemmArgs& a, const MoeTileMap& map,
+// Launches the kernel of `tile` (kM16 / kM64) over the tile map; grouped: K/group > 1.
+void launch_gemm(MoeTile tile, bool f32_out, bool grouped, const GemmArgs& a, const MoeTileMap& map,
                  cudaStream_t stream);
 
 }  // namespace k3::cuda::w4a8

@@ -19,6 +19,16 @@
 namespace k3::cuda {
 namespace {
 
+// A make-tiny checkpoint of one family, its load plan and the plan's files.
+struct TinyPlan {
+  TinyPlan(FamilyId family, TinyArch arch)
+      : ckpt(k3::test::make_tiny_conditioned(family, arch, 3)), plan(plan_checkpoint(open_checkpoint_dir(ckpt.dir))),
+        files(plan) {}
+  k3::test::TinyCheckpoint ckpt;
+  LoadPlan plan;
+  PlanFiles files;
+};
+
 struct PackingCase {
   FamilyId family;
   TinyArch arch;
@@ -30,10 +40,10 @@ class ExpertPackingTest : public ::testing::TestWithParam<PackingCase> {};
 TEST_P(ExpertPackingTest, EveryBankTakesItsFamilysForm) {
   const PackingCase c = GetParam();
   SCOPED_TRACE(family_name(c.family));
-  const k3::test::TinyCheckpoint ckpt = k3::test::make_tiny_conditioned(c.family, c.arch, 3);
-  const LoadPlan plan = plan_checkpoint(open_checkpoint_dir(ckpt.dir));
+  TinyPlan tiny(c.family, c.arch);
+  const LoadPlan& plan = tiny.plan;
   ASSERT_TRUE(plan.ok());
-  PlanFiles files(plan);
+  PlanFiles& files = tiny.files;
   int banks = 0;
   for (size_t i = 0; i < plan.params.size(); ++i) {
     const std::string& name = plan.params[i].name;
@@ -86,10 +96,10 @@ class DenseLinearPackingTest : public ::testing::TestWithParam<DenseCase> {};
 TEST_P(DenseLinearPackingTest, EveryLinearOfABankSchemeIsBanked) {
   const DenseCase c = GetParam();
   SCOPED_TRACE(family_name(c.family));
-  const k3::test::TinyCheckpoint ckpt = k3::test::make_tiny_conditioned(c.family, c.arch, 3);
-  const LoadPlan plan = plan_checkpoint(open_checkpoint_dir(ckpt.dir));
+  TinyPlan tiny(c.family, c.arch);
+  const LoadPlan& plan = tiny.plan;
   ASSERT_TRUE(plan.ok());
-  PlanFiles files(plan);
+  PlanFiles& files = tiny.files;
   int linears = 0, banked = 0;
   for (size_t i = 0; i < plan.params.size(); ++i) {
     const ParamSpec& spec = plan.params[i];

@@ -16,4 +16,3 @@ void allow_dynamic_smem(void (*kernel)(Params...), size_t bytes) {
 }
 
 }  // namespace k3::cuda
-

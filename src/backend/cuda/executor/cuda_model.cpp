@@ -44,7 +44,8 @@ void StepContext::linear(const DeviceLinear& w, const DeviceTensor& x, const Dev
     xb = scratch(DType::kBF16, wide.rows, wide.cols, "bf16 GEMM input");
     copy_rows(wide, nullptr, xb, nullptr, wide.rows, stream);
   }
-  // cuBLASLt writes f32 only from the bf16 GEMM; packed forms that cannot write bf16 that is then widened.
+  // cuBLASLt writes f32 only from the bf16 GEMM; a packed form writes bf16 that is then widened, unless
+  // it writes f32 itself (DeviceLinearForm::writes_f32).
   const bool widen = w.kind == DeviceLinear::Kind::kPacked && y.dtype == DType::kF32 && !w.packed->writes_f32();
   const DeviceTensor yb = widen ? scratch(DType::kBF16, y.rows, y.cols, "packed GEMM output") : y;
   switch (w.kind) {
@@ -727,8 +728,8 @@ std::unique_ptr<Executor> make_cuda_executor(const CudaOptions& options, const K
   return std::make_unique<CudaExecutor>(
       options, local,
       [&](Arena& arena, ExpertBankSink* sink) {
-        return upload_weights(arena, local, plan, files, UploadOptions{options.packed_int_experts, options.w4a4, options.packed_dense_linears}, sink,
-                              heads);
+        const UploadOptions packing{options.packed_int_experts, options.w4a4, options.packed_dense_linears};
+        return upload_weights(arena, local, plan, files, packing, sink, heads);
       },
       std::move(share));
 }

@@ -40,7 +40,7 @@ __device__ __forceinline__ void mma_s8(int32_t (&c)[4], const uint32_t (&a)[4], 
 }
 
 // BT tokens per CTA (the tile map's height), MT 16-row weight groups per warp, P 64-column chunks per
-// pipeline stage (and the register path's prefetch distance), STAGES pipeline stages, weight path W.
+// pipeline stage, STAGES pipeline stages (activations and codes).
 template <int BT_, int MT_, int WARPS_, int P_, int STAGES_, int MIN_BLOCKS>
 struct Cfg {
   static constexpr int BT = BT_, MT = MT_, WARPS = WARPS_, P = P_, STAGES = STAGES_, kMinBlocks = MIN_BLOCKS;

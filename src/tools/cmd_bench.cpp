@@ -38,6 +38,7 @@
 
 #include <omp.h>
 
+#include "backend/cuda/executor/dense_linears.h"
 #include "core/error.h"
 #include "io/json.h"
 #include "io/output_file.h"
@@ -84,7 +85,7 @@ struct BenchArgs {
   int64_t template_experts = 8;     // --family: distinct experts written per bank
   std::string scratch;              // --family: where the checkpoint is written (empty: the temp folder)
   std::string recipe = "default";   // --family gguf: the GGML type recipe (gguf_recipe.h)
-  std::string dense_linears = "packed";  // --family: packed (the scheme's GEMM form) or bf16 (dequantised)
+  std::string dense_linears = "auto";  // --family: the dense linears' form (cuda::DenseLinears)
 };
 
 [[noreturn]] void bad_flag(const char* flag, const std::string& why) { throw Error(Where{"", "", flag}, why); }
@@ -407,7 +408,7 @@ Measured measure_executor(const BenchArgs& a, const K3Config& config, SampleChec
   options.max_sequences = *std::max_element(batches.begin(), batches.end());
   options.max_context = (a.context + kWarmupSteps + a.steps + kProfiledSteps + 63) / 64 * 64;
   options.graphs = !a.no_graphs;
-  options.packed_dense_linears = a.dense_linears == "packed";
+  options.dense_linears = cuda::dense_linears_named(a.dense_linears, "--dense-linears");
   options.expert_cache_bytes = a.expert_cache.empty() ? 0 : parse_expert_cache(a.expert_cache);
   options.experts_on_cpu = experts_on_cpu;
   options.mla_decode = a.mla_decode == "mma"     ? cuda::MlaDecodeKernel::kMma
@@ -565,7 +566,7 @@ int run_bench(const BenchArgs& a) {
   ParamBytes weighs = generated_bytes;
   std::map<std::string, double> stored;
   if (a.family.empty() && a.recipe != "default") bad_flag("--recipe", "is for --family gguf");
-  if (a.family.empty() && a.dense_linears != "packed") bad_flag("--dense-linears", "is for --family (generated weights are bf16)");
+  if (a.family.empty() && a.dense_linears != "auto") bad_flag("--dense-linears", "is for --family (generated weights are bf16)");
   if (!a.family.empty()) {
     const FamilyId family = parse_family(a.family);
     if (family == FamilyId::GgufExpertPack) {
@@ -658,8 +659,9 @@ Registered add_bench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--scratch", args->scratch, "--family: the folder the checkpoint is written under (default: the temp folder)");
   cmd->add_option("--dense-linears", args->dense_linears,
-                  "--family: dense linears in their scheme's packed GEMM form (packed) or dequantised to bf16 (bf16), to compare them")
-      ->check(CLI::IsMember({"packed", "bf16"}))
+                  "--family: dense linears in each scheme's measured choice (auto), in every packed form the "
+                  "schemes have (packed) or dequantised to bf16 (bf16), to compare them")
+      ->check(CLI::IsMember(cuda::dense_linears_names()))
       ->capture_default_str();
   return {cmd, [args] { return run_bench(*args); }};
 }

@@ -9,6 +9,7 @@
 #include <limits>
 #include <string_view>
 
+#include "backend/cuda/executor/dense_linears.h"
 #include "core/error.h"
 #include "model/known_configs.h"
 #include "quant/families/family.h"
@@ -90,6 +91,12 @@ void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input) {
                   "coldest in --expert-placement's recorded routing, else the last ones), the GPU holds the rest "
                   "(decode CUDA graphs off)")
       ->check(integer_in(1, 1 << 20));
+  args.dense_linears_option =
+      cmd->add_option("--dense-linears", args.dense_linears,
+                      "CUDA dense linears (attention projections, dense and shared MLPs, lm_head): auto (each "
+                      "scheme's measured choice), packed (every packed form: the least memory) or bf16 (dequantised)")
+          ->check(CLI::IsMember(cuda::dense_linears_names()))
+          ->capture_default_str();
 }
 
 namespace {
@@ -285,6 +292,7 @@ cuda::CudaOptions cuda_options(const ModelArgs& args, const K3Config& config, co
   cuda.max_context = options.max_context;
   cuda.expert_cache_bytes = expert_cache;
   cuda.experts_on_cpu = args.experts_on_cpu;
+  cuda.dense_linears = cuda::dense_linears_named(args.dense_linears, "--dense-linears");
   if (args.experts_on_cpu > 0 && !args.expert_placement.empty()) {
     cuda.cpu_expert_histogram = &placement_histogram(args.expert_placement, config.moe ? config.moe->num_experts : 0);
   }
@@ -365,6 +373,9 @@ EngineOptions engine_options(const ModelArgs& args, const K3Config& config) {
   }
   if (args.gpu_memory_option && args.gpu_memory_option->count() > 0 && device < 0) {
     throw Error(Where{"", "", "--gpu-memory"}, "sizes the CUDA memory arena: it needs --device cuda");
+  }
+  if (args.dense_linears_option && args.dense_linears_option->count() > 0 && device < 0) {
+    throw Error(Where{"", "", "--dense-linears"}, "chooses the CUDA dense linears' form: it needs --device cuda");
   }
   if (args.serving) {
     options.max_sequences = args.max_sequences;

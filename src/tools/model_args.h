@@ -48,6 +48,8 @@ struct ModelArgs {
   std::optional<int64_t> max_context;
   std::string expert_cache;           // --expert-cache SIZE: CUDA expert streaming (empty: off)
   int64_t experts_on_cpu = 0;         // --experts-on-cpu N: CUDA hybrid experts (0: off)
+  std::string dense_linears = "auto";  // --dense-linears auto|packed|bf16: CUDA dense linears' form
+  CLI::Option* dense_linears_option = nullptr;
   CLI::Option* gpu_memory_option = nullptr;
   CLI::Option* max_sequences_option = nullptr;
   // k3 serve: --max-sequences sizes the CPU engine's state slots too (else it is CUDA-only), and

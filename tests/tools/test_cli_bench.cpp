@@ -119,6 +119,7 @@ TEST(CliBench, FamilyFlagsNameTheFlag) {
   expect_flag_error(run_k3(kBench + "--family bf16 --template-experts 257"), "--template-experts");
   expect_usage_error(run_k3(kBench + "--family bf16 --template-experts 0"), "--template-experts");
   expect_flag_error(run_k3(kBench + "--dense-linears bf16"), "--dense-linears");
+  expect_flag_error(run_k3(kBench + "--dense-linears packed"), "--dense-linears");
   expect_usage_error(run_k3(kBench + "--family gguf --dense-linears fp16"), "--dense-linears");
 }
 

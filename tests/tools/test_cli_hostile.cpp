@@ -196,6 +196,12 @@ TEST_F(HostileCli, CudaSizingFlagsNeedACudaDevice) {
   const test::CliResult hybrid = test::run_k3(gen + "--experts-on-cpu 2");
   EXPECT_EQ(hybrid.code, 1);
   EXPECT_EQ(hybrid.err, "k3 generate: error: field '--experts-on-cpu': divides the experts between the CPU and a GPU: it needs --device cuda\n");
+  const test::CliResult dense = test::run_k3(gen + "--dense-linears packed");
+  EXPECT_EQ(dense.code, 1);
+  EXPECT_EQ(dense.err, "k3 generate: error: field '--dense-linears': chooses the CUDA dense linears' form: it needs --device cuda\n");
+  const test::CliResult bad = test::run_k3(gen + "--dense-linears fp4");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.err.rfind("k3: usage error: --dense-linears: ", 0), 0u) << bad.err;
 }
 
 TEST_F(HostileCli, TokenizeFileMustBeARegularFile) {

@@ -26,6 +26,7 @@ CudaOptions rank_options(int64_t experts_on_cpu = 0, const RoutingHistogram* his
   o.memory = "2G";
   o.max_sequences = 8;
   o.max_context = 1024;  // the trained model's eval prompts run to ~560 tokens
+  o.dense_linears = DenseLinears::kPacked;  // the banked linears of every rank too
   return o;
 }
 

@@ -66,6 +66,7 @@ EngineOptions cuda_options(bool graphs = true, bool w4a4 = false, int64_t max_co
   o.max_context = max_context;
   o.graphs = graphs;
   o.packed_int_experts = true;  // the default, stated: the test asserts the banks are packed
+  o.dense_linears = DenseLinears::kPacked;  // every packed form, the banks of one expert too
   EngineOptions e;
   e.executor = [o](const K3Config& c, const LoadPlan& p, PlanFiles& f) { return make_cuda_executor(o, c, p, f); };
   return e;

@@ -25,6 +25,7 @@ EngineOptions on_ranks(ParallelLayout layout) {
   o.memory = "2G";
   o.max_sequences = 8;
   o.max_context = 1024;  // the trained model's eval prompts run to ~560 tokens
+  o.dense_linears = DenseLinears::kPacked;  // the head shares of banked linears too
   EngineOptions e;
   e.max_context = 1024;
   e.executor = [layout, o](const K3Config& c, const LoadPlan& p, PlanFiles& f) -> std::unique_ptr<Executor> {

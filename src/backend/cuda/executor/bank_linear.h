@@ -25,6 +25,12 @@ namespace k3::cuda {
 std::optional<int64_t> dense_bank_layout(const LoadPlan& plan, PlanFiles& files, size_t i, IndexRange rows,
                                          bool packed_int);
 
+// Whether the form `mode` takes the bank form for a dense linear of format f where dense_bank_layout
+// allows it: kPacked always, kAuto where the format's entry chose it (dense_bank_by_default).
+inline bool banks_dense_linears(const CudaFormat& f, DenseLinears mode) {
+  return mode == DenseLinears::kPacked || (mode == DenseLinears::kAuto && f.dense_bank_by_default);
+}
+
 // Sets w (n and k set) to the bank form of rows `rows` of parameter i in `layout` (dense_bank_layout's).
 void upload_bank_linear(UploadContext& up, size_t i, const std::string& name, IndexRange rows, int64_t layout,
                         DeviceLinear& w);

@@ -4,7 +4,7 @@
 // defined in the scheme's folder (src/quant/formats/<format>/cuda/); cuda_format() looks one up.
 //   - linear: a dense linear kept in a GEMM form of its own (DeviceLinearForm); or, with
 //     dense_as_bank, kept as a routed-expert bank of one expert (bank_linear.h) where its layout
-//     allows; neither: the uploader dequantises it to bf16.
+//     allows (by default only with dense_bank_by_default); neither: the uploader dequantises it to bf16.
 //   - absorbed_kv_b: an MLA kv_b kept packed for the absorbed decode's two products
 //     (DeviceAbsorbedKvB); null: the uploader splits it into bf16 W_UK / W_UV.
 //   - routed-expert banks kept packed for the format's grouped GEMM: expert_layout says whether a
@@ -155,6 +155,9 @@ struct CudaFormat {
   // A dense linear without a `linear` form becomes a bank of one expert (expert_layout with E = 1,
   // upload_experts) run by the bank's grouped GEMM (bank_linear.h).
   bool dense_as_bank = false;
+  // ... and does so under DenseLinears::kAuto: where the Kimi-K3 family bench measured the bank form
+  // at least as fast as bf16 at decode and prefill (docs/performance.md "Dense linears").
+  bool dense_bank_by_default = false;
 };
 
 #define K3_CUDA_FORMAT_DECLARE(Kind, name) extern const CudaFormat cuda_format_##name;

@@ -728,7 +728,7 @@ std::unique_ptr<Executor> make_cuda_executor(const CudaOptions& options, const K
   return std::make_unique<CudaExecutor>(
       options, local,
       [&](Arena& arena, ExpertBankSink* sink) {
-        const UploadOptions packing{options.packed_int_experts, options.w4a4, options.packed_dense_linears};
+        const UploadOptions packing{options.packed_int_experts, options.w4a4, options.dense_linears};
         return upload_weights(arena, local, plan, files, packing, sink, heads);
       },
       std::move(share));

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/cuda/attention/mla/mla.h"
+#include "backend/cuda/executor/dense_linears.h"
 #include "backend/cuda/executor/op_classes.h"
 #include "backend/executor.h"
 #include "parallel/communicator.h"
@@ -35,10 +36,8 @@ struct CudaOptions {
   // dequantised to bf16 (false: 4× the expert bytes, the bf16 kernels). The other packing formats'
   // experts are always packed.
   bool packed_int_experts = true;
-  // Dense linears in their scheme's GEMM form where it has one (FP8 through cuBLASLt; GGUF, NVFP4,
-  // MXFP4 and ModelSlim W4A8 as a bank of one expert on their expert kernels, bank_linear.h); false:
-  // every dense linear dequantised to bf16 (the A/B of those forms).
-  bool packed_dense_linears = true;
+  // The dense linears' form (dense_linears.h): auto takes each scheme's measured choice.
+  DenseLinears dense_linears = DenseLinears::kAuto;
   // Expert streaming (docs/cuda-backend.md "Expert streaming"): 0 = off (every routed expert resident), else
   // the device bytes of an LRU expert cache; the routed experts stay in pinned host memory and are
   // copied in as the router picks them. Forces decode CUDA graphs off (each MoE layer reads its picks

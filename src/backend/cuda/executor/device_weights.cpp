@@ -34,7 +34,7 @@ class Uploader final : public WeightFiller {
     const IndexRange held = head_share(i, rows).value_or(IndexRange{0, rows});
     w.n = held.count;
     const CudaFormat& f = cuda_format(plan_.bindings[i].scheme.kind);
-    if (!options_.packed_linears || !packed_linear(f, i, name, held, w)) {
+    if (options_.dense_linears == DenseLinears::kBf16 || !packed_linear(f, i, name, held, w)) {
       w.kind = DeviceLinear::Kind::kBf16;
       w.bf16 = param_bf16(i, name, held);
     }
@@ -137,6 +137,7 @@ class Uploader final : public WeightFiller {
   // one expert (bank_linear.h); false: none (bf16).
   bool packed_linear(const CudaFormat& f, size_t i, const std::string& name, IndexRange held, DeviceLinear& w) {
     if (f.linear != nullptr) return f.linear(up_, i, name, held, w);
+    if (!banks_dense_linears(f, options_.dense_linears)) return false;
     const std::optional<int64_t> layout = dense_bank_layout(plan_, files_, i, held, options_.packed_int);
     if (!layout) return false;
     upload_bank_linear(up_, i, name, held, *layout, w);

@@ -19,6 +19,7 @@
 
 #include "backend/cuda/core/arena.h"
 #include "backend/cuda/core/tensor.h"
+#include "backend/cuda/executor/dense_linears.h"
 #include "model/config.h"
 #include "model/routing_skew.h"
 #include "model/weight_tree.h"
@@ -147,7 +148,7 @@ DeviceWeights build_weights(WeightFiller& filler, const K3Config& config, Arena*
 struct UploadOptions {
   bool packed_int = true;      // formats with CudaFormat::needs_packed_int packed (CudaOptions::packed_int_experts)
   bool w4a4 = false;           // banks with an activation contract take their input_scale (CudaOptions::w4a4)
-  bool packed_linears = true;  // dense linears in their format's GEMM form (CudaOptions::packed_dense_linears)
+  DenseLinears dense_linears = DenseLinears::kAuto;  // CudaOptions::dense_linears
 };
 // Attention tensor parallelism: rank `rank` of `ranks` holds split_range of the KDA and MLA heads
 // (`kda_heads`, `mla_heads`: the whole model's). The parameters parallel/sharding.h divides by head

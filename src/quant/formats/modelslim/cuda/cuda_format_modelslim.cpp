@@ -92,8 +92,11 @@ std::shared_ptr<const DeviceExpertBank> upload_w4a8(UploadContext& up, const Exp
 
 }  // namespace
 
-const CudaFormat cuda_format_w4a8{
-    .needs_packed_int = true, .expert_layout = w4a8_layout, .upload_experts = upload_w4a8, .dense_as_bank = true};
+const CudaFormat cuda_format_w4a8{.needs_packed_int = true,
+                                  .expert_layout = w4a8_layout,
+                                  .upload_experts = upload_w4a8,
+                                  .dense_as_bank = true,
+                                  .dense_bank_by_default = true};
 const CudaFormat cuda_format_w8a8{};
 
 }  // namespace k3::cuda

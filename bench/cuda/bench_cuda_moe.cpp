@@ -13,6 +13,7 @@
 
 #include "backend/cuda/core/check.h"
 #include "backend/cuda/core/upload.h"
+#include "backend/cuda/gemm/gemm.h"
 #include "backend/cuda/moe/moe.h"
 #include "backend/cuda/moe/moe_tiles.h"
 #include "backend/cuda/moe/moe_w4.h"
@@ -333,6 +334,46 @@ constexpr MoeTile kW4a8Tiles[] = {MoeTile::kAuto, MoeTile::kM16, MoeTile::kM64};
 
 // ---- MoE, 4-bit experts ----------------------------------------------------------------------------
 
+namespace {
+
+// A dense linear as a bank of one expert (executor/bank_linear.cpp), N = 4096, K = 7168: the automatic
+// kernel with the workspace moe_w4_workspace_bytes asks for (the split-K decode kernel), the tile
+// kernel kM16 (the choice without one), and the bf16 small-M GEMM over bf16 weights of the shape.
+void bench_w4_dense(Arena& arena, Stream& stream, const RandomPool& bf16_pool) {
+  const int64_t N = 4096, K = 7168;
+  const size_t mark = arena.mark();
+  std::printf("\n4-bit dense linear as one expert, N %lld K %lld (us; f32 output)\n", static_cast<long long>(N),
+              static_cast<long long>(K));
+  const DeviceTensor wb = arena.alloc_tensor(DType::kBF16, N, K, "dense bf16 weight");
+  bf16_pool.fill(wb.data, static_cast<size_t>(N * K * 2), 71);
+  for (W4Format f : {W4Format::kNvfp4, W4Format::kMxfp4}) {
+    const MoeW4Bank w = moe_w4_alloc(arena, f, 1, N, K, 1, "dense w4");
+    bf16_pool.fill(w.codes, w.code_bytes(), 72);
+    K3_CUDA_CHECK(cudaMemset(w.scales, f == W4Format::kNvfp4 ? 9 << 3 : 127, w.scale_bytes()));
+    const float one = 1.0f;
+    moe_w4_upload_out_scale(w, &one);
+    for (int64_t T : {1, 8}) {
+      const DeviceTensor x = arena.alloc_tensor(DType::kBF16, T, K, "dense x");
+      bf16_pool.fill(x.data, static_cast<size_t>(T * K * 2), 73);
+      const DeviceTensor y = arena.alloc_tensor(DType::kF32, T, N, "dense y");
+      const MoeDispatch d = moe_dispatch_view(arena.alloc(moe_dispatch_bytes(T, 1, 1), "dense dispatch"), T, 1, 1);
+      moe_one_expert_dispatch(d, stream);
+      const size_t bytes = moe_w4_workspace_bytes(w, d);
+      const W4Workspace ws{bytes > 0 ? static_cast<float*>(arena.alloc(bytes, "dense workspace")) : nullptr, bytes};
+      const std::string chosen = w4_kernel_name(moe_w4_kernel_for(MoeTile::kAuto, f, T, 1, K));
+      const std::vector<double> ms = time_interleaved(
+          stream, {{"split", [&](int) { moe_grouped_gemm_w4(x, w, d, y, stream, ws); }},
+                   {"m16", [&](int) { moe_grouped_gemm_w4(x, w, d, y, stream, W4Kernel::kM16); }},
+                   {"bf16", [&](int) { gemv_bf16(x, wb, y, stream); }}});
+      std::printf("%-6s T %2lld | auto=%s, %zu KB workspace %8.1f | m16 %8.1f | bf16 gemv %8.1f\n", w4_format_name(f),
+                  static_cast<long long>(T), chosen.c_str(), bytes >> 10, ms[0] * 1e3, ms[1] * 1e3, ms[2] * 1e3);
+    }
+  }
+  arena.reset(mark);
+}
+
+}  // namespace
+
 void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool, bool quick) {
   const int64_t E = MoeLayer::E, H = MoeLayer::H, I = MoeLayer::I;
   print_moe_layer_header("4-bit experts (W4A16)", "packed codes + block scales (bf16 weights for bf16)");
@@ -438,6 +479,7 @@ void bench_moe_w4(Arena& arena, Stream& stream, const RandomPool& bf16_pool, boo
     return vs;
   });
   arena.reset(mark);
+  bench_w4_dense(arena, stream, bf16_pool);
 }
 
 // ---- MoE, ModelSlim W4A8 experts ----------------------------------------------------------------------

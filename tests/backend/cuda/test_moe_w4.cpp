@@ -11,7 +11,8 @@
 // On the GPU: every kernel (kDecode / kDecode3 / kDecode8 and the kM16 tile kernel of the decode
 // class, kM64 / kM128 / kWgmma prefill class, kAuto, and the tile classes' choice) against a float64 GEMM over the exactly
 // dequantised weights and the same bf16 activations, times the per-expert output scale of the
-// column's part; the decode kernel also on 1…16 rows per expert at both Kimi-K3 GEMM shapes. The
+// column's part; the decode kernel also on 1…16 rows per expert at both Kimi-K3 GEMM shapes, and in
+// its split-K form (one expert at K = 7168 and 12288; forced split counts against whole K). The
 // operands are exact, each product is exact in fp32, so the error is fp32 accumulation (≤ 2e-5·S,
 // S = |scale|·Σ_k |x_k·w_k|, as the bf16 grouped GEMM's test) plus, for bf16 output, the final
 // rounding (2^-8·|ref|).
@@ -212,17 +213,55 @@ TEST(MoeW4Repack, KernelChoiceFollowsRowsPerExpert) {
   for (W4Format f : kFormats) {
     // The decode class runs the 8-row decode kernel while experts average ≤ 2 rows, the 16-row one
     // above that, at the Kimi-K3 widths (both GEMMs), its 3-stage form where 5 stages do not fit K,
-    // and the tile kernel past that (sm_90: 227 KB per block).
+    // the split-K form of the one the rows pick past that, and the tile kernel where even 16 splits
+    // do not fit (sm_90: 227 KB per block).
     EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 16, 896, 3584), W4Kernel::kDecode8);
     EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 64 * 16, 896, 3072), W4Kernel::kDecode8);
     EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 512 * 16, 896, 3584), W4Kernel::kDecode);
     EXPECT_EQ(moe_w4_kernel_for(MoeTile::kM16, f, 3 * 896, 896, 4608), W4Kernel::kDecode3);
-    EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 16, 896, 8192), W4Kernel::kM16);
+    EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 16, 896, 8192), W4Kernel::kDecode8);
+    EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 1, 1, 7168), W4Kernel::kDecode8);  // a dense linear, T = 1
+    EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 8, 1, 33792), W4Kernel::kDecode);  // T = 8
+    EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 1, 1, 131072), W4Kernel::kM16);
     // The tall prefill class runs the warpgroup-MMA kernel.
     EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 4096 * 16, 896, 3584), W4Kernel::kWgmma);
     EXPECT_EQ(moe_w4_kernel_for(MoeTile::kAuto, f, 2048 * 16, 896, 3584), W4Kernel::kM64);
     EXPECT_EQ(moe_w4_kernel_for(MoeTile::kM64, f, 16, 896, 3584), W4Kernel::kM64);
   }
+}
+
+// The decode kernels' split-K count (sm_90: 227 KB per block, 132 SMs).
+TEST(MoeW4Repack, DecodeSplitsFollowKAndUnits) {
+  for (W4Format f : kFormats) {
+    SCOPED_TRACE(w4_format_name(f));
+    // Whole K where it fits and the units fill the SMs: the Kimi-K3 expert GEMMs at T = 1.
+    EXPECT_EQ(moe_w4_decode_splits(f, 3584, 17 * 96, 132, W4Kernel::kDecode8), 1);
+    EXPECT_EQ(moe_w4_decode_splits(f, 3072, 17 * 56, 132, W4Kernel::kDecode8), 1);
+    EXPECT_EQ(moe_w4_decode_splits(f, 4608, 1000, 132, W4Kernel::kDecode3), 1);
+    // One expert of N = 4096 (64 units) at T = 1: the fewest splits that fit K and give each SM at
+    // most half a whole-K unit (K/64 = 112, 192, 528 chunks).
+    EXPECT_EQ(moe_w4_decode_splits(f, 7168, 64, 132, W4Kernel::kDecode8), 2);
+    EXPECT_EQ(moe_w4_decode_splits(f, 12288, 64, 132, W4Kernel::kDecode8), 4);
+    EXPECT_EQ(moe_w4_decode_splits(f, 33792, 64, 132, W4Kernel::kDecode8), 8);
+    EXPECT_EQ(moe_w4_decode_splits(f, 7168, 64, 132, W4Kernel::kDecode), 2);
+    EXPECT_EQ(moe_w4_decode_splits(f, 12288, 64, 132, W4Kernel::kDecode), 4);
+    EXPECT_EQ(moe_w4_decode_splits(f, 33792, 64, 132, W4Kernel::kDecode), 10);
+    // K fits but 64 units leave half the SMs idle: two splits.
+    EXPECT_EQ(moe_w4_decode_splits(f, 2048, 64, 132, W4Kernel::kDecode8), 2);
+    // Many units (N = 163840) with K past shared memory: the fewest splits that fit.
+    EXPECT_EQ(moe_w4_decode_splits(f, 7168, 2560, 132, W4Kernel::kDecode8), 2);
+    // Few units (N = 512): up to 16 splits, never more than K/64.
+    EXPECT_EQ(moe_w4_decode_splits(f, 7168, 8, 132, W4Kernel::kDecode8), 16);
+    EXPECT_EQ(moe_w4_decode_splits(f, 256, 1, 132, W4Kernel::kDecode8), 4);
+    // No split fits: 0.
+    EXPECT_EQ(moe_w4_decode_splits(f, 131072, 64, 132, W4Kernel::kDecode8), 0);
+  }
+  // Chunks per split: the last split shorter where they do not divide K/64.
+  EXPECT_EQ(moe_w4_split_chunks(7168, 2), 56);
+  EXPECT_EQ(moe_w4_split_chunks(1024, 3), 6);   // 6, 6, 4
+  EXPECT_EQ(moe_w4_split_chunks(1024, 7), 3);   // 3, 3, 3, 3, 3, 1: six splits run
+  EXPECT_EQ(moe_w4_split_chunks(1024, 1), 16);
+  EXPECT_EQ(moe_w4_split_workspace_bytes(3, 16, 4096), size_t{3 * 16 * 4096 * 4});
 }
 
 // ---- grouped GEMM on the GPU ---------------------------------------------------------------------
@@ -356,6 +395,154 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{0, 1, 4, 6144, 3584, 2, Routing::kCounts},        // K3 GEMM1 [w1|w3]: 16, 1, 15 rows, one empty
                       GemmCase{0, 1, 4, 3584, 3072, 1, Routing::kCounts}),       // K3 GEMM2: the same counts
     test::CaseIndexName());
+
+// ---- split-K decode on the GPU ---------------------------------------------------------------------
+
+// A bank with its exact dequantisation and per-part output scales.
+struct TestBank {
+  MoeW4Bank bank;
+  std::vector<float> w, out_scale;
+};
+TestBank make_bank(test::Rng& rng, W4Format f, int64_t E, int64_t N, int64_t K, int64_t parts) {
+  const Checkpoint ck = random_checkpoint(rng, f, E * N, K);
+  TestBank b{moe_w4_alloc(test::arena(), f, E, N, K, parts, "bank"), dequant(f, ck, E * N, K),
+             rng.uniform(static_cast<size_t>(E * parts), 0.25f, 2.0f)};
+  if (f == W4Format::kNvfp4) {
+    for (float& s : b.out_scale) s *= 1.0f / 2688.0f;
+  }
+  moe_w4_upload_rows(b.bank, 0, ck.codes.data(), ck.scales.data(), E * N);
+  moe_w4_upload_out_scale(b.bank, b.out_scale.data());
+  return b;
+}
+
+W4Workspace workspace(size_t bytes) {
+  return {bytes > 0 ? static_cast<float*>(test::arena().alloc(bytes, "w4 workspace")) : nullptr, bytes};
+}
+
+// Dense linears as a bank of one expert (K past the whole-K decode kernels' shared memory): the
+// automatic choice with the workspace moe_w4_workspace_bytes asks for splits K, and without one runs
+// the tile kernel; both against float64, with and without row weights.
+TEST(MoeW4SplitK, OneExpertMatchesFloat64) {
+  K3_REQUIRE_GPU();
+  test::ArenaScope scope;
+  test::Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  Arena& a = test::arena();
+  for (int64_t K : {7168, 12288}) {
+    for (int64_t N : {4096, 1040, 32}) {
+      for (W4Format f : kFormats) {
+        SCOPED_TRACE(std::string(w4_format_name(f)) + " N " + std::to_string(N) + " K " + std::to_string(K));
+        test::ArenaScope bank_scope;
+        const TestBank b = make_bank(rng, f, 1, N, K, 1);
+        for (int64_t T : {1, 3, 8, 16}) {
+          SCOPED_TRACE("T " + std::to_string(T));
+          test::ArenaScope step_scope;
+          const MoeDispatch d = moe_dispatch_view(a.alloc(moe_dispatch_bytes(T, 1, 1), "dispatch"), T, 1, 1);
+          moe_one_expert_dispatch(d, nullptr);
+          const std::vector<float> x = test::round_bf16(rng.normal(static_cast<size_t>(T * K)));
+          const DeviceTensor xs = upload_f32(a, x.data(), T, K, DType::kBF16, "xs");
+          const test::MoeReference ref = test::moe_reference(
+              {0, static_cast<int32_t>(T)}, N, K,
+              [&](int64_t r, int64_t i) { return static_cast<double>(x[static_cast<size_t>(r * K + i)]); }, b.w,
+              [&](int64_t, int64_t) { return static_cast<double>(b.out_scale[0]); });
+          const size_t bytes = moe_w4_workspace_bytes(b.bank, d);
+          EXPECT_GT(bytes, 0u);  // K fits no whole-K decode kernel: split
+          const W4Workspace ws = workspace(bytes);
+          for (DType out : {DType::kBF16, DType::kF32}) {
+            SCOPED_TRACE(std::string("out ") + dtype_name(out));
+            const DeviceTensor ys = a.alloc_tensor(out, T, N, "ys");
+            poison(ys);
+            moe_grouped_gemm_w4(xs, b.bank, d, ys, nullptr, ws);
+            const std::vector<float> got = download_f32(ys);
+            test::expect_within_reference(got, ref, N, out, 2e-5);
+            poison(ys);
+            moe_grouped_gemm_w4(xs, b.bank, d, ys, nullptr);  // no workspace: whole K (the tile kernel)
+            test::expect_within_reference(download_f32(ys), ref, N, out, 2e-5);
+            if (out == DType::kF32) {  // the row weights, applied after the splits' sum
+              const test::RowWeights rw = test::random_row_weights(rng, T);
+              poison(ys);
+              moe_grouped_gemm_w4(xs, b.bank, moe_weighted(d, rw.device), ys, nullptr, ws);
+              test::expect_row_weighted(download_f32(ys), got, rw, N);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Forced split counts at a small K (16 chunks): 3 splits of 6, 6, 4 chunks; 7 asked, 6 of 3 chunks
+// run (the last of one chunk, where seven of the eight K slices have none); 16 of one chunk — against
+// the same decode kernel over whole K and against float64, over a routing with empty experts and
+// skipped picks (rows no expert covers, which both leave alone), f32 and bf16, with row weights.
+TEST(MoeW4SplitK, ForcedSplitsMatchWholeK) {
+  K3_REQUIRE_GPU();
+  test::ArenaScope scope;
+  test::Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  Arena& a = test::arena();
+  const int64_t T = 6, k = 4, E = 16, N = 224, K = 1024, R = T * k;  // N % 64 = 32: half a decode unit
+  std::vector<int32_t> ids = make_ids(rng, T, k, E, Routing::kSubset);
+  ids[1] = ids[9] = -1;
+  const DeviceTensor dids = a.alloc_tensor(DType::kI32, T, k, "ids");
+  copy_bytes_to_device(dids.data, ids.data(), ids.size() * sizeof(int32_t));
+  const MoeDispatch d = moe_dispatch_view(a.alloc(moe_dispatch_bytes(T, k, E), "dispatch"), T, k, E);
+  moe_dispatch(dids, d, nullptr);
+  const std::vector<int32_t> off = download_i32(DeviceTensor(d.expert_offsets, DType::kI32, 1, E + 1));
+  const std::vector<int32_t> sorted = download_i32(DeviceTensor(d.sorted_token, DType::kI32, 1, R));
+  ASSERT_EQ(off.back(), R - 2);
+  const std::vector<float> x = test::round_bf16(rng.normal(static_cast<size_t>(T * K)));
+  const DeviceTensor xs = a.alloc_tensor(DType::kBF16, R, K, "xs");
+  moe_gather(upload_f32(a, x.data(), T, K, DType::kBF16, "x"), d, xs, nullptr);
+  const size_t covered = static_cast<size_t>(off.back() * N);
+  const test::RowWeights rw = test::random_row_weights(rng, R);
+  for (W4Format f : kFormats) {
+    SCOPED_TRACE(w4_format_name(f));
+    const TestBank b = make_bank(rng, f, E, N, K, 2);
+    const test::MoeReference ref = test::moe_reference(
+        off, N, K, [&](int64_t r, int64_t i) { return static_cast<double>(x[static_cast<size_t>(sorted[r] * K + i)]); },
+        b.w, [&](int64_t e, int64_t n) {
+          return static_cast<double>(b.out_scale[static_cast<size_t>(e * 2 + n / (N / 2))]);
+        });
+    for (W4Kernel kernel : {W4Kernel::kDecode, W4Kernel::kDecode3, W4Kernel::kDecode8}) {
+      for (int splits : {3, 7, 16}) {
+        const W4Workspace ws = workspace(moe_w4_split_workspace_bytes(splits, R, N));
+        for (DType out : {DType::kBF16, DType::kF32}) {
+          for (bool weighted : {false, true}) {
+            SCOPED_TRACE(std::string("kernel ") + w4_kernel_name(kernel) + ", splits " + std::to_string(splits) +
+                         ", out " + dtype_name(out) + (weighted ? ", row weights" : ""));
+            const MoeDispatch dw = weighted ? moe_weighted(d, rw.device) : d;
+            const DeviceTensor ys = a.alloc_tensor(out, R, N, "ys");
+            poison(ys);
+            moe_grouped_gemm_w4(xs, b.bank, dw, ys, nullptr, kernel, W4Workspace{}, 1);
+            const std::vector<float> whole = download_f32(ys);
+            poison(ys);
+            moe_grouped_gemm_w4(xs, b.bank, dw, ys, nullptr, kernel, ws, splits);
+            const std::vector<float> split = download_f32(ys);
+            for (size_t i = covered; i < split.size(); ++i) {
+              ASSERT_TRUE(std::isnan(split[i])) << "uncovered element " << i;
+            }
+            if (!weighted) {
+              const std::vector<float> head(split.begin(), split.begin() + static_cast<std::ptrdiff_t>(covered));
+              test::expect_within_reference(head, ref, N, out, 2e-5);
+            }
+            // Against whole K: fp32 summation order only (bf16: the final rounding may differ by a step).
+            const double rel_out = out == DType::kBF16 ? 1.0 / 128 : 0.0;
+            int64_t bad = 0;
+            for (size_t i = 0; i < covered; ++i) {
+              const double wgt = weighted ? rw.host[i / static_cast<size_t>(N)] : 1.0;
+              const double tol = rel_out * std::fabs(whole[i]) + 2e-5 * wgt * ref.abs_sum[i] + 1e-30;
+              if (!(std::fabs(split[i] - whole[i]) <= tol) && ++bad <= 5) {
+                ADD_FAILURE() << "row " << i / N << " col " << i % N << ": " << split[i] << " split vs " << whole[i];
+              }
+            }
+            EXPECT_EQ(bad, 0);
+          }
+        }
+      }
+    }
+  }
+}
 
 }  // namespace
 }  // namespace k3::cuda

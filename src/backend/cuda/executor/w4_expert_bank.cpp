@@ -15,7 +15,11 @@ class W4ExpertBank final : public DeviceExpertBank {
       : DeviceExpertBank(scheme), bank_(bank), input_scale_(input_scale), quantize_(quantize) {}
 
   void gemm(StepContext& ctx, const ExpertInput& in, const MoeDispatch& d, const DeviceTensor& ys) const override {
-    moe_grouped_gemm_w4(input(ctx, in, d), bank_, d, ys, ctx.stream);
+    // Step scratch for the decode kernel's split-K partial sums where the shapes call for them.
+    const size_t ws_bytes = moe_w4_workspace_bytes(bank_, d);
+    float* part = ws_bytes > 0 ? static_cast<float*>(ctx.arena.alloc(ws_bytes, "w4 split-K partial sums")) : nullptr;
+    const W4Workspace ws{part, ws_bytes};
+    moe_grouped_gemm_w4(input(ctx, in, d), bank_, d, ys, ctx.stream, ws);
   }
 
   std::vector<BankArray> arrays(int64_t experts) const override {

@@ -2,7 +2,9 @@
 // (moe_w4_layout.h), bank allocation and upload, the kernel choice and the checks before a launch.
 #include "backend/cuda/moe/moe_w4.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -200,12 +202,49 @@ size_t decode_smem(W4Format f, int64_t k, W4Kernel kernel) {
   const w4::DecodeShape s = decode_shape(kernel);
   return w4::decode_smem_bytes(f, k, s.stages, s.xrows);
 }
+bool decode_fits(W4Format f, int64_t k, W4Kernel kernel, int64_t smem_limit) {
+  return k > 0 && k <= INT32_MAX / 2 && static_cast<int64_t>(decode_smem(f, k, kernel)) <= smem_limit;
+}
+bool is_decode(W4Kernel k) { return k == W4Kernel::kDecode || k == W4Kernel::kDecode3 || k == W4Kernel::kDecode8; }
+
+// The most split-K workspace the automatic choice asks a caller for; past it the decode kernel runs
+// whole K where that fits, else the choice falls back to kM16.
+constexpr size_t kMaxSplitWorkspace = size_t{32} << 20;
 
 }  // namespace
 
-bool moe_w4_decode_fits(W4Format f, int64_t k, W4Kernel kernel) {
-  return k > 0 && k <= INT32_MAX / 2 &&
-         static_cast<int64_t>(decode_smem(f, k, kernel)) <= max_block_smem();
+bool moe_w4_decode_fits(W4Format f, int64_t k, W4Kernel kernel) { return decode_fits(f, k, kernel, max_block_smem()); }
+
+int64_t moe_w4_split_chunks(int64_t k, int splits) {
+  const int64_t kc = k / w4::kChunk;
+  return splits <= 1 ? kc : (kc + splits - 1) / splits;
+}
+
+size_t moe_w4_split_workspace_bytes(int64_t splits, int64_t rows, int64_t n) {
+  return static_cast<size_t>(splits * rows * n) * sizeof(float);
+}
+
+int moe_w4_decode_splits(W4Format f, int64_t k, int64_t units, int sms, W4Kernel kernel) {
+  const int64_t smem = max_block_smem(), kc = k / w4::kChunk;
+  const bool whole = decode_fits(f, k, kernel, smem);
+  if (kc <= 0 || units <= 0 || sms <= 0 || (whole && units >= sms)) return whole ? 1 : 0;
+  // The busiest SM's work with s splits, in whole-K units: ceil(units·s / sms) / s (the grid gives
+  // each CTA a contiguous range of units, at most one more than another).
+  auto waves = [&](int64_t s) { return (units * s + sms - 1) / sms; };
+  auto runs = [&](int64_t s) {  // s ranges of moe_w4_split_chunks, none empty, and that fit
+    const int64_t cps = (kc + s - 1) / s;
+    return (kc + cps - 1) / cps == s && decode_fits(f, cps * w4::kChunk, kernel, smem);
+  };
+  const int64_t cap = std::min<int64_t>(kW4MaxSplits, kc);
+  int64_t best = 0;
+  for (int64_t s = 1; s <= cap; ++s) {
+    if (runs(s) && (best == 0 || waves(s) * best < waves(best) * s)) best = s;
+  }
+  if (best == 0) return 0;
+  for (int64_t s = 1; s <= best; ++s) {  // the fewest splits within 1/16 of the best
+    if (runs(s) && 16 * waves(s) * best <= 17 * waves(best) * s) return static_cast<int>(s);
+  }
+  return static_cast<int>(best);
 }
 
 W4Kernel moe_w4_kernel_for(MoeTile tile, W4Format f, int64_t rows, int64_t experts, int64_t k) {
@@ -222,20 +261,64 @@ W4Kernel moe_w4_kernel_for(MoeTile tile, W4Format f, int64_t rows, int64_t exper
   // (a second pass over their weights) stay rare. H200, Kimi-K3 layer (k3_bench_cuda --moe-w4 --quick,
   // 2026-11-29): NVFP4 3–6 % faster than kDecode at T = 1, 8, 64, MXFP4 within ±2 %; at T = 512 (9 rows
   // per expert) half kDecode's speed.
-  if (rows <= 2 * experts && moe_w4_decode_fits(f, k, W4Kernel::kDecode8)) return W4Kernel::kDecode8;
+  const W4Kernel pick = rows <= 2 * experts ? W4Kernel::kDecode8 : W4Kernel::kDecode;
+  if (pick == W4Kernel::kDecode8 && moe_w4_decode_fits(f, k, W4Kernel::kDecode8)) return W4Kernel::kDecode8;
   if (moe_w4_decode_fits(f, k, W4Kernel::kDecode)) return W4Kernel::kDecode;
   if (moe_w4_decode_fits(f, k, W4Kernel::kDecode3)) return W4Kernel::kDecode3;
+  // K past every decode kernel's shared memory: the split-K form while the most splits fit.
+  if (moe_w4_decode_fits(f, moe_w4_split_chunks(k, kW4MaxSplits) * w4::kChunk, pick)) return pick;
   return W4Kernel::kM16;
+}
+
+namespace {
+
+// The automatic split count of a decode kernel over (w, d) (moe_w4_decode_splits over the tile map's
+// bound), held to kMaxSplitWorkspace: 1 = whole K, 0 = no decode form fits.
+int decode_splits_for(const MoeW4Bank& w, const MoeDispatch& d, W4Kernel kernel) {
+  const int64_t units = moe_tile_map(d, MoeTile::kM16).bound * ((w.n + 63) / 64);
+  const int s = moe_w4_decode_splits(w.format, w.k, units, multiprocessor_count(), kernel);
+  if (s > 1 && moe_w4_split_workspace_bytes(s, d.rows(), w.n) > kMaxSplitWorkspace) {
+    return moe_w4_decode_fits(w.format, w.k, kernel) ? 1 : 0;
+  }
+  return s;
+}
+
+void run_gemm(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
+              cudaStream_t stream, W4Kernel kernel, bool fall_back, const W4Workspace& ws, int splits);
+
+}  // namespace
+
+size_t moe_w4_workspace_bytes(const MoeW4Bank& w, const MoeDispatch& d) {
+  const int64_t R = d.rows();
+  const W4Kernel kernel = moe_w4_kernel_for(MoeTile::kAuto, w.format, R, moe_choice_experts(d), w.k);
+  if (R == 0 || !is_decode(kernel)) return 0;
+  const int s = decode_splits_for(w, d, kernel);
+  return s > 1 ? moe_w4_split_workspace_bytes(s, R, w.n) : 0;
 }
 
 void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
                          cudaStream_t stream, MoeTile tile) {
-  moe_grouped_gemm_w4(xs, w, d, ys, stream, moe_w4_kernel_for(tile, w.format, d.rows(), moe_choice_experts(d), w.k));
+  run_gemm(xs, w, d, ys, stream, moe_w4_kernel_for(tile, w.format, d.rows(), moe_choice_experts(d), w.k), true, {}, 0);
 }
 
 void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
                          cudaStream_t stream) {
-  moe_grouped_gemm_w4(xs, w, d, ys, stream, W4Kernel::kAuto);
+  run_gemm(xs, w, d, ys, stream, W4Kernel::kAuto, true, {}, 0);
+}
+
+void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
+                         cudaStream_t stream, const W4Workspace& ws) {
+  run_gemm(xs, w, d, ys, stream, W4Kernel::kAuto, true, ws, 0);
+}
+
+void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
+                         cudaStream_t stream, W4Kernel kernel) {
+  run_gemm(xs, w, d, ys, stream, kernel, false, {}, 0);
+}
+
+void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
+                         cudaStream_t stream, W4Kernel kernel, const W4Workspace& ws, int splits) {
+  run_gemm(xs, w, d, ys, stream, kernel, false, ws, splits);
 }
 
 namespace {
@@ -280,19 +363,60 @@ void launch_wgmma(const DeviceTensor& xs, const MoeW4Bank& w, const w4::GemmArgs
   }
 }
 
-}  // namespace
+// The decode kernel's split of K: `splits` > 0 forced, else the automatic count where the workspace
+// holds it (else whole K). 0 splits: no form fits.
+w4::DecodeSplit decode_split(const MoeW4Bank& w, const MoeDispatch& d, W4Kernel kernel, const W4Workspace& ws,
+                             int splits) {
+  const int64_t R = d.rows(), K = w.k;
+  int s = splits > 0 ? splits : decode_splits_for(w, d, kernel);
+  if (splits <= 0 && s > 1 && (ws.data == nullptr || ws.bytes < moe_w4_split_workspace_bytes(s, R, w.n))) {
+    s = moe_w4_decode_fits(w.format, K, kernel) ? 1 : 0;
+  }
+  w4::DecodeSplit sp;
+  if (s <= 0) {
+    sp.splits = 0;
+    return sp;
+  }
+  const int64_t cps = moe_w4_split_chunks(K, s);
+  sp.chunks = static_cast<int>(cps);
+  sp.splits = static_cast<int>((K / w4::kChunk + cps - 1) / cps);
+  sp.rows = R;
+  if (sp.splits > 1) {
+    const size_t need = moe_w4_split_workspace_bytes(sp.splits, R, w.n);
+    if (ws.data == nullptr || ws.bytes < need || reinterpret_cast<uintptr_t>(ws.data) % 16 != 0) {
+      throw Error("moe_grouped_gemm_w4: " + std::to_string(sp.splits) +
+                  " K splits need a 16-byte aligned workspace of " + std::to_string(need) + " bytes, got " +
+                  std::to_string(ws.bytes));
+    }
+    sp.part = ws.data;
+  }
+  return sp;
+}
 
-void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
-                         cudaStream_t stream, W4Kernel kernel) {
+void run_gemm(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
+              cudaStream_t stream, W4Kernel kernel, bool fall_back, const W4Workspace& ws, int splits) {
   check_operands(xs, w, d, ys);
   const int64_t R = d.rows(), K = w.k;
-  if (kernel == W4Kernel::kAuto) kernel = moe_w4_kernel_for(MoeTile::kAuto, w.format, R, moe_choice_experts(d), K);
-  const bool decode = kernel == W4Kernel::kDecode || kernel == W4Kernel::kDecode3 || kernel == W4Kernel::kDecode8;
-  if (decode && !moe_w4_decode_fits(w.format, K, kernel)) {
-    throw Error(std::string("moe_grouped_gemm_w4: the ") + w4_kernel_name(kernel) + " kernel needs " +
-                std::to_string(decode_smem(w.format, K, kernel)) +
-                " bytes of shared memory for K " + std::to_string(K) + ", more than the device's " +
-                std::to_string(max_block_smem()));
+  if (kernel == W4Kernel::kAuto) {
+    kernel = moe_w4_kernel_for(MoeTile::kAuto, w.format, R, moe_choice_experts(d), K);
+    fall_back = true;
+  }
+  bool decode = is_decode(kernel);
+  w4::DecodeSplit sp;
+  if (decode) {
+    sp = decode_split(w, d, kernel, ws, splits);
+    if (sp.splits == 0 && fall_back) {  // K fits no decode form this call can run
+      kernel = W4Kernel::kM16;
+      decode = false;
+    } else {
+      const int64_t k_smem = sp.splits == 0 ? K : static_cast<int64_t>(sp.chunks) * w4::kChunk;
+      if (!moe_w4_decode_fits(w.format, k_smem, kernel)) {
+        throw Error(std::string("moe_grouped_gemm_w4: the ") + w4_kernel_name(kernel) + " kernel needs " +
+                    std::to_string(decode_smem(w.format, k_smem, kernel)) + " bytes of shared memory for K " +
+                    std::to_string(k_smem) + (k_smem != K ? " of " + std::to_string(K) : std::string()) +
+                    ", more than the device's " + std::to_string(max_block_smem()));
+      }
+    }
   }
   const MoeTile tile = kernel == W4Kernel::kM64     ? MoeTile::kM64
                        : kernel == W4Kernel::kWgmma ? MoeTile::kM128
@@ -303,10 +427,11 @@ void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDi
   const bool f32 = ys.dtype == DType::kF32;
   if (decode) {
     if (w.format == W4Format::kNvfp4) {
-      w4::launch_decode<W4Format::kNvfp4>(decode_shape(kernel), f32, a, map, stream);
+      w4::launch_decode<W4Format::kNvfp4>(decode_shape(kernel), f32, a, sp, map, stream);
     } else {
-      w4::launch_decode<W4Format::kMxfp4>(decode_shape(kernel), f32, a, map, stream);
+      w4::launch_decode<W4Format::kMxfp4>(decode_shape(kernel), f32, a, sp, map, stream);
     }
+    if (sp.splits > 1) w4::launch_split_sum(f32, a, sp, static_cast<int>(d.experts), stream);
   } else if (kernel == W4Kernel::kWgmma) {
     launch_wgmma(xs, w, a, map, f32, stream);
   } else if (w.format == W4Format::kNvfp4) {
@@ -316,4 +441,5 @@ void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDi
   }
 }
 
+}  // namespace
 }  // namespace k3::cuda

@@ -23,9 +23,13 @@
 //          K split over 8 warp pairs. Needs 16·K·2 + ~110 KB of shared memory (K ≤ 3840; kDecode3,
 //          the same with 3 stages, K ≤ 4992);
 //   kDecode8 the same with 8 activation rows in shared memory and 8-stage rings (a tile of 9–16
-//          rows takes two passes over its weights; K ≤ 4224): chosen while experts average ≤ 2 rows;
+//          rows takes two passes over its weights; K ≤ 4224): chosen while experts average ≤ 2 rows.
+//          Either decode kernel splits K into up to 16 ranges (units of (tile, split, 64 rows), the
+//          partial sums through a caller's workspace) where K does not fit or the units do not fill
+//          the SMs;
 //   kM16   the tile kernel of the decode class (moe_w4_gemm.cuh): ≤ 16 rows of one expert per CTA,
-//          128 weight rows per CTA, weights prefetched into registers — the fallback for larger K;
+//          128 weight rows per CTA, weights prefetched into registers — the fallback for larger K
+//          without a workspace;
 //   kM64   prefill class on mma.sync: 64 rows of one expert per CTA, same dequantisation, tensor
 //          cores busy (n8 fragments past the expert's rows are skipped); 17–48 rows per expert;
 //   kWgmma the prefill class on Hopper warpgroup MMA (moe_w4_wgmma.cuh): persistent warp-specialised
@@ -88,5 +92,21 @@ void moe_w4_upload_out_scale(const MoeW4Bank& bank, const float* host);
 // shapes (moe_w4_tuning.h: moe_w4_kernel_for over the dispatch's choice E).
 void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
                          cudaStream_t stream);
+
+// Device scratch for the decode kernel's split-K form (moe_w4_tuning.h): the splits' fp32 partial
+// sums. 16-byte aligned; contents undefined before and after the call.
+struct W4Workspace {
+  float* data = nullptr;
+  size_t bytes = 0;
+};
+// The workspace moe_grouped_gemm_w4(…, ws) wants for (w, d): 0 where the chosen kernel runs whole K,
+// else the bytes of its split-K partial sums — host-known shapes only (R, N, K, E, the device's SMs).
+size_t moe_w4_workspace_bytes(const MoeW4Bank& w, const MoeDispatch& d);
+// moe_grouped_gemm_w4 with a workspace: where the decode kernel's units do not fill the SMs, or K
+// does not fit its shared memory, K is split across CTAs and the partial sums, summed in a fixed
+// order (deterministic), go through ws. Given fewer bytes than moe_w4_workspace_bytes, it runs as
+// the overload without one.
+void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,
+                         cudaStream_t stream, const W4Workspace& ws);
 
 }  // namespace k3::cuda

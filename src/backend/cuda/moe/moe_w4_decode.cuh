@@ -17,18 +17,23 @@
 //     16 bytes of codes (the scales, 64 / 32 bytes copied by 4 / 2 lanes, after a __syncwarp);
 //   * the expert's ≤ 16 activation rows are loaded into shared memory once per tile (16·K bf16,
 //     16-byte units XOR-swizzled by row so ldmatrix is conflict-free) and serve every weight row;
-//   * the grid is one CTA of 16 warps per SM; the work — units of (kM16 tile, 64 weight rows), in
-//     tile order — is split into equal contiguous ranges per CTA from the device-side tile count, so
-//     the tail is at most one unit (64 rows × K) per SM and no CTA exits idle; a warp's ring streams
-//     on across unit boundaries;
+//   * the grid is one CTA of 16 warps per SM; the work — units of (kM16 tile, K split, 64 weight
+//     rows), in that order — is split into equal contiguous ranges per CTA from the device-side tile
+//     count, so the tail is at most one unit (64 rows × the split's K) per SM and no CTA exits idle;
+//     a warp's ring streams on across unit boundaries;
+//   * split-K (DecodeSplit, moe_w4_internal.h): split s covers chunks [s·chunks, min(KC, (s+1)·chunks))
+//     and only its columns of the activations sit in shared memory (loaded again when the split
+//     changes); with one split that is all of K;
 //   * within a unit, warp w takes the 16-row groups 2·(w % 2) and 2·(w % 2) + 1 (one ldmatrix of
-//     activations feeds both) and K slice w / 2: chunks c ≡ w/2 (mod 8), one chunk of both groups
-//     per ring stage; the eight slices' partial sums meet in shared memory (fixed order, so the
-//     result is deterministic) with two block barriers per unit (per 8 tokens);
+//     activations feeds both) and K slice w / 2: the split's chunks c ≡ w/2 (mod 8), counted from the
+//     split's first chunk, one chunk of both groups per ring stage; the eight slices' partial sums
+//     meet in shared memory (fixed order, so the result is deterministic) with two block barriers per
+//     unit (per 8 tokens);
 //   * one n8 token fragment when the tile has ≤ 8 rows, two otherwise (one ldmatrix.x4 per two k16
 //     steps, or per step).
 // Dequantisation and the scale contract are the tile kernels' (moe_w4_gemm.cuh): block scales inside
-// the bf16x2 multiply, 2^7 · out_scale[expert, part] once on the fp32 sum.
+// the bf16x2 multiply, 2^7 · out_scale[expert, part] (and row_weight) once on the fp32 sum — here with
+// one split, else in launch_split_sum on the sum of the splits' raw partial sums.
 #pragma once
 
 #include <algorithm>
@@ -64,7 +69,8 @@ __device__ __forceinline__ void ring_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// Element offset of activation row r, 16-byte unit u (8 bf16) in the swizzled [16][K] tile.
+// Element offset of activation row r, 16-byte unit u (8 bf16) in the swizzled [16][k] tile (k: the row
+// stride, a multiple of 64).
 __device__ __forceinline__ int x_off(int k, int r, int u) { return r * k + ((u ^ (r & 7)) << 3); }
 
 template <W4Format F>
@@ -84,39 +90,54 @@ __device__ __forceinline__ ScaleRegs<Trait<F>::kScaleWords> lds_scales(const uns
 // to deeper rings instead).
 template <W4Format F, int STAGES, int XR, typename Tout>
 __global__ void __launch_bounds__(DecodeCfg<F, STAGES>::kThreads, 1)
-    moe_w4_decode_kernel(GemmArgs a, int nb, const int32_t* __restrict__ tile_count, const int4* __restrict__ tiles) {
+    moe_w4_decode_kernel(GemmArgs a, DecodeSplit sp, int nb, const int32_t* __restrict__ tile_count,
+                         const int4* __restrict__ tiles) {
   using T = Trait<F>;
   using C = DecodeCfg<F, STAGES>;
   constexpr int kSB = C::kSB, kStage = C::kStageBytes, kSlices = C::kSlices, kLd = kDecodeRedLd;
   constexpr int kSbLane = scale_bytes_per_lane(T::kBits);
   const int K = a.k, N = a.n, KC = K / kChunk;
+  const int S = sp.splits, CPS = sp.chunks;  // one split: CPS = KC
+  const int XK = CPS * kChunk;               // activation row stride in shared memory
+  const int nbs = nb * S;                    // units per tile
 
-  const int64_t units = static_cast<int64_t>(*tile_count) * nb;
+  const int64_t units = static_cast<int64_t>(*tile_count) * nbs;
   const int u_begin = static_cast<int>(blockIdx.x * units / gridDim.x);
   const int u_end = static_cast<int>((blockIdx.x + 1) * units / gridDim.x);
   if (u_begin >= u_end) return;  // uniform over the CTA
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  bf16* sx = reinterpret_cast<bf16*>(smem_raw);                         // [XR][K], swizzled
-  unsigned char* ring_all = smem_raw + static_cast<size_t>(XR) * K * 2;  // [warps][STAGES][kStage]
+  bf16* sx = reinterpret_cast<bf16*>(smem_raw);                          // [XR][XK], swizzled
+  unsigned char* ring_all = smem_raw + static_cast<size_t>(XR) * XK * 2;  // [warps][STAGES][kStage]
   float* red = reinterpret_cast<float*>(ring_all + C::kWarps * STAGES * kStage);     // [slices][8 tokens][kLd]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int gp = warp & 1, ks = warp >> 1;  // groups 2·gp, 2·gp + 1 of the unit; K slice
-  const int nj = ks < KC ? (KC - ks + kSlices - 1) / kSlices : 0;  // chunks of this warp per unit
+  // Chunks of split s, and this warp's share of kc chunks: a per-unit count where the last split is
+  // shorter (a warp may have none in a unit: it copies and multiplies nothing there, but still meets
+  // the unit's block barriers).
+  auto split_chunks = [&](int s) { return min(CPS, KC - s * CPS); };
+  auto warp_chunks = [&](int kc) { return ks < kc ? (kc - ks + kSlices - 1) / kSlices : 0; };
   unsigned char* ring = ring_all + warp * STAGES * kStage;
 
-  // Producer: the next stage this warp copies — unit pu, pass pp, chunk index pi — into ring slot pslot:
-  // 16 bytes of codes per lane and group from pc (group 1 at + KC·512), the two groups' scales
-  // (2·kSB bytes) by the first 2·kSB/16 lanes from ps. Pointers advance 8 chunks per stage; the
-  // 64-bit index arithmetic runs once per unit.
+  // Producer: the next stage this warp copies — unit pu (tile pq, split psp, block pblk), pass pp,
+  // chunk index pi of pnj — into ring slot pslot: 16 bytes of codes per lane and group from pc (group
+  // 1 at + KC·512), the two groups' scales (2·kSB bytes) by the first 2·kSB/16 lanes from ps. Pointers
+  // advance 8 chunks per stage; the 64-bit index arithmetic runs once per unit.
+  //
+  // Ring accounting: every issue() call commits exactly one group, and a call copies the next stage
+  // of the sequence the consumer reads — units in order, each pass of a unit, the warp's pnj chunks of
+  // the unit's split — skipping units where pnj = 0 (the consumer runs no iterations there); once that
+  // sequence ends the groups are empty. The consumer calls issue() once per stage it reads, so before
+  // it reads its i-th stage (from 0) STAGES − 1 + i groups are committed and wait_group<STAGES − 2>
+  // means groups 0 … i, the i-th stage's included, have landed.
   constexpr int kScaleLanes = kSB / 16;  // lanes per group's scales
   const bool scale_lane = lane < 2 * kScaleLanes;
   const int64_t sc_lane_off = lane < kScaleLanes ? lane * 16 : static_cast<int64_t>(KC) * kSB + (lane - kScaleLanes) * 16;
   const int64_t g1_codes = static_cast<int64_t>(KC) * kChunkCodeBytes;
   int pu = u_begin, pp = 0, pi = 0, pslot = 0;
-  int pq = pu / nb, pblk = pu - pq * nb;
-  int pe = 0, pnpass = 1;
+  int pq = pu / nbs, psp = (pu - pq * nbs) / nb, pblk = pu - pq * nbs - psp * nb;
+  int pe = 0, pnpass = 1, pnj = 0;
   auto tile_info = [&]() {
     const int4 tile = tiles[pq];
     pe = tile.x;
@@ -130,31 +151,45 @@ __global__ void __launch_bounds__(DecodeCfg<F, STAGES>::kThreads, 1)
     const int f = pblk * 64 + 32 * gp;
     pv0 = f < N, pv1 = f + 16 < N;  // groups past N (N % 64 != 0) are neither copied nor stored
     pvs = lane < kScaleLanes ? pv0 : pv1;
-    const int64_t chunk = (static_cast<int64_t>(pe) * N + f) / kRowGroup * KC + ks;
+    pnj = warp_chunks(split_chunks(psp));
+    const int64_t chunk = (static_cast<int64_t>(pe) * N + f) / kRowGroup * KC + psp * CPS + ks;
     pc = a.codes + chunk * kChunkCodeBytes + lane * 16;
     ps = a.scales + chunk * kSB + sc_lane_off;
   };
+  auto next_unit = [&]() {  // pu + 1, from its first pass (pp = 0, pi = 0)
+    ++pu;
+    if (++pblk == nb) {
+      pblk = 0;
+      if (++psp == S) {
+        psp = 0;
+        ++pq;
+        if (pu < u_end) tile_info();
+      }
+    }
+    unit_base();
+  };
+  auto skip_idle = [&]() {  // past the units (all their passes) with no chunks for this warp
+    while (pnj == 0 && pu < u_end) next_unit();
+  };
   unit_base();
+  skip_idle();
   auto issue = [&]() {
-    if (nj > 0 && pu < u_end) {
+    if (pu < u_end) {  // and pnj > 0 (skip_idle)
       unsigned char* dst = ring + pslot * kStage;
       if (pv0) ring_copy16(dst + lane * 16, pc);
       if (pv1) ring_copy16(dst + kChunkCodeBytes + lane * 16, pc + g1_codes);
       if (scale_lane && pvs) ring_copy16(dst + 2 * kChunkCodeBytes + lane * 16, ps);
       pc += kSlices * kChunkCodeBytes;
       ps += kSlices * kSB;
-      if (++pi == nj) {
+      if (++pi == pnj) {
         pi = 0;
         if (++pp == pnpass) {
           pp = 0;
-          ++pu;
-          if (++pblk == nb) {
-            pblk = 0;
-            ++pq;
-            if (pu < u_end) tile_info();
-          }
+          next_unit();
+          skip_idle();
+        } else {
+          unit_base();  // the same unit again for its next pass
         }
-        unit_base();  // the next unit, or the same one again for its next pass
       }
       pslot = pslot + 1 == STAGES ? 0 : pslot + 1;
     }
@@ -175,29 +210,31 @@ __global__ void __launch_bounds__(DecodeCfg<F, STAGES>::kThreads, 1)
   // ldmatrix row addresses (elements, before the chunk's 64·c): one token fragment — tokens 0–7,
   // units 0–3 then 4–7 of the chunk; two — tokens 0–15, units 2s + (0|1) of step s.
   const int r1 = lane & 7, q1 = lane >> 3;
-  const int xo1a = x_off(K, r1, q1), xo1b = x_off(K, r1, 4 + q1);
+  const int xo1a = x_off(XK, r1, q1), xo1b = x_off(XK, r1, 4 + q1);
   const int r2 = (lane & 7) + (XR > 8 ? 8 * (lane >> 4) : 0), h2 = (lane >> 3) & 1;
-  const int xo2[4] = {x_off(K, r2, h2), x_off(K, r2, 2 + h2), x_off(K, r2, 4 + h2), x_off(K, r2, 6 + h2)};
+  const int xo2[4] = {x_off(XK, r2, h2), x_off(XK, r2, 2 + h2), x_off(XK, r2, 4 + h2), x_off(XK, r2, 6 + h2)};
 
-  int cslot = 0, cq = -1, xq = -1, xp = -1, expert = 0, r0 = 0, rows = 0, npass = 1;
+  int cslot = 0, cq = -1, xq = -1, xs = -1, xp = -1, expert = 0, r0 = 0, rows = 0, npass = 1;
   for (int u = u_begin; u < u_end; ++u) {
-    const int q = u / nb, blk = u - q * nb;
+    const int q = u / nbs, s = (u - q * nbs) / nb, blk = u - q * nbs - s * nb;
     if (q != cq) {
       const int4 tile = tiles[q];
       cq = q, expert = tile.x, r0 = tile.y;
       rows = min(kDecodeXRows, a.offsets[expert + 1] - r0);
       npass = (rows + XR - 1) / XR;
     }
+    const int kc = split_chunks(s), nj = warp_chunks(kc);  // the producer's pnj for this unit
     for (int p = 0; p < npass; ++p) {
-      if (q != xq || p != xp) {
-        // Rows XR·p … of a tile into shared memory. Every warp finished reading the previous ones before
-        // the last reduction barriers. Plain loads, not cp.async: the rings' group counts stay untouched.
-        xq = q, xp = p;
-        const bf16* xg = static_cast<const bf16*>(a.x) + static_cast<int64_t>(r0 + XR * p) * a.ldx;
-        const int qk = K / 8, xr = min(XR, rows - XR * p);
+      if (q != xq || s != xs || p != xp) {
+        // Rows XR·p … of a tile, the split's columns, into shared memory. Every warp finished reading
+        // the previous ones before the last reduction barriers. Plain loads, not cp.async: the rings'
+        // group counts stay untouched.
+        xq = q, xs = s, xp = p;
+        const bf16* xg = static_cast<const bf16*>(a.x) + static_cast<int64_t>(r0 + XR * p) * a.ldx + s * XK;
+        const int qk = kc * (kChunk / 8), xr = min(XR, rows - XR * p);
         for (int i = tid; i < xr * qk; i += C::kThreads) {
           const int r = i / qk, c = i - r * qk;
-          *reinterpret_cast<uint4*>(sx + x_off(K, r, c)) =
+          *reinterpret_cast<uint4*>(sx + x_off(XK, r, c)) =
               *reinterpret_cast<const uint4*>(xg + static_cast<int64_t>(r) * a.ldx + c * 8);
         }
         __syncthreads();
@@ -207,7 +244,7 @@ __global__ void __launch_bounds__(DecodeCfg<F, STAGES>::kThreads, 1)
       float acc[2][2][4];  // [group][token fragment]
 #pragma unroll
       for (int i = 0; i < 16; ++i) (&acc[0][0][0])[i] = 0.0f;
-      const bf16* xc = sx + ks * kChunk;  // this warp's first chunk of x
+      const bf16* xc = sx + ks * kChunk;  // this warp's first chunk of the split's x
       for (int i = 0; i < nj; ++i, xc += kSlices * kChunk) {
         ring_wait<STAGES - 2>();  // this lane's copies of the oldest stage landed
         __syncwarp();             // and every lane's (the scales come from a few lanes)
@@ -281,10 +318,14 @@ __global__ void __launch_bounds__(DecodeCfg<F, STAGES>::kThreads, 1)
             float sum = 0.0f;
 #pragma unroll
             for (int k2 = 0; k2 < kSlices; ++k2) sum += red[(k2 * 8 + tok) * kLd + fl];
-            float scale = static_cast<float>(1 << kOffsetLog2) * a.out_scale[expert * a.parts + f / a.part_rows];
-            if (a.row_weight != nullptr) scale *= a.row_weight[r0 + token];
-            Tout* y = static_cast<Tout*>(a.y) + static_cast<int64_t>(r0 + token) * a.ldy + f;
-            store_val(y, sum * scale);
+            if (S > 1) {  // the raw partial sum; launch_split_sum scales the splits' total
+              sp.part[(static_cast<int64_t>(s) * sp.rows + r0 + token) * N + f] = sum;
+            } else {
+              float scale = static_cast<float>(1 << kOffsetLog2) * a.out_scale[expert * a.parts + f / a.part_rows];
+              if (a.row_weight != nullptr) scale *= a.row_weight[r0 + token];
+              Tout* y = static_cast<Tout*>(a.y) + static_cast<int64_t>(r0 + token) * a.ldy + f;
+              store_val(y, sum * scale);
+            }
           }
         }
         __syncthreads();
@@ -293,40 +334,50 @@ __global__ void __launch_bounds__(DecodeCfg<F, STAGES>::kThreads, 1)
   }
 }
 
+// The grid: min(SMs, the units of map.bound tiles) CTAs — host-known shapes only.
 template <W4Format F, int STAGES, int XR, typename Tout>
-void launch_decode_cfg(const GemmArgs& a, const MoeTileMap& map, cudaStream_t stream) {
+void launch_decode_cfg(const GemmArgs& a, const DecodeSplit& sp, const MoeTileMap& map, cudaStream_t stream) {
   using C = DecodeCfg<F, STAGES>;
   const int nb = (a.n + 63) / 64;
-  const size_t smem = decode_smem_bytes(F, a.k, STAGES, XR);
+  const int kc = a.k / kChunk;
+  if (sp.splits < 1 || sp.chunks < 1 || (sp.splits - 1) * sp.chunks >= kc || sp.splits * sp.chunks < kc ||
+      (sp.splits > 1 && sp.part == nullptr)) {
+    throw Error("moe_grouped_gemm_w4: bad decode split: " + std::to_string(sp.splits) + " splits of " +
+                std::to_string(sp.chunks) + " chunks for K " + std::to_string(a.k));
+  }
+  const size_t smem = decode_smem_bytes(F, static_cast<int64_t>(sp.chunks) * kChunk, STAGES, XR);
   int dev = 0, sms = 0;
   K3_CUDA_CHECK(cudaGetDevice(&dev));
   K3_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int64_t units = map.bound * nb;
+  const int64_t units = map.bound * nb * sp.splits;
+  if (units > INT32_MAX) throw Error("moe_grouped_gemm_w4: too many decode units");
   const int grid = static_cast<int>(std::min<int64_t>(sms, units));
   if (grid <= 0) return;
   auto* kernel = moe_w4_decode_kernel<F, STAGES, XR, Tout>;
   allow_dynamic_smem(kernel, smem);
-  launch_dependent(kernel, dim3(grid), dim3(C::kThreads), smem, stream, a, nb, map.count,
+  launch_dependent(kernel, dim3(grid), dim3(C::kThreads), smem, stream, a, sp, nb, map.count,
                    reinterpret_cast<const int4*>(map.tiles));
 }
 
 template <W4Format F, int STAGES, int XR>
-void launch_decode_out(bool f32_out, const GemmArgs& a, const MoeTileMap& map, cudaStream_t stream) {
+void launch_decode_out(bool f32_out, const GemmArgs& a, const DecodeSplit& sp, const MoeTileMap& map,
+                       cudaStream_t stream) {
   if (f32_out) {
-    launch_decode_cfg<F, STAGES, XR, float>(a, map, stream);
+    launch_decode_cfg<F, STAGES, XR, float>(a, sp, map, stream);
   } else {
-    launch_decode_cfg<F, STAGES, XR, bf16>(a, map, stream);
+    launch_decode_cfg<F, STAGES, XR, bf16>(a, sp, map, stream);
   }
 }
 
 template <W4Format F>
-void launch_decode(DecodeShape shape, bool f32_out, const GemmArgs& a, const MoeTileMap& map, cudaStream_t stream) {
+void launch_decode(DecodeShape shape, bool f32_out, const GemmArgs& a, const DecodeSplit& sp, const MoeTileMap& map,
+                   cudaStream_t stream) {
   if (shape.stages == kDecode16.stages && shape.xrows == kDecode16.xrows) {
-    launch_decode_out<F, kDecode16.stages, kDecode16.xrows>(f32_out, a, map, stream);
+    launch_decode_out<F, kDecode16.stages, kDecode16.xrows>(f32_out, a, sp, map, stream);
   } else if (shape.stages == kDecode16Shallow.stages && shape.xrows == kDecode16Shallow.xrows) {
-    launch_decode_out<F, kDecode16Shallow.stages, kDecode16Shallow.xrows>(f32_out, a, map, stream);
+    launch_decode_out<F, kDecode16Shallow.stages, kDecode16Shallow.xrows>(f32_out, a, sp, map, stream);
   } else if (shape.stages == kDecode8.stages && shape.xrows == kDecode8.xrows) {
-    launch_decode_out<F, kDecode8.stages, kDecode8.xrows>(f32_out, a, map, stream);
+    launch_decode_out<F, kDecode8.stages, kDecode8.xrows>(f32_out, a, sp, map, stream);
   } else {
     throw Error("moe_grouped_gemm_w4: no decode kernel with " + std::to_string(shape.stages) + " stages and " +
                 std::to_string(shape.xrows) + " activation rows");

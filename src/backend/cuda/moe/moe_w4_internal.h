@@ -75,10 +75,32 @@ inline constexpr size_t decode_smem_bytes(W4Format f, int64_t k, int stages, int
          static_cast<size_t>(kDecodeSlices * 8 * kDecodeRedLd * 4);
 }
 
-template <W4Format F>
-void launch_decode(DecodeShape shape, bool f32_out, const GemmArgs& a, const MoeTileMap& map, cudaStream_t stream);
+// Split-K of the decode kernel: its units become (tile, 64 weight rows, split), split s covering
+// chunks [s·chunks, min(K/64, (s+1)·chunks)); shared memory holds the split's columns only
+// (decode_smem_bytes at K = chunks·64). splits == 1 (chunks = K/64): the kernel applies the epilogue
+// itself and `part` is unused. splits > 1: it writes each split's raw fp32 sum — no 2^7, out_scale or
+// row_weight — to part[s][r][n] (rows = the dispatch's R, r the sorted row), and launch_split_sum
+// then forms y.
+struct DecodeSplit {
+  int splits = 1, chunks = 0;
+  float* part = nullptr;  // [splits][rows][N] f32, 16-byte aligned
+  int64_t rows = 0;
+};
 
-extern template void launch_decode<W4Format::kNvfp4>(DecodeShape, bool, const GemmArgs&, const MoeTileMap&, cudaStream_t);
-extern template void launch_decode<W4Format::kMxfp4>(DecodeShape, bool, const GemmArgs&, const MoeTileMap&, cudaStream_t);
+template <W4Format F>
+void launch_decode(DecodeShape shape, bool f32_out, const GemmArgs& a, const DecodeSplit& split, const MoeTileMap& map,
+                   cudaStream_t stream);
+
+extern template void launch_decode<W4Format::kNvfp4>(DecodeShape, bool, const GemmArgs&, const DecodeSplit&,
+                                                     const MoeTileMap&, cudaStream_t);
+extern template void launch_decode<W4Format::kMxfp4>(DecodeShape, bool, const GemmArgs&, const DecodeSplit&,
+                                                     const MoeTileMap&, cudaStream_t);
+
+// After a split launch_decode on the same stream (moe_w4_split.cu): for every sorted row r an expert
+// covers (expert_offsets[0] <= r < expert_offsets[experts]) and column n,
+// y[r][n] = (Σ_{s = 0 … splits−1, in that order} part[s][r][n]) · 2^7 · out_scale[e·parts + n / part_rows]
+// (· row_weight[r] when set), e the expert of r: the unsplit kernel's epilogue on the summed splits.
+// Rows no expert covers are left alone.
+void launch_split_sum(bool f32_out, const GemmArgs& a, const DecodeSplit& split, int experts, cudaStream_t stream);
 
 }  // namespace k3::cuda::w4

@@ -3,6 +3,7 @@
 
 namespace k3::cuda::w4 {
 
-template void launch_decode<W4Format::kNvfp4>(DecodeShape, bool, const GemmArgs&, const MoeTileMap&, cudaStream_t);
+template void launch_decode<W4Format::kNvfp4>(DecodeShape, bool, const GemmArgs&, const DecodeSplit&, const MoeTileMap&,
+                                              cudaStream_t);
 
 }  // namespace k3::cuda::w4

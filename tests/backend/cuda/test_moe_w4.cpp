@@ -234,7 +234,7 @@ TEST(MoeW4Repack, KernelChoiceFollowsRowsPerExpert) {
 TEST(MoeW4Repack, DecodeSplitsFollowKAndUnits) {
   for (W4Format f : kFormats) {
     SCOPED_TRACE(w4_format_name(f));
-    // Whole K where it fits and the units fill the SMs: the Kimi-K3 expert GEMMs at T = 1.
+    // Whole K where it fits: the Kimi-K3 expert GEMMs at T = 1.
     EXPECT_EQ(moe_w4_decode_splits(f, 3584, 17 * 96, 132, W4Kernel::kDecode8), 1);
     EXPECT_EQ(moe_w4_decode_splits(f, 3072, 17 * 56, 132, W4Kernel::kDecode8), 1);
     EXPECT_EQ(moe_w4_decode_splits(f, 4608, 1000, 132, W4Kernel::kDecode3), 1);
@@ -246,13 +246,13 @@ TEST(MoeW4Repack, DecodeSplitsFollowKAndUnits) {
     EXPECT_EQ(moe_w4_decode_splits(f, 7168, 64, 132, W4Kernel::kDecode), 2);
     EXPECT_EQ(moe_w4_decode_splits(f, 12288, 64, 132, W4Kernel::kDecode), 4);
     EXPECT_EQ(moe_w4_decode_splits(f, 33792, 64, 132, W4Kernel::kDecode), 10);
-    // K fits but 64 units leave half the SMs idle: two splits.
-    EXPECT_EQ(moe_w4_decode_splits(f, 2048, 64, 132, W4Kernel::kDecode8), 2);
+    // K fits: whole K, however few the units.
+    EXPECT_EQ(moe_w4_decode_splits(f, 2048, 64, 132, W4Kernel::kDecode8), 1);
+    EXPECT_EQ(moe_w4_decode_splits(f, 256, 1, 132, W4Kernel::kDecode8), 1);
     // Many units (N = 163840) with K past shared memory: the fewest splits that fit.
     EXPECT_EQ(moe_w4_decode_splits(f, 7168, 2560, 132, W4Kernel::kDecode8), 2);
     // Few units (N = 512): up to 16 splits, never more than K/64.
     EXPECT_EQ(moe_w4_decode_splits(f, 7168, 8, 132, W4Kernel::kDecode8), 16);
-    EXPECT_EQ(moe_w4_decode_splits(f, 256, 1, 132, W4Kernel::kDecode8), 4);
     // No split fits: 0.
     EXPECT_EQ(moe_w4_decode_splits(f, 131072, 64, 132, W4Kernel::kDecode8), 0);
   }

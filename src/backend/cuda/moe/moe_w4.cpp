@@ -227,7 +227,9 @@ size_t moe_w4_split_workspace_bytes(int64_t splits, int64_t rows, int64_t n) {
 int moe_w4_decode_splits(W4Format f, int64_t k, int64_t units, int sms, W4Kernel kernel) {
   const int64_t smem = max_block_smem(), kc = k / w4::kChunk;
   const bool whole = decode_fits(f, k, kernel, smem);
-  if (kc <= 0 || units <= 0 || sms <= 0 || (whole && units >= sms)) return whole ? 1 : 0;
+  // Whole K wherever it fits: the split form is chosen only where K is past the kernel's shared
+  // memory (splitting for SMs that whole-K units leave idle is not yet measured).
+  if (kc <= 0 || units <= 0 || sms <= 0 || whole) return whole ? 1 : 0;
   // The busiest SM's work with s splits, in whole-K units: ceil(units·s / sms) / s (the grid gives
   // each CTA a contiguous range of units, at most one more than another).
   auto waves = [&](int64_t s) { return (units * s + sms - 1) / sms; };

@@ -25,8 +25,7 @@
 //   kDecode8 the same with 8 activation rows in shared memory and 8-stage rings (a tile of 9–16
 //          rows takes two passes over its weights; K ≤ 4224): chosen while experts average ≤ 2 rows.
 //          Either decode kernel splits K into up to 16 ranges (units of (tile, split, 64 rows), the
-//          partial sums through a caller's workspace) where K does not fit or the units do not fill
-//          the SMs;
+//          partial sums through a caller's workspace) where K does not fit its shared memory;
 //   kM16   the tile kernel of the decode class (moe_w4_gemm.cuh): ≤ 16 rows of one expert per CTA,
 //          128 weight rows per CTA, weights prefetched into registers — the fallback for larger K
 //          without a workspace;
@@ -102,8 +101,8 @@ struct W4Workspace {
 // The workspace moe_grouped_gemm_w4(…, ws) wants for (w, d): 0 where the chosen kernel runs whole K,
 // else the bytes of its split-K partial sums — host-known shapes only (R, N, K, E, the device's SMs).
 size_t moe_w4_workspace_bytes(const MoeW4Bank& w, const MoeDispatch& d);
-// moe_grouped_gemm_w4 with a workspace: where the decode kernel's units do not fill the SMs, or K
-// does not fit its shared memory, K is split across CTAs and the partial sums, summed in a fixed
+// moe_grouped_gemm_w4 with a workspace: where K does not fit the decode kernel's shared memory, K is
+// split across CTAs and the partial sums, summed in a fixed
 // order (deterministic), go through ws. Given fewer bytes than moe_w4_workspace_bytes, it runs as
 // the overload without one.
 void moe_grouped_gemm_w4(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDispatch& d, const DeviceTensor& ys,

@@ -33,7 +33,7 @@ W4Kernel moe_w4_kernel_for(MoeTile tile, W4Format f, int64_t rows, int64_t exper
 // sums in a workspace of moe_w4_split_workspace_bytes, summed in split order by a second kernel.
 inline constexpr int kW4MaxSplits = 16;
 // The split count of a decode kernel for K and `units` (64-row blocks × the tile map's bound), on
-// `sms` multiprocessors: 1 where the kernel fits K and the units fill the SMs; else, among the counts
+// `sms` multiprocessors: 1 where the kernel fits K; else, among the counts
 // ≤ min(16, K/64) whose split fits shared memory, the smallest whose busiest SM does at most 1/16 more
 // than the least any count gives (ceil(units·s / sms) / s of a whole-K unit); 0 where no split fits.
 int moe_w4_decode_splits(W4Format f, int64_t k, int64_t units, int sms, W4Kernel kernel);

@@ -12,6 +12,9 @@
 #   scripts/gpu.sh --fallback DIR      build; if the build fails, use the binaries in DIR
 #   scripts/gpu.sh --build-only | --quick (bench: M = 1 and 1024 only) | --no-bench
 #   scripts/gpu.sh --filter 'GTEST_FILTER'   only these tests (e.g. '*MoeW4*:*CudaModelVsCpu*')
+#   scripts/gpu.sh --test-timeout S          stop each test shard after S seconds (a lent machine's
+#                                            command limit), keeping its log; the summary lists the
+#                                            tests cut off and says how many shards were stopped
 #   scripts/gpu.sh --bench 'ARGS'            instead of the benchmark list, k3_bench_cuda ARGS only
 #                                            (e.g. '--moe-w4 --tokens 1,8,4096'); repeatable
 #
@@ -22,7 +25,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-prebuilt="" fallback="" build_only=0 bench_args=() run_bench=1 test_filter="" only_benches=()
+prebuilt="" fallback="" build_only=0 bench_args=() run_bench=1 test_filter="" only_benches=() test_timeout=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --prebuilt) prebuilt="$2"; shift 2 ;;
@@ -31,10 +34,14 @@ while [ $# -gt 0 ]; do
     --quick) bench_args+=(--quick); shift ;;
     --no-bench) run_bench=0; shift ;;
     --filter) test_filter="$2"; shift 2 ;;
+    --test-timeout) test_timeout="$2"; shift 2 ;;
     --bench) only_benches+=("$2"); shift 2 ;;
     *) echo "gpu.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
+if [ -n "$test_timeout" ] && ! [[ "$test_timeout" =~ ^[1-9][0-9]*$ ]]; then
+  echo "gpu.sh: --test-timeout '$test_timeout' is not a whole number of seconds" >&2; exit 2
+fi
 
 logs="${OUT:-build/gpu-logs}"
 mkdir -p "$logs"
@@ -94,14 +101,27 @@ t0=$(date +%s)
 shards=3
 threads=$(( $(nproc) / shards )); [ "$threads" -ge 1 ] || threads=1
 for i in $(seq 0 $((shards - 1))); do
-  OMP_NUM_THREADS=$threads GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$bin_test" --gtest_color=no \
+  OMP_NUM_THREADS=$threads GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i \
+    ${test_timeout:+timeout "$test_timeout"} "$bin_test" --gtest_color=no \
     ${test_filter:+--gtest_filter="$test_filter"} >"$logs/test.shard$i.log" 2>&1 &
 done
-test_rc=0
-for job in $(jobs -p); do wait "$job" || test_rc=1; done
+test_rc=0 stopped=0
+for job in $(jobs -p); do
+  wait "$job"
+  rc=$?
+  [ "$rc" = 0 ] || test_rc=1
+  [ "$rc" = 124 ] && stopped=$((stopped + 1))
+done
 cat "$logs"/test.shard*.log >"$logs/test.log"
 say "tests: exit $test_rc in $(( $(date +%s) - t0 )) s: $(grep -hE '^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]+ test' "$logs"/test.shard*.log | tr '\n' ' ')"
 grep -E '^\[  FAILED  \] [^0-9]' "$logs/test.log" | sort -u | tee -a "$summary"
+if [ "$stopped" -gt 0 ]; then
+  # A test that started and never ended: cut off by --test-timeout (its shard's later tests never ran).
+  say "tests: $stopped shard(s) stopped after ${test_timeout} s; cut off: $(awk '
+    /^\[ RUN      \]/ { run[$4] = 1 }
+    /^\[ +(OK|FAILED|SKIPPED) +\]/ { delete run[$4] }
+    END { for (t in run) printf "%s ", t }' "$logs/test.log")"
+fi
 
 bench_rc=0
 if [ "$run_bench" = 1 ]; then

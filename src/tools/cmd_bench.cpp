@@ -38,7 +38,6 @@
 
 #include <omp.h>
 
-#include "backend/cuda/executor/dense_linears.h"
 #include "core/error.h"
 #include "io/json.h"
 #include "io/output_file.h"
@@ -661,7 +660,7 @@ Registered add_bench(CLI::App& app) {
   cmd->add_option("--dense-linears", args->dense_linears,
                   "--family: dense linears in each scheme's measured choice (auto), in every packed form the "
                   "schemes have (packed) or dequantised to bf16 (bf16), to compare them")
-      ->check(CLI::IsMember(cuda::dense_linears_names()))
+      ->check(CLI::IsMember(dense_linears_flag_values()))
       ->capture_default_str();
   return {cmd, [args] { return run_bench(*args); }};
 }

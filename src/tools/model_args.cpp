@@ -9,7 +9,6 @@
 #include <limits>
 #include <string_view>
 
-#include "backend/cuda/executor/dense_linears.h"
 #include "core/error.h"
 #include "model/known_configs.h"
 #include "quant/families/family.h"
@@ -95,7 +94,7 @@ void add_model_args(CLI::App* cmd, ModelArgs& args, PromptInput input) {
       cmd->add_option("--dense-linears", args.dense_linears,
                       "CUDA dense linears (attention projections, dense and shared MLPs, lm_head): auto (each "
                       "scheme's measured choice), packed (every packed form: the least memory) or bf16 (dequantised)")
-          ->check(CLI::IsMember(cuda::dense_linears_names()))
+          ->check(CLI::IsMember(dense_linears_flag_values()))
           ->capture_default_str();
 }
 

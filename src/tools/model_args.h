@@ -57,6 +57,13 @@ struct ModelArgs {
   bool serving = false;
 };
 
+// --dense-linears' values, in every build: the names cuda::dense_linears_named parses
+// (backend/cuda/executor/dense_linears.h), which the CUDA build maps them through.
+inline const std::vector<std::string>& dense_linears_flag_values() {
+  static const std::vector<std::string> values{"auto", "packed", "bf16"};
+  return values;
+}
+
 inline constexpr int64_t kDefaultCudaContext = 4096;
 inline constexpr int64_t kServeSnapshotSlots = 64;
 inline constexpr int64_t kMaxContextFlag = int64_t{1} << 30;  // --max-context's upper bound

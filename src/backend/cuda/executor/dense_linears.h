@@ -1,10 +1,9 @@
-// Which form the dense linears take on the GPU (CudaOptions::dense_linears, `--dense-linears`).
-// Host-only header, without CUDA: the command line names the forms in every build.
+// Which form the dense linears take on the GPU (CudaOptions::dense_linears, `--dense-linears`: the
+// command line lists the same names, tools/model_args.h dense_linears_flag_values). Host-only header.
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "core/error.h"
 
@@ -22,17 +21,11 @@ enum class DenseLinears : uint8_t {
   kBf16,
 };
 
-// The forms' names, in DenseLinears order.
-inline const std::vector<std::string>& dense_linears_names() {
-  static const std::vector<std::string> names{"auto", "packed", "bf16"};
-  return names;
-}
-
-// "auto", "packed" or "bf16"; anything else is an error naming `field`.
+// "auto", "packed" or "bf16" (DenseLinears order); anything else is an error naming `field`.
 inline DenseLinears dense_linears_named(const std::string& name, const char* field) {
-  const std::vector<std::string>& names = dense_linears_names();
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (name == names[i]) return static_cast<DenseLinears>(i);
+  static const char* const kNames[] = {"auto", "packed", "bf16"};
+  for (uint8_t i = 0; i < 3; ++i) {
+    if (name == kNames[i]) return static_cast<DenseLinears>(i);
   }
   throw Error(Where{"", "", field}, "'" + name + "' is not one of auto, packed, bf16");
 }

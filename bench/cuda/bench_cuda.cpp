@@ -37,7 +37,11 @@
 // Kimi-K3 layer with e4m3 banks (128×128 multipliers), the tile kernel and the decode kernel timed
 // interleaved with the bf16 grouped GEMM (when the arena holds both); TB/s on the packed bytes.
 //
-// Run: k3_bench_cuda [--reps N] [--arena 75%] [--quick] [--tokens T,T,...] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4] [--moe-w4a8] [--moe-fp8] [--moe-ggml [--ggml-types q2_K,q4_K]]
+// GGUF dense linears as a bank of one expert (bench_cuda_dense.cpp, --ggml-dense: this section only):
+// the decode GEMV, the grouped prefill GEMM and the dequantise-then-cuBLASLt product over Q4_K, Q6_K
+// and Q3_K at N 4096, K 7168, T = 8 … 4096, against cuBLASLt over the bf16 weight.
+//
+// Run: k3_bench_cuda [--reps N] [--arena 75%] [--quick] [--tokens T,T,...] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4] [--moe-w4a8] [--moe-fp8] [--moe-ggml [--ggml-types q2_K,q4_K]] [--ggml-dense]
 //   --moe        the MoE section only;  --moe-tiles  time every grouped-GEMM tile height, not only kAuto
 //   --memory     the copy ceiling and the memory-bound table only;  --gemv  the decode bf16 GEMMs only
 //   --moe-w4     the 4-bit expert section only;  --moe-w4a8  the W4A8 expert section only
@@ -310,7 +314,7 @@ int run(int argc, char** argv) {
   std::string arena_size = "75%";  // the Kimi-K3 MoE banks alone take 59 GB
   // --moe-ggml's formats (--ggml-types q2_K,q4_K, ggml's spelling: fewer banks, e.g. under a profiler's memory replay).
   std::vector<GgmlType> ggml_types = {GgmlType::Q4_K, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_0, GgmlType::Q8_0};
-  bool moe_ggml_only = false;
+  bool moe_ggml_only = false, ggml_dense_only = false;
   bool quick = false, moe_only = false, moe_tiles = false, memory_only = false, gemv_only = false,
        moe_w4_only = false, moe_w4a8_only = false, moe_fp8_only = false;
   for (int i = 1; i < argc; ++i) {
@@ -346,6 +350,8 @@ int run(int argc, char** argv) {
       moe_fp8_only = true;
     } else if (a == "--moe-ggml") {
       moe_ggml_only = true;
+    } else if (a == "--ggml-dense") {
+      ggml_dense_only = true;
     } else if (a == "--ggml-types" && i + 1 < argc) {
       ggml_types.clear();
       const std::string list = argv[++i];
@@ -364,7 +370,7 @@ int run(int argc, char** argv) {
     } else if (a == "--gemv") {
       gemv_only = true;
     } else {
-      std::fprintf(stderr, "usage: k3_bench_cuda [--reps N] [--arena SIZE] [--quick] [--tokens T,T,...] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4] [--moe-w4a8] [--moe-fp8] [--moe-ggml [--ggml-types T,T]]\n");
+      std::fprintf(stderr, "usage: k3_bench_cuda [--reps N] [--arena SIZE] [--quick] [--tokens T,T,...] [--moe] [--moe-tiles] [--memory] [--gemv] [--moe-w4] [--moe-w4a8] [--moe-fp8] [--moe-ggml [--ggml-types T,T]] [--ggml-dense]\n");
       return 2;
     }
   }
@@ -390,6 +396,10 @@ int run(int argc, char** argv) {
   if (memory_only) {
     bench_ceilings(arena, blas, stream, fp8_pool, bf16_pool, false);
     bench_memory_bound(arena, stream, bf16_pool);
+    return 0;
+  }
+  if (ggml_dense_only) {
+    bench_ggml_dense(arena, blas, stream, bf16_pool);
     return 0;
   }
   if (moe_ggml_only) {

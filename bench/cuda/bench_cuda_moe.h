@@ -6,6 +6,7 @@
 
 #include "backend/cuda/core/arena.h"
 #include "backend/cuda/core/stream.h"
+#include "backend/cuda/gemm/gemm.h"
 #include "bench_cuda_util.h"
 #include "io/ggml_types.h"
 
@@ -35,5 +36,10 @@ void bench_moe_fp8_block(Arena& arena, Stream& stream, const RandomPool& fp8_poo
 // kernels' work), T = 1, 8, 64 (--tokens: others); target >= 2.5 TB/s on the packed bytes of the
 // experts hit at decode.
 void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool, const std::vector<GgmlType>& types);
+
+// GGUF dense linears kept packed as a bank of one expert (bench_cuda_dense.cpp), N 4096, K 7168, Q4_K /
+// Q6_K / Q3_K: the decode GEMV (to 256 rows), the grouped prefill GEMM, the dequantise-then-cuBLASLt
+// product (moe_ggml_dense_gemm) and cuBLASLt over bf16 weights; T = 8 … 4096 (--tokens: others).
+void bench_ggml_dense(Arena& arena, Blas& blas, Stream& stream, const RandomPool& bf16_pool);
 
 }  // namespace k3::cuda::bench

@@ -30,6 +30,7 @@
 #include "quant/formats/ggml/cuda/moe_ggml.h"
 #include "quant/formats/ggml/cuda/moe_ggml_tuning.h"
 #include "quant/formats/ggml/cuda/moe_ggml_blocks.h"
+#include "backend/cuda/core/check.h"
 #include "backend/cuda/core/upload.h"
 #include "core/numeric.h"
 #include "cuda_test_util.h"
@@ -384,6 +385,73 @@ TEST(MoeGgmlGpu, PrefillGemmMultipliesTheBf16RoundedWeights) {
       }
     }
   }
+}
+
+// Rows of a bank dequantised to bf16 (across an expert boundary, into rows with padding) are the exact
+// dequantisation rounded to bf16, bit for bit; the padding is left alone.
+TEST(MoeGgmlGpu, DequantizedRowsAreTheBf16RoundedExactValues) {
+  K3_REQUIRE_GPU();
+  test::ArenaScope scope;
+  test::Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  const int64_t E = 2, N = 40, K = 768, row0 = 28, rows = 24, ld = K + 8;
+  for (GgmlType type : kTypes) {
+    SCOPED_TRACE(ggml_type_name(type));
+    const auto [bank, w] = random_bank(rng, type, E, N, K);
+    const DeviceTensor out(test::arena().alloc_tensor(DType::kBF16, rows, ld, "out").data, DType::kBF16, rows, K, ld);
+    K3_CUDA_CHECK(cudaMemset(out.data, 0xFF, static_cast<size_t>(rows * ld * 2)));
+    moe_ggml_dequantize_rows(bank, row0, out, nullptr);
+    const std::vector<uint8_t> got = download_bytes(DeviceTensor(out.data, DType::kU8, rows, ld * 2));
+    int64_t wrong = 0, pad = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < ld; ++i) {
+        uint16_t v;
+        std::memcpy(&v, &got[static_cast<size_t>((r * ld + i) * 2)], 2);
+        if (i >= K) {
+          pad += v != 0xFFFF;
+        } else {
+          wrong += v != encode_bf16(w[static_cast<size_t>((row0 + r) * K + i)]);
+        }
+      }
+    }
+    EXPECT_EQ(wrong, 0);
+    EXPECT_EQ(pad, 0);
+  }
+  const auto [bank, w] = random_bank(rng, GgmlType::Q4_K, E, N, K);
+  EXPECT_THROW(moe_ggml_dequantize_rows(bank, 70, test::arena().alloc_tensor(DType::kBF16, 16, K, "past"), nullptr), Error);
+  EXPECT_THROW(moe_ggml_dequantize_rows(bank, 0, test::arena().alloc_tensor(DType::kF32, 4, K, "f32"), nullptr), Error);
+}
+
+// A dense linear's bank of one expert by cuBLASLt over its dequantised weight, in chunks of 256 rows
+// (the last partial), against float64 over the bf16-rounded exact values (the prefill GEMM's contract).
+TEST(MoeGgmlGpu, DenseGemmMultipliesTheBf16RoundedWeightsChunkByChunk) {
+  K3_REQUIRE_GPU();
+  test::ArenaScope scope;
+  test::Rng rng;
+  SCOPED_TRACE("seed " + std::to_string(rng.seed()));
+  const Case c{72, 1, 1, 600, 512, Routing::kSubset};
+  const int64_t N = c.n, K = c.k, R = c.tokens;
+  Arena& a = test::arena();
+  Blas blas(a);
+  const Routed s = make_routed(rng, c);
+  for (GgmlType type : kTypes) {
+    SCOPED_TRACE(ggml_type_name(type));
+    const auto [bank, w] = random_bank(rng, type, 1, N, K);
+    const test::MoeReference ref = test::moe_reference(
+        s.off, N, K,
+        [&](int64_t r, int64_t i) { return static_cast<double>(s.xs_host[static_cast<size_t>(r * K + i)]); },
+        test::round_bf16(w), [](int64_t, int64_t) { return 1.0; });
+    for (DType out : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(std::string("out ") + dtype_name(out));
+      const DeviceTensor ys = a.alloc_tensor(out, R, N, "ys");
+      poison(ys);
+      moe_ggml_dense_gemm(blas, a, s.xs, bank, ys, nullptr, size_t{256} * K * 2);
+      test::expect_within_reference(download_f32(ys), ref, N, out, 2e-5);
+    }
+    EXPECT_TRUE(moe_ggml_dense_gemm_for(bank, s.d) == (R >= kGgmlDenseGemmRows));
+  }
+  const auto [bank3, w3] = random_bank(rng, GgmlType::Q4_K, 3, 64, K);
+  EXPECT_THROW(moe_ggml_dense_gemm(blas, a, s.xs, bank3, a.alloc_tensor(DType::kF32, R, 64, "ys"), nullptr), Error);
 }
 
 TEST(MoeGgmlGpu, PrefillGemmRefusesTheDecodeTileAndBadShapes) {

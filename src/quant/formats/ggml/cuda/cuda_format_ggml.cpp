@@ -2,7 +2,8 @@
 // (with CudaOptions::packed_int_experts; the layout is the GgmlType) for the GGUF grouped GEMV —
 // 8-bit block activations, the CPU's contract — or, where moe_ggml_prefill_gemm says so, the prefill
 // GEMM over bf16 rows (moe_ggml.h). Dense GGUF linears run the same kernels as a bank of one expert
-// (bank_linear.h) where their block type has them; a split kv_b
+// (bank_linear.h) where their block type has them, and from kGgmlDenseGemmRows rows cuBLASLt over the
+// weight dequantised to bf16 chunk by chunk (moe_ggml_dense_gemm: the prefill GEMM's contract); a split kv_b
 // (ExpertPack: k_b Q4_0, v_b Q2_K) keeps its blocks for the absorbed MLA decode (mla_absorb_ggml.h).
 #include <span>
 
@@ -22,6 +23,11 @@ class GgmlExpertBank final : public DeviceExpertBank {
 
   void gemm(StepContext& ctx, const ExpertInput& in, const MoeDispatch& d, const DeviceTensor& ys) const override {
     const int64_t R = d.rows(), K = in.rows.cols;
+    if (moe_ggml_dense_gemm_for(bank_, d)) {
+      moe_ggml_dense_gemm(ctx.blas, ctx.arena, bf16_rows(ctx, in), bank_, ys, ctx.stream);
+      ++ctx.packed_prefill_gemms;
+      return;
+    }
     if (moe_ggml_prefill_gemm(bank_, d)) {
       moe_grouped_gemm_ggml(bf16_rows(ctx, in), bank_, d, ys, ctx.stream);
       ++ctx.packed_prefill_gemms;

@@ -73,6 +73,23 @@ void launch_quantize(const Src& src, const MoeGgmlActs& acts, cudaStream_t strea
   }
 }
 
+// ---- dequantisation to bf16 ----------------------------------------------------------------------------
+
+constexpr int kDequantThreads = 256;  // 8 values per thread
+
+// One thread per 8 values of one bank row: decode8's exact values rounded to bf16 (the prefill GEMM's
+// weight tile values).
+template <class F>
+__global__ void __launch_bounds__(kDequantThreads)
+    dequantize_kernel(const uint8_t* __restrict__ w, int64_t row_bytes, int k, bf16* __restrict__ out, int64_t ld) {
+  const int64_t row = blockIdx.x;
+  const int col = (blockIdx.y * kDequantThreads + threadIdx.x) * 8;
+  if (col >= k) return;
+  float v[8];
+  F::decode8(w + row * row_bytes + static_cast<int64_t>(col / F::kBlock) * F::kBytes, col % F::kBlock, v);
+  detail::store8(out + row * ld + col, v);
+}
+
 // The activations' checks both entries share (xs: the rows or gate); false when there is nothing to do.
 bool check_acts(const DeviceTensor& xs, const MoeGgmlActs& acts, const char* what) {
   expect_shape(xs, acts.rows, acts.k, (std::string(what) + " input").c_str());
@@ -239,6 +256,56 @@ void moe_grouped_gemm_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, cons
 void moe_grouped_gemm_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
                            const DeviceTensor& ys, cudaStream_t stream) {
   moe_grouped_gemm_ggml(xs, bank, d, ys, stream, MoeTile::kAuto);
+}
+
+void moe_ggml_dequantize_rows(const MoeGgmlBank& bank, int64_t row0, const DeviceTensor& out, cudaStream_t stream) {
+  moe_ggml_check_shape(bank.type, bank.experts, bank.n, bank.k, "moe_ggml_dequantize_rows");
+  expect_dtype(out, DType::kBF16, "moe_ggml_dequantize_rows out");
+  if (out.cols != bank.k || row0 < 0 || row0 + out.rows > bank.rows()) {
+    throw Error("moe_ggml_dequantize_rows: rows [" + std::to_string(row0) + ", " + std::to_string(row0 + out.rows) +
+                ") of " + shape_text(bank.type, bank.experts, bank.n, bank.k) + " into " + out.describe());
+  }
+  check_rows16(out, "moe_ggml_dequantize_rows out");
+  if (out.rows == 0) return;
+  const dim3 grid(static_cast<unsigned>(out.rows), static_cast<unsigned>((bank.k + 8 * kDequantThreads - 1) / (8 * kDequantThreads)));
+  const uint8_t* w = bank.data + row0 * bank.row_bytes();
+  gb::visit(bank.type, [&](auto trait) {
+    dequantize_kernel<decltype(trait)><<<grid, kDequantThreads, 0, stream>>>(w, bank.row_bytes(), static_cast<int>(bank.k),
+                                                                              out.as<bf16>(), out.ld);
+  });
+  K3_CUDA_CHECK(cudaGetLastError());
+}
+
+// The rows a chunk of moe_ggml_dense_gemm takes at the least (fewer would leave most SMs idle in its GEMM).
+constexpr int64_t kDenseChunkMinRows = 256;
+
+void moe_ggml_dense_gemm(Blas& blas, Arena& scratch, const DeviceTensor& xs, const MoeGgmlBank& bank,
+                         const DeviceTensor& ys, cudaStream_t stream, size_t chunk_bytes) {
+  moe_ggml_check_shape(bank.type, bank.experts, bank.n, bank.k, "moe_ggml_dense_gemm");
+  if (bank.experts != 1 || bank.data == nullptr) {
+    throw Error("moe_ggml_dense_gemm: needs a bank of one expert, got " +
+                shape_text(bank.type, bank.experts, bank.n, bank.k));
+  }
+  expect_dtype(xs, DType::kBF16, "moe_ggml_dense_gemm xs");
+  expect_shape(xs, xs.rows, bank.k, "moe_ggml_dense_gemm xs");
+  expect_shape(ys, xs.rows, bank.n, "moe_ggml_dense_gemm ys");
+  if (xs.rows == 0) return;
+  const int64_t N = bank.n, K = bank.k;
+  const int64_t fit = static_cast<int64_t>(chunk_bytes / static_cast<size_t>(2 * K)) / 8 * 8;
+  const int64_t chunk = std::min(N, std::max(kDenseChunkMinRows, fit));
+  const size_t mark = scratch.mark();
+  const DeviceTensor w = scratch.alloc_tensor(DType::kBF16, chunk, K, "moe_ggml_dense_gemm weight chunk");
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+    const int64_t nc = std::min(chunk, N - n0);
+    const DeviceTensor wc = w.row_slice(0, nc);
+    moe_ggml_dequantize_rows(bank, n0, wc, stream);
+    blas.bf16(xs, wc, ys.col_slice(n0, nc), stream);
+  }
+  scratch.reset(mark);  // stream-ordered: later work on this stream runs after the GEMMs (arena.h)
+}
+
+bool moe_ggml_dense_gemm_for(const MoeGgmlBank& bank, const MoeDispatch& d) {
+  return bank.experts == 1 && d.row_weight == nullptr && d.rows() >= kGgmlDenseGemmRows;
 }
 
 bool moe_ggml_prefill_gemm(const MoeGgmlBank& bank, const MoeDispatch& d) {

@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "backend/cuda/core/arena.h"
+#include "backend/cuda/gemm/gemm.h"
 #include "backend/cuda/moe/moe.h"
 #include "backend/cuda/ops/ops.h"
 #include "backend/cuda/core/tensor.h"
@@ -101,6 +102,27 @@ void moe_grouped_gemv_ggml(const MoeGgmlActs& acts, const MoeGgmlBank& bank, con
 // (moe_ggml_tuning.h).
 void moe_grouped_gemm_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
                            const DeviceTensor& ys, cudaStream_t stream);
+
+// Bank rows [row0, row0 + out.rows) as bf16 into out ([rows, K], 16-byte aligned rows): ggml's exact
+// dequantisation rounded to bf16, the values the prefill GEMM multiplies.
+void moe_ggml_dequantize_rows(const MoeGgmlBank& bank, int64_t row0, const DeviceTensor& out, cudaStream_t stream);
+
+// A bank of one expert (a dense linear kept packed, executor/bank_linear.h) over many rows: ys = xs ·
+// bf16(W)ᵀ by cuBLASLt's bf16 GEMM over the weight dequantised (moe_ggml_dequantize_rows) into
+// `scratch` up to chunk_bytes at a time (at least 256 rows), given back before returning (stream-ordered). The prefill GEMM's
+// contract (bf16 rows, bf16-rounded weights, fp32 accumulation) in cuBLASLt's summation order: the
+// grouped GEMM decodes every weight tile once per m-tile, where this decodes it once, and over one
+// expert its grid holds only N / 128 CTAs per m-tile. xs bf16 [R, K]; ys f32 or bf16 [R, N].
+inline constexpr size_t kGgmlDenseChunkBytes = size_t{64} << 20;
+void moe_ggml_dense_gemm(Blas& blas, Arena& scratch, const DeviceTensor& xs, const MoeGgmlBank& bank,
+                         const DeviceTensor& ys, cudaStream_t stream, size_t chunk_bytes = kGgmlDenseChunkBytes);
+// The rows from which the model multiplies a one-expert dispatch by moe_ggml_dense_gemm rather than
+// the decode GEMV: where dequantising (packed read, bf16 write and re-read) costs less than the GEMV's
+// dp4a work, which grows with the rows.
+inline constexpr int64_t kGgmlDenseGemmRows = 64;
+// Whether it does for this dispatch: a bank of one expert, no routing weights, at least
+// kGgmlDenseGemmRows rows.
+bool moe_ggml_dense_gemm_for(const MoeGgmlBank& bank, const MoeDispatch& d);
 
 // Whether the model multiplies a dispatch over `bank` with the prefill GEMM (moe_grouped_gemm_ggml,
 // bf16 rows) rather than the decode GEMV (moe_grouped_gemv_ggml, quantised rows): from the shapes

@@ -1,0 +1,57 @@
+// k3_bench_cuda --ggml-dense: GGUF dense linears kept packed as a bank of one expert
+// (executor/bank_linear.h), every way the model can multiply one, against the bf16 form.
+#include "bench_cuda_moe.h"
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/gemm/gemm.h"
+#include "backend/cuda/moe/moe.h"
+#include "quant/formats/ggml/cuda/moe_ggml.h"
+
+namespace k3::cuda::bench {
+
+void bench_ggml_dense(Arena& arena, Blas& blas, Stream& stream, const RandomPool& bf16_pool) {
+  const int64_t N = 4096, K = 7168;
+  std::vector<int64_t> tokens = {8, 16, 32, 64, 128, 256, 1024, 4096};
+  if (!g_tokens.empty()) tokens = g_tokens;
+  std::printf("\nGGUF dense linear as one expert, N %lld K %lld (us; bf16 output). gemv: int8 activations + "
+              "dp4a (quantisation included); mma: the grouped GEMM decoding tiles in shared memory; dequant: "
+              "moe_ggml_dense_gemm (bf16 chunks + cuBLASLt); bf16: cuBLASLt over bf16 weights. Model's choice: "
+              "dequant from %lld rows, else gemv\n",
+              static_cast<long long>(N), static_cast<long long>(K), static_cast<long long>(kGgmlDenseGemmRows));
+  std::printf("%-5s %6s | %9s %9s %9s %9s | %s\n", "type", "T", "gemv", "mma", "dequant", "bf16", "dequant / bf16");
+  const size_t mark = arena.mark();
+  const DeviceTensor wb = arena.alloc_tensor(DType::kBF16, N, K, "dense bf16 weight");
+  bf16_pool.fill(wb.data, static_cast<size_t>(N * K * 2), 81);
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q3_K}) {
+    const MoeGgmlBank bank = moe_ggml_alloc(arena, type, 1, N, K, "dense ggml");
+    bf16_pool.fill(bank.data, bank.bytes(), 82);
+    for (int64_t T : tokens) {
+      const size_t tmark = arena.mark();
+      const DeviceTensor x = arena.alloc_tensor(DType::kBF16, T, K, "dense x");
+      bf16_pool.fill(x.data, static_cast<size_t>(T * K * 2), 83);
+      const DeviceTensor y = arena.alloc_tensor(DType::kBF16, T, N, "dense y");
+      const MoeDispatch d = moe_dispatch_view(arena.alloc(moe_dispatch_bytes(T, 1, 1), "dense dispatch"), T, 1, 1);
+      moe_one_expert_dispatch(d, stream);
+      const MoeGgmlActs acts =
+          moe_ggml_acts_view(arena.alloc(moe_ggml_acts_bytes(type, T, K), "dense acts"), type, T, K);
+      std::vector<std::pair<const char*, std::function<void(int)>>> fns = {
+          {"mma", [&](int) { moe_grouped_gemm_ggml(x, bank, d, y, stream); }},
+          {"dequant", [&](int) { moe_ggml_dense_gemm(blas, arena, x, bank, y, stream); }},
+          {"bf16", [&](int) { blas.bf16(x, wb, y, stream); }}};
+      if (T <= 256) fns.push_back({"gemv", [&](int) { moe_grouped_gemv_ggml(x, bank, d, acts, y, stream); }});
+      const std::vector<double> ms = time_interleaved(stream, fns);
+      const double gemv = T <= 256 ? ms[3] * 1e3 : NAN;
+      std::printf("%-5s %6lld | %9.1f %9.1f %9.1f %9.1f | %.2f\n", std::string(ggml_type_name(type)).c_str(), static_cast<long long>(T), gemv,
+                  ms[0] * 1e3, ms[1] * 1e3, ms[2] * 1e3, ms[1] / ms[2]);
+      arena.reset(tmark);
+    }
+  }
+  arena.reset(mark);
+}
+
+}  // namespace k3::cuda::bench

@@ -248,6 +248,18 @@ TEST(MoeGgmlBank, KernelsAndRowsPerWarp) {
   }
   EXPECT_FALSE(moe_ggml_gemv_supports(GgmlType::Q4_1, 4));
   EXPECT_FALSE(moe_ggml_gemv_supports(GgmlType::F16, 4));
+  // The GEMV's weight rows per CTA on 132 SMs: a routed layer keeps the most; one expert of N 4096
+  // halves them to one row group per warp, the least (32 at 4 rows per warp: 128 CTAs); N 16384 too
+  // (64 would give 256 CTAs, short of the 264 two per SM hold); N 32768 stops at 64; lm_head keeps 128.
+  EXPECT_EQ(moe_ggml_gemv_slice_rows(4, 6144, 16, 132), 128);
+  EXPECT_EQ(moe_ggml_gemv_slice_rows(3, 3584, 16, 132), 120);
+  EXPECT_EQ(moe_ggml_gemv_slice_rows(4, 4096, 1, 132), 32);
+  EXPECT_EQ(moe_ggml_gemv_slice_rows(3, 4096, 1, 132), 24);
+  EXPECT_EQ(moe_ggml_gemv_slice_rows(2, 4096, 1, 132), 16);
+  EXPECT_EQ(moe_ggml_gemv_slice_rows(4, 16384, 1, 132), 32);
+  EXPECT_EQ(moe_ggml_gemv_slice_rows(4, 32768, 1, 132), 64);
+  EXPECT_EQ(moe_ggml_gemv_slice_rows(4, 163840, 1, 132), 128);
+  EXPECT_EQ(moe_ggml_gemv_slice_rows(4, 4096, 2, 132), 32);
 
   auto* base = reinterpret_cast<uint8_t*>(uintptr_t{1} << 20);  // never dereferenced: the check comes first
   MoeGgmlBank b;
@@ -334,6 +346,14 @@ TEST_P(MoeGgmlGemvTest, MatchesFloat64WithTheCpuActivationContract) {
           const test::RowWeights rw = test::random_row_weights(rng, R);
           moe_grouped_gemv_ggml(acts, bank, moe_weighted(s.d, rw.device), ys, nullptr, rows_per_warp);
           test::expect_row_weighted(download_f32(ys), got, rw, N);
+        }
+        // Every slice of weight rows per CTA, from one row group per warp to the most: bit for bit.
+        const int group = 8 * rows_per_warp;
+        for (int slice = group; slice <= 128; slice += group) {
+          SCOPED_TRACE("slice " + std::to_string(slice));
+          poison(ys);
+          moe_grouped_gemv_ggml(acts, bank, s.d, ys, nullptr, rows_per_warp, slice);
+          EXPECT_EQ(download_f32(ys), got);
         }
       }
     }

@@ -6,6 +6,13 @@
 
 namespace k3::cuda {
 
+int current_multiprocessors() {
+  int dev = 0, sms = 0;
+  K3_CUDA_CHECK(cudaGetDevice(&dev));
+  K3_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
 std::vector<DeviceInfo> list_devices() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {

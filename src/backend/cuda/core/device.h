@@ -19,6 +19,9 @@ struct DeviceInfo {
 // Empty when the driver reports no device (or no driver): callers skip GPU work.
 std::vector<DeviceInfo> list_devices();
 
+// The current device's streaming multiprocessors (throws a k3::Error on a CUDA error): grid sizing.
+int current_multiprocessors();
+
 // out[i] = a * x[i] + y[i] on device 0, through host buffers; proves the build runs kernels.
 void saxpy(float a, const std::vector<float>& x, const std::vector<float>& y, std::vector<float>& out);
 

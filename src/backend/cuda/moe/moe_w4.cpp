@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cuda/core/check.h"
+#include "backend/cuda/core/device.h"
 #include "backend/cuda/moe/moe_w4_internal.h"
 #include "backend/cuda/moe/moe_w4_layout.h"
 #include "backend/cuda/core/tensor_map.h"
@@ -175,13 +176,6 @@ int64_t max_block_smem() {
   return v;
 }
 
-int multiprocessor_count() {
-  int dev = 0, v = 0;
-  K3_CUDA_CHECK(cudaGetDevice(&dev));
-  K3_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-  return v;
-}
-
 // The warpgroup-MMA kernel's tensor maps (moe_w4_internal.h): the bank as [row groups, chunks, words].
 w4::WgmmaMaps wgmma_maps(const DeviceTensor& xs, const MoeW4Bank& w) {
   const int64_t groups = w.rows() / w4::kRowGroup, chunks = w.k / w4::kChunk;
@@ -278,7 +272,7 @@ namespace {
 // bound), held to kMaxSplitWorkspace: 1 = whole K, 0 = no decode form fits.
 int decode_splits_for(const MoeW4Bank& w, const MoeDispatch& d, W4Kernel kernel) {
   const int64_t units = moe_tile_map(d, MoeTile::kM16).bound * ((w.n + 63) / 64);
-  const int s = moe_w4_decode_splits(w.format, w.k, units, multiprocessor_count(), kernel);
+  const int s = moe_w4_decode_splits(w.format, w.k, units, current_multiprocessors(), kernel);
   if (s > 1 && moe_w4_split_workspace_bytes(s, d.rows(), w.n) > kMaxSplitWorkspace) {
     return moe_w4_decode_fits(w.format, w.k, kernel) ? 1 : 0;
   }
@@ -357,7 +351,7 @@ w4::GemmArgs gemm_args(const DeviceTensor& xs, const MoeW4Bank& w, const MoeDisp
 void launch_wgmma(const DeviceTensor& xs, const MoeW4Bank& w, const w4::GemmArgs& a, const MoeTileMap& map, bool f32,
                   cudaStream_t stream) {
   const w4::WgmmaMaps maps = wgmma_maps(xs, w);
-  const int sms = multiprocessor_count();
+  const int sms = current_multiprocessors();
   if (w.format == W4Format::kNvfp4) {
     w4::launch_wgmma<W4Format::kNvfp4>(f32, maps, a, map, sms, stream);
   } else {

@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/cuda/core/device.h"
 #include "backend/cuda/core/smem.h"
 #include "backend/cuda/core/launch.h"
 #include "backend/cuda/moe/moe_w4_gemm.cuh"
@@ -346,9 +347,7 @@ void launch_decode_cfg(const GemmArgs& a, const DecodeSplit& sp, const MoeTileMa
                 std::to_string(sp.chunks) + " chunks for K " + std::to_string(a.k));
   }
   const size_t smem = decode_smem_bytes(F, static_cast<int64_t>(sp.chunks) * kChunk, STAGES, XR);
-  int dev = 0, sms = 0;
-  K3_CUDA_CHECK(cudaGetDevice(&dev));
-  K3_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int sms = current_multiprocessors();
   const int64_t units = map.bound * nb * sp.splits;
   if (units > INT32_MAX) throw Error("moe_grouped_gemm_w4: too many decode units");
   const int grid = static_cast<int>(std::min<int64_t>(sms, units));

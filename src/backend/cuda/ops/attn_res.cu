@@ -20,6 +20,7 @@
 #include "backend/cuda/core/bulk_copy.cuh"
 #include "backend/cuda/core/smem.h"
 #include "backend/cuda/core/check.h"
+#include "backend/cuda/core/device.h"
 #include "backend/cuda/core/kernel_util.cuh"
 #include "backend/cuda/ops/ops.h"
 #include "backend/cuda/ops/ops_tuning.h"
@@ -294,9 +295,8 @@ void launch(std::span<const DeviceTensor> candidates, const float* c, const floa
     if (smem > 48 * 1024) {
       allow_dynamic_smem(kernel, smem);
     }
-    int dev = 0, sms = 0, per_sm = 0;
-    K3_CUDA_CHECK(cudaGetDevice(&dev));
-    K3_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int sms = current_multiprocessors();
+    int per_sm = 0;
     K3_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
     const int64_t ctas = std::min<int64_t>(y.rows, static_cast<int64_t>(std::max(per_sm, 1)) * sms);
     kernel<<<static_cast<unsigned>(ctas), threads, smem, stream>>>(cand, count, c, norm_w, eps, y.as<Tout>(), y.ld,

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "backend/cuda/core/check.h"
+#include "backend/cuda/core/device.h"
 #include "backend/cuda/attention/kda/kda.h"
 #include "backend/cuda/attention/kda/kda_internal.h"
 #include "backend/cuda/attention/kda/kda_tuning.h"
@@ -19,10 +20,7 @@ namespace {
 // instead of 301 on the H200), else 32 (H = 32: 302 µs instead of 381).
 int inter_cols(KdaInterCols cols, int64_t seq_heads) {
   if (cols != KdaInterCols::kAuto) return cols == KdaInterCols::k16 ? 16 : 32;
-  int dev = 0, sms = 0;
-  K3_CUDA_CHECK(cudaGetDevice(&dev));
-  K3_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return seq_heads * (D / 16) <= sms ? 16 : 32;
+  return seq_heads * (D / 16) <= current_multiprocessors() ? 16 : 32;
 }
 }  // namespace
 

@@ -1,9 +1,10 @@
 // The GGUF experts' decode grouped GEMV (moe_ggml.h, moe_grouped_gemv_ggml): one kernel, a template
 // over the block traits of moe_ggml_blocks.h and the weight rows a warp streams at once (RW).
 //
-// CTA → (tile of ≤ 16 sorted rows of one expert, gemv_cta_rows(RW) weight rows) as in moe_w4_gemm.cuh:
-// an expert's token tiles run back to back for each slice of weight rows, so a slice comes from DRAM
-// once while the expert's tiles go by. Warp w takes the groups of RW consecutive weight rows
+// CTA → (tile of ≤ 16 sorted rows of one expert, a slice of weight rows) as in moe_w4_gemm.cuh: an
+// expert's token tiles run back to back for each slice of weight rows, so a slice comes from DRAM
+// once while the expert's tiles go by. A slice is gemv_cta_rows(RW) rows, or fewer where that leaves
+// the grid short of two CTAs per SM (moe_ggml_gemv_slice_rows: a bank of one expert). Warp w takes the groups of RW consecutive weight rows
 // RW·(w + 8i); lane l takes part l % kParts of block l / kParts of each warp step (1024 elements).
 //
 // Weights: each warp streams its work through its own cp.async ring in shared memory
@@ -27,6 +28,7 @@
 
 #include "backend/cuda/core/smem.h"
 #include "backend/cuda/core/check.h"
+#include "backend/cuda/core/device.h"
 #include "backend/cuda/core/launch.h"
 #include "backend/cuda/core/kernel_util.cuh"
 #include "quant/formats/ggml/cuda/moe_ggml.h"
@@ -87,6 +89,7 @@ struct GemvArgs {
   int n, k;
   const int32_t* offsets;
   const float* row_weight;  // [R] or null: each sorted row's output scaled by it (MoeDispatch::row_weight)
+  int slice_rows;           // weight rows per CTA: a multiple of kGemvWarps · RW, at most gemv_cta_rows(RW)
 };
 
 __device__ __forceinline__ void store_out(float* p, float v) { *p = v; }
@@ -119,7 +122,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_kernel(GemvArgs a, Ge
                                                                const int4* __restrict__ tiles) {
   constexpr int kStep = kPerStep<F>;
   detail::MoeCtaTile ct;
-  if (!detail::moe_cta_tile(n_slices, kGemvTokens, gemv_cta_rows(RW), tile_count, tiles, a.offsets, ct)) return;
+  if (!detail::moe_cta_tile(n_slices, kGemvTokens, a.slice_rows, tile_count, tiles, a.offsets, ct)) return;
   const int r0 = ct.row0, rows = ct.rows;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int part = lane % F::kParts, lb = lane / F::kParts;
@@ -129,7 +132,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) gemv_kernel(GemvArgs a, Ge
   // stored), token chunks (unless a stage holds whole rows), stage blocks. Warp-uniform; the kernel
   // has no block barrier, so idle warps exit.
   constexpr int kGroupStride = kGemvWarps * RW;
-  const int first = ct.col0 + RW * warp, f_end = min(ct.col0 + gemv_cta_rows(RW), a.n);
+  const int first = ct.col0 + RW * warp, f_end = min(ct.col0 + a.slice_rows, a.n);
   const int groups = first < f_end ? (f_end - first + kGroupStride - 1) / kGroupStride : 0;
   const int chunks = (rows + kTokenChunk - 1) / kTokenChunk;
   const int item_chunks = geo.nblk == 1 ? 1 : chunks;
@@ -323,6 +326,16 @@ bool moe_ggml_gemv_supports(GgmlType type, int rows_per_warp) {
          (rows_per_warp == 2 || rows_per_warp == 3 || rows_per_warp == 4);
 }
 
+int moe_ggml_gemv_slice_rows(int rows_per_warp, int64_t n, int64_t tile_bound, int multiprocessors) {
+  const int group = kGemvWarps * rows_per_warp;  // one row group per warp
+  int rows = gemv_cta_rows(rows_per_warp);
+  auto ctas = [&](int r) { return (n + r - 1) / r * tile_bound; };
+  while (rows > group && ctas(rows) < 2 * static_cast<int64_t>(multiprocessors)) {
+    rows = std::max(group, rows / 2 / group * group);
+  }
+  return rows;
+}
+
 int moe_ggml_gemv_rows_per_warp(GgmlType type, int64_t k) {
   int rw = 2;
   gb::visit(type, [&](auto trait) {
@@ -338,39 +351,48 @@ int moe_ggml_gemv_rows_per_warp(GgmlType type, int64_t k) {
 }
 
 void moe_grouped_gemv_ggml(const MoeGgmlActs& acts, const MoeGgmlBank& bank, const MoeDispatch& d,
-                           const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp) {
+                           const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp, int slice_rows) {
   rows_per_warp = check_gemv(acts, bank, d, ys, rows_per_warp);
   const int64_t R = d.rows(), N = bank.n, K = bank.k;
   const MoeTileMap map = moe_tile_map(d, MoeTile::kM16);
+  const int group = kGemvWarps * rows_per_warp;
+  if (slice_rows == 0) slice_rows = moe_ggml_gemv_slice_rows(rows_per_warp, N, map.bound, current_multiprocessors());
+  if (slice_rows < group || slice_rows > gemv_cta_rows(rows_per_warp) || slice_rows % group != 0) {
+    throw Error("moe_grouped_gemv_ggml: " + std::to_string(slice_rows) + " weight rows per CTA at " +
+                std::to_string(rows_per_warp) + " rows per warp (a multiple of " + std::to_string(group) + " up to " +
+                std::to_string(gemv_cta_rows(rows_per_warp)) + ")");
+  }
   if (R == 0) return;
-  const int n_slices = static_cast<int>((N + gemv_cta_rows(rows_per_warp) - 1) / gemv_cta_rows(rows_per_warp));
+  const int64_t n_slices = (N + slice_rows - 1) / slice_rows;
   const int64_t blocks = n_slices * map.bound;
   if (blocks > INT32_MAX) throw Error("moe_grouped_gemv_ggml: grid too large");
   const GemvArgs a{bank.data, bank.data + bank.bytes(), bank.row_bytes(), acts, ys.data, ys.ld, static_cast<int>(N), static_cast<int>(K),
-                   d.expert_offsets, d.row_weight};
+                   d.expert_offsets, d.row_weight, slice_rows};
   const bool f32_out = ys.dtype == DType::kF32;
   const auto grid = static_cast<unsigned>(blocks);
-  if (rows_per_warp == 2) launch<2>(bank.type, f32_out, a, n_slices, grid, map, stream);
-  if (rows_per_warp == 3) launch<3>(bank.type, f32_out, a, n_slices, grid, map, stream);
-  if (rows_per_warp == 4) launch<4>(bank.type, f32_out, a, n_slices, grid, map, stream);
+  const int slices = static_cast<int>(n_slices);
+  if (rows_per_warp == 2) launch<2>(bank.type, f32_out, a, slices, grid, map, stream);
+  if (rows_per_warp == 3) launch<3>(bank.type, f32_out, a, slices, grid, map, stream);
+  if (rows_per_warp == 4) launch<4>(bank.type, f32_out, a, slices, grid, map, stream);
   K3_CUDA_CHECK_LAUNCH("moe_ggml gemv_kernel");
 }
 
 void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
-                           const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp) {
+                           const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp,
+                           int slice_rows) {
   rows_per_warp = check_gemv(acts, bank, d, ys, rows_per_warp);
   moe_ggml_quantize(xs, acts, stream);
-  moe_grouped_gemv_ggml(acts, bank, d, ys, stream, rows_per_warp);
+  moe_grouped_gemv_ggml(acts, bank, d, ys, stream, rows_per_warp, slice_rows);
 }
 
 void moe_grouped_gemv_ggml(const MoeGgmlActs& acts, const MoeGgmlBank& bank, const MoeDispatch& d,
                            const DeviceTensor& ys, cudaStream_t stream) {
-  moe_grouped_gemv_ggml(acts, bank, d, ys, stream, 0);
+  moe_grouped_gemv_ggml(acts, bank, d, ys, stream, 0, 0);
 }
 
 void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
                            const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream) {
-  moe_grouped_gemv_ggml(xs, bank, d, acts, ys, stream, 0);
+  moe_grouped_gemv_ggml(xs, bank, d, acts, ys, stream, 0, 0);
 }
 
 }  // namespace k3::cuda

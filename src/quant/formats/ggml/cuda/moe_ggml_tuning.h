@@ -23,12 +23,22 @@ bool moe_ggml_gemv_supports(GgmlType type, int rows_per_warp);
 // H200, k3_bench_cuda --moe-ggml, 2026-12-02, docs/performance.md).
 int moe_ggml_gemv_rows_per_warp(GgmlType type, int64_t k);
 
+// The weight rows a CTA of the GEMV takes (its slice) at `rows_per_warp`: 128 (120 at 3), halved
+// toward one row group per warp (8 · rows_per_warp) while ceil(n / slice) · tile_bound CTAs (the tile
+// map's bound) stay under two per SM, the kernel's residency. A routed layer's grid keeps 128; a dense
+// linear as one expert (N / 128 CTAs) gets up to 4–8× more. Each output is one warp's sum in one
+// order whatever the slice: the results are bit-identical.
+int moe_ggml_gemv_slice_rows(int rows_per_warp, int64_t n, int64_t tile_bound, int multiprocessors);
+
 // moe_grouped_gemv_ggml with `rows_per_warp` weight rows a warp streams at once (0:
-// moe_ggml_gemv_rows_per_warp); the results do not depend on it beyond fp32 summation order.
+// moe_ggml_gemv_rows_per_warp; the results do not depend on it beyond fp32 summation order) and
+// `slice_rows` weight rows per CTA (0: moe_ggml_gemv_slice_rows; else a multiple of 8 ·
+// rows_per_warp up to the default's 128 or 120; the results do not depend on it at all).
 void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
-                           const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp);
+                           const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp,
+                           int slice_rows = 0);
 void moe_grouped_gemv_ggml(const MoeGgmlActs& acts, const MoeGgmlBank& bank, const MoeDispatch& d,
-                           const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp);
+                           const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp, int slice_rows = 0);
 
 // moe_grouped_gemm_ggml at a forced tile: kM64 or kM128 (kAuto: kM128 where moe_ggml_tile_for picks
 // it for the dispatch's choice E, else kM64); kM16 is the decode class (moe_grouped_gemv_ggml) and throws.

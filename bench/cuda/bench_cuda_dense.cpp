@@ -46,7 +46,8 @@ void bench_ggml_dense(Arena& arena, Blas& blas, Stream& stream, const RandomPool
       if (T <= 256) fns.push_back({"gemv", [&](int) { moe_grouped_gemv_ggml(x, bank, d, acts, y, stream); }});
       const std::vector<double> ms = time_interleaved(stream, fns);
       const double gemv = T <= 256 ? ms[3] * 1e3 : NAN;
-      std::printf("%-5s %6lld | %9.1f %9.1f %9.1f %9.1f | %.2f\n", std::string(ggml_type_name(type)).c_str(), static_cast<long long>(T), gemv,
+      const std::string name(ggml_type_name(type));
+      std::printf("%-5s %6lld | %9.1f %9.1f %9.1f %9.1f | %.2f\n", name.c_str(), static_cast<long long>(T), gemv,
                   ms[0] * 1e3, ms[1] * 1e3, ms[2] * 1e3, ms[1] / ms[2]);
       arena.reset(tmark);
     }

@@ -13,9 +13,11 @@
 // On the GPU: the quantisation kernel equals the CPU contract bit for bit (codes, scales, sums, from
 // bf16 and f32 inputs); the decode GEMV (at each rows per warp it takes) against the same
 // float64 reference, ≤ 2e-5 · S (fp32 order: lanes, warp reduction) plus 2^-8·|ref| for bf16 output;
-// the bf16 dequantisation equals bf16(the CPU dequant) for routed experts and leaves the others
-// alone; the prefill path (dequant + bf16 grouped GEMM) against float64 over those bf16 weights and
-// the bf16 activations (2e-5 · S + output rounding).
+// every slice of weight rows per CTA gives the same outputs bit for bit; the prefill GEMM against
+// float64 over the bf16-rounded exact weights and the bf16 activations (2e-5 · S + output rounding);
+// the rows dequantised to bf16 equal bf16(the CPU dequant) bit for bit, padding untouched; the
+// one-expert dequantised product (cuBLASLt over bf16 chunks, the last partial) against the same
+// float64 reference.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -438,7 +440,8 @@ TEST(MoeGgmlGpu, DequantizedRowsAreTheBf16RoundedExactValues) {
     EXPECT_EQ(pad, 0);
   }
   const auto [bank, w] = random_bank(rng, GgmlType::Q4_K, E, N, K);
-  EXPECT_THROW(moe_ggml_dequantize_rows(bank, 70, test::arena().alloc_tensor(DType::kBF16, 16, K, "past"), nullptr), Error);
+  const DeviceTensor past = test::arena().alloc_tensor(DType::kBF16, 16, K, "past the bank");
+  EXPECT_THROW(moe_ggml_dequantize_rows(bank, 70, past, nullptr), Error);
   EXPECT_THROW(moe_ggml_dequantize_rows(bank, 0, test::arena().alloc_tensor(DType::kF32, 4, K, "f32"), nullptr), Error);
 }
 

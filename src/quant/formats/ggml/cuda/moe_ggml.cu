@@ -267,13 +267,14 @@ void moe_ggml_dequantize_rows(const MoeGgmlBank& bank, int64_t row0, const Devic
   }
   check_rows16(out, "moe_ggml_dequantize_rows out");
   if (out.rows == 0) return;
-  const dim3 grid(static_cast<unsigned>(out.rows), static_cast<unsigned>((bank.k + 8 * kDequantThreads - 1) / (8 * kDequantThreads)));
+  const auto col_blocks = static_cast<unsigned>((bank.k + 8 * kDequantThreads - 1) / (8 * kDequantThreads));
+  const dim3 grid(static_cast<unsigned>(out.rows), col_blocks);
   const uint8_t* w = bank.data + row0 * bank.row_bytes();
+  const int k = static_cast<int>(bank.k);
   gb::visit(bank.type, [&](auto trait) {
-    dequantize_kernel<decltype(trait)><<<grid, kDequantThreads, 0, stream>>>(w, bank.row_bytes(), static_cast<int>(bank.k),
-                                                                              out.as<bf16>(), out.ld);
+    dequantize_kernel<decltype(trait)><<<grid, kDequantThreads, 0, stream>>>(w, bank.row_bytes(), k, out.as<bf16>(), out.ld);
   });
-  K3_CUDA_CHECK(cudaGetLastError());
+  K3_CUDA_CHECK_LAUNCH("moe_ggml dequantize_kernel");
 }
 
 // The rows a chunk of moe_ggml_dense_gemm takes at the least (fewer would leave most SMs idle in its GEMM).

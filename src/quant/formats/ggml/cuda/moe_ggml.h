@@ -108,11 +108,11 @@ void moe_grouped_gemm_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, cons
 void moe_ggml_dequantize_rows(const MoeGgmlBank& bank, int64_t row0, const DeviceTensor& out, cudaStream_t stream);
 
 // A bank of one expert (a dense linear kept packed, executor/bank_linear.h) over many rows: ys = xs ·
-// bf16(W)ᵀ by cuBLASLt's bf16 GEMM over the weight dequantised (moe_ggml_dequantize_rows) into
-// `scratch` up to chunk_bytes at a time (at least 256 rows), given back before returning (stream-ordered). The prefill GEMM's
-// contract (bf16 rows, bf16-rounded weights, fp32 accumulation) in cuBLASLt's summation order: the
-// grouped GEMM decodes every weight tile once per m-tile, where this decodes it once, and over one
-// expert its grid holds only N / 128 CTAs per m-tile. xs bf16 [R, K]; ys f32 or bf16 [R, N].
+// bf16(W)ᵀ by cuBLASLt's bf16 GEMM over the weight dequantised (moe_ggml_dequantize_rows) into `scratch`
+// up to chunk_bytes at a time (at least 256 rows), given back before returning (stream-ordered). The
+// prefill GEMM's contract (bf16 rows, bf16-rounded weights, fp32 accumulation) in cuBLASLt's summation
+// order: the grouped GEMM decodes every weight tile once per m-tile, where this decodes it once, and over
+// one expert its grid holds only N / 128 CTAs per m-tile. xs bf16 [R, K]; ys f32 or bf16 [R, N].
 inline constexpr size_t kGgmlDenseChunkBytes = size_t{64} << 20;
 void moe_ggml_dense_gemm(Blas& blas, Arena& scratch, const DeviceTensor& xs, const MoeGgmlBank& bank,
                          const DeviceTensor& ys, cudaStream_t stream, size_t chunk_bytes = kGgmlDenseChunkBytes);
@@ -121,7 +121,7 @@ void moe_ggml_dense_gemm(Blas& blas, Arena& scratch, const DeviceTensor& xs, con
 // bf16 weights) costs less than the GEMV's dp4a work, which grows with the rows. Measured with the GEMV on
 // 128-row slices (N / 128 CTAs; moe_ggml_gemv_slice_rows, not yet measured, gives one expert more), H100
 // (k3_bench_cuda --ggml-dense, docs/performance.md): at N 4096, K 7168 the GEMV takes 35–47 µs at 1 row,
-// 119–149 at 8, 216–291 at 16, the dequantised product 60–64 at any; over the Kimi-K3 family bench, whose
+// 119–149 at 8, 216–291 at 16, the dequantised product 60–65 at each; over the Kimi-K3 family bench, whose
 // wider linears give the GEMV more CTAs, the GEMV still led at 8 rows (gguf q2_k_experts, packed, batch 8:
 // 829 against 746 tok/s).
 inline constexpr int64_t kGgmlDenseGemmRows = 16;

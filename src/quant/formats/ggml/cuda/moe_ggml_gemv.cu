@@ -4,8 +4,9 @@
 // CTA → (tile of ≤ 16 sorted rows of one expert, a slice of weight rows) as in moe_w4_gemm.cuh: an
 // expert's token tiles run back to back for each slice of weight rows, so a slice comes from DRAM
 // once while the expert's tiles go by. A slice is gemv_cta_rows(RW) rows, or fewer where that leaves
-// the grid short of two CTAs per SM (moe_ggml_gemv_slice_rows: a bank of one expert). Warp w takes the groups of RW consecutive weight rows
-// RW·(w + 8i); lane l takes part l % kParts of block l / kParts of each warp step (1024 elements).
+// the grid short of two CTAs per SM (moe_ggml_gemv_slice_rows: a bank of one expert). Warp w takes
+// the groups of RW consecutive weight rows RW·(w + 8i); lane l takes part l % kParts of block
+// l / kParts of each warp step (1024 elements).
 //
 // Weights: each warp streams its work through its own cp.async ring in shared memory
 // (Geometry: 2–4 stages; one commit group per stage, one counted wait per stage, no block barrier), so

@@ -118,12 +118,10 @@ void moe_ggml_dense_gemm(Blas& blas, Arena& scratch, const DeviceTensor& xs, con
                          const DeviceTensor& ys, cudaStream_t stream, size_t chunk_bytes = kGgmlDenseChunkBytes);
 // The rows from which the model multiplies a one-expert dispatch by moe_ggml_dense_gemm rather than the
 // decode GEMV: where dequantising (packed read, bf16 write and re-read: about twice cuBLASLt's time over
-// bf16 weights) costs less than the GEMV's dp4a work, which grows with the rows. Measured with the GEMV on
-// 128-row slices (N / 128 CTAs; moe_ggml_gemv_slice_rows, not yet measured, gives one expert more), H100
-// (k3_bench_cuda --ggml-dense, docs/performance.md): at N 4096, K 7168 the GEMV takes 35–47 µs at 1 row,
-// 119–149 at 8, 216–291 at 16, the dequantised product 60–65 at each; over the Kimi-K3 family bench, whose
-// wider linears give the GEMV more CTAs, the GEMV still led at 8 rows (gguf q2_k_experts, packed, batch 8:
-// 829 against 746 tok/s).
+// bf16 weights) costs less than the GEMV's dp4a work, which grows with the rows. H100 (k3_bench_cuda
+// --ggml-dense, docs/performance.md), N 4096, K 7168: the GEMV takes 16–21 µs at 1 row, 31–42 at 8 and
+// 51–70 at 16 (Q4_K, Q3_K, Q6_K), the dequantised product 61–65 at each: Q6_K crosses at about 14 rows,
+// Q4_K and Q3_K near 20.
 inline constexpr int64_t kGgmlDenseGemmRows = 16;
 // Whether it does for this dispatch: a bank of one expert, no routing weights, at least
 // kGgmlDenseGemmRows rows.

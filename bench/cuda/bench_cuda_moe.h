@@ -37,9 +37,9 @@ void bench_moe_fp8_block(Arena& arena, Stream& stream, const RandomPool& fp8_poo
 // experts hit at decode.
 void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool, const std::vector<GgmlType>& types);
 
-// GGUF dense linears kept packed as a bank of one expert (bench_cuda_dense.cpp), Kimi-K3 shapes, Q4_K /
-// Q6_K / Q3_K: the decode GEMV (to 256 rows; with and without the quantisation, and on the widest
-// slices), the grouped prefill GEMM, the dequantise-then-cuBLASLt
+// GGUF dense linears kept packed as a bank of one expert (bench_cuda_dense.cpp), Kimi-K3 shapes, Q4_0 /
+// Q4_K / Q6_K / Q3_K: the decode GEMV (to 256 rows; with and without the quantisation,
+// and at every slice size), the grouped prefill GEMM, the dequantise-then-cuBLASLt
 // product (moe_ggml_dense_gemm) and cuBLASLt over bf16 weights; T = 8 … 4096 (--tokens: others).
 void bench_ggml_dense(Arena& arena, Blas& blas, Stream& stream, const RandomPool& bf16_pool);
 

@@ -250,18 +250,21 @@ TEST(MoeGgmlBank, KernelsAndRowsPerWarp) {
   }
   EXPECT_FALSE(moe_ggml_gemv_supports(GgmlType::Q4_1, 4));
   EXPECT_FALSE(moe_ggml_gemv_supports(GgmlType::F16, 4));
-  // The GEMV's weight rows per CTA on 132 SMs: a routed layer keeps the most; one expert of N 4096
-  // halves them to one row group per warp, the least (32 at 4 rows per warp: 128 CTAs); N 16384 too
-  // (64 would give 256 CTAs, short of the 264 two per SM hold); N 32768 stops at 64; lm_head keeps 128.
+  // The GEMV's weight rows per CTA on 132 SMs (one wave: 264 CTAs): a routed layer keeps the most;
+  // one expert takes the fewest row groups that fit one wave: N 4096 one group (128, 171 or 256
+  // CTAs), N 12288 at 2 rows per warp three (256 CTAs, where one group would give 768), N 16384 two
+  // (256), N 32768 four (256); lm_head keeps 128; a bound of 2 tiles counts twice.
   EXPECT_EQ(moe_ggml_gemv_slice_rows(4, 6144, 16, 132), 128);
   EXPECT_EQ(moe_ggml_gemv_slice_rows(3, 3584, 16, 132), 120);
   EXPECT_EQ(moe_ggml_gemv_slice_rows(4, 4096, 1, 132), 32);
   EXPECT_EQ(moe_ggml_gemv_slice_rows(3, 4096, 1, 132), 24);
   EXPECT_EQ(moe_ggml_gemv_slice_rows(2, 4096, 1, 132), 16);
-  EXPECT_EQ(moe_ggml_gemv_slice_rows(4, 16384, 1, 132), 32);
-  EXPECT_EQ(moe_ggml_gemv_slice_rows(4, 32768, 1, 132), 64);
+  EXPECT_EQ(moe_ggml_gemv_slice_rows(2, 12288, 1, 132), 48);
+  EXPECT_EQ(moe_ggml_gemv_slice_rows(4, 16384, 1, 132), 64);
+  EXPECT_EQ(moe_ggml_gemv_slice_rows(4, 32768, 1, 132), 128);
   EXPECT_EQ(moe_ggml_gemv_slice_rows(4, 163840, 1, 132), 128);
   EXPECT_EQ(moe_ggml_gemv_slice_rows(4, 4096, 2, 132), 32);
+  EXPECT_EQ(moe_ggml_gemv_slice_rows(3, 12288, 2, 132), 96);
 
   auto* base = reinterpret_cast<uint8_t*>(uintptr_t{1} << 20);  // never dereferenced: the check comes first
   MoeGgmlBank b;

@@ -23,11 +23,12 @@ bool moe_ggml_gemv_supports(GgmlType type, int rows_per_warp);
 // H200, k3_bench_cuda --moe-ggml, 2026-12-02, docs/performance.md).
 int moe_ggml_gemv_rows_per_warp(GgmlType type, int64_t k);
 
-// The weight rows a CTA of the GEMV takes (its slice) at `rows_per_warp`: 128 (120 at 3), halved
-// toward one row group per warp (8 · rows_per_warp) while ceil(n / slice) · tile_bound CTAs (the tile
-// map's bound) stay under two per SM, the kernel's residency. A routed layer's grid keeps 128; a dense
-// linear as one expert (N / 128 CTAs) gets up to 4–8× more. Each output is one warp's sum in one
-// order whatever the slice: the results are bit-identical.
+// The weight rows a CTA of the GEMV takes (its slice) at `rows_per_warp`: the fewest whole row groups
+// (8 · rows_per_warp rows) for which ceil(n / slice) · tile_bound CTAs (the tile map's bound) fit one
+// wave of two per SM (the kernel's residency), at most 128 (120 at 3). A routed layer's grid keeps
+// 128; a dense linear as one expert gets one wave of smaller slices (a second, partial wave ran at a
+// fraction of the bandwidth: docs/performance.md). Each output is one warp's sum in one order
+// whatever the slice: the results are bit-identical.
 int moe_ggml_gemv_slice_rows(int rows_per_warp, int64_t n, int64_t tile_bound, int multiprocessors);
 
 // moe_grouped_gemv_ggml with `rows_per_warp` weight rows a warp streams at once (0:

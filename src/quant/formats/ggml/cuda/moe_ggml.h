@@ -10,11 +10,11 @@
 // CPU's contract for the format (moe_ggml_blocks.h: ggml's vec_dot_type, int8 per 32 values for
 // Q4_0 / Q8_0, per 256 for the K-quants, plus Σ codes per 16), then integer dp4a dot products per
 // block with the block's integer scales, float scales per block, fp32 accumulation (as ggml's MMVQ).
-// One CTA per (tile of ≤ 16 sorted rows of one expert, 128 weight rows); a warp streams a few weight
-// rows at once for all of the tile's tokens, so every packed byte is read once per tile. One kernel
-// (moe_ggml_gemv.cu): each warp's rows stream through a cp.async ring in shared memory, launched as a
-// programmatic dependent of the quantisation (its weights start streaming before the activations are
-// ready).
+// One CTA per (tile of ≤ 16 sorted rows of one expert, a slice of up to 128 weight rows: fewer for a
+// bank of one expert, moe_ggml_tuning.h); a warp streams a few weight rows at once for all of the
+// tile's tokens, so every packed byte is read once per tile. One kernel (moe_ggml_gemv.cu): each warp's
+// rows stream through a cp.async ring in shared memory, launched as a programmatic dependent of the
+// quantisation (its weights start streaming before the activations are ready).
 //
 // Prefill (moe_grouped_gemm_ggml): the mma.sync grouped GEMM of the bf16 experts
 // (moe_grouped_gemm.cuh) with its weight tiles decoded from the GGML blocks on the way into shared

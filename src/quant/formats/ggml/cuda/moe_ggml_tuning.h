@@ -26,8 +26,8 @@ int moe_ggml_gemv_rows_per_warp(GgmlType type, int64_t k);
 // The weight rows a CTA of the GEMV takes (its slice) at `rows_per_warp`: the fewest whole row groups
 // (8 · rows_per_warp rows) for which ceil(n / slice) · tile_bound CTAs (the tile map's bound) fit one
 // wave of two per SM (the kernel's residency), at most 128 (120 at 3). A routed layer's grid keeps
-// 128; a dense linear as one expert gets one wave of smaller slices (a second, partial wave ran at a
-// fraction of the bandwidth: docs/performance.md). Each output is one warp's sum in one order
+// 128; a dense linear as one expert gets one wave of smaller slices (the fastest slice of every size
+// at Kimi-K3's dense shapes, H100: docs/performance.md). Each output is one warp's sum in one order
 // whatever the slice: the results are bit-identical.
 int moe_ggml_gemv_slice_rows(int rows_per_warp, int64_t n, int64_t tile_bound, int multiprocessors);
 

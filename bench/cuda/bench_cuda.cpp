@@ -306,6 +306,16 @@ void bench_memory_bound(Arena& arena, Stream& stream, const RandomPool& bf16_poo
   }
   ms = time_ms(stream, [&](int) { rms_norm(cand[0].row_slice(0, 1), dw.as<float>(), 1e-5f, y.row_slice(0, 1), stream); });
   std::printf("%-26s %-22s %9s %9.1f   (latency)\n", "rms_norm", "1x7168", "", ms * 1e3);
+  // The greedy pick over Kimi-K3's vocabulary: 64 rows for bandwidth, one for a decode step's latency.
+  const int64_t V = 163840;
+  std::vector<float> vocab(static_cast<size_t>(64 * V));
+  for (float& v : vocab) v = std::normal_distribution<float>(0.0f, 4.0f)(gen);
+  const DeviceTensor vl = upload_f32(arena, vocab.data(), 64, V, DType::kF32, "vocabulary logits");
+  int32_t* picks = arena.alloc_n<int32_t>(64, "picks");
+  ms = time_ms(stream, [&](int) { row_argmax(vl, picks, stream); });
+  print_bw("row_argmax f32", "64x" + std::to_string(V), 64.0 * V * 4, ms);
+  ms = time_ms(stream, [&](int) { row_argmax(vl.row_slice(0, 1), picks, stream); });
+  std::printf("%-26s %-22s %9s %9.1f   (latency)\n", "row_argmax", ("1x" + std::to_string(V)).c_str(), "", ms * 1e3);
   K3_CUDA_CHECK(cudaDeviceSynchronize());
   arena.reset(mark);
 }

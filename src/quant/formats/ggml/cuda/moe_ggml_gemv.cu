@@ -4,8 +4,8 @@
 // CTA → (tile of ≤ 16 sorted rows of one expert, a slice of weight rows) as in moe_w4_gemm.cuh: an
 // expert's token tiles run back to back for each slice of weight rows, so a slice comes from DRAM
 // once while the expert's tiles go by. A slice is gemv_cta_rows(RW) rows, or fewer where the grid
-// would not fill one wave of two CTAs per SM (moe_ggml_gemv_slice_rows: a bank of one expert). Warp w takes
-// the groups of RW consecutive weight rows RW·(w + 8i); lane l takes part l % kParts of block
+// would not fill one wave of two CTAs per SM (moe_ggml_gemv_slice_rows: a bank of one expert). Warp
+// w takes the groups of RW consecutive weight rows RW·(w + 8i); lane l takes part l % kParts of block
 // l / kParts of each warp step (1024 elements).
 //
 // Weights: each warp streams its work through its own cp.async ring in shared memory
@@ -330,7 +330,8 @@ bool moe_ggml_gemv_supports(GgmlType type, int rows_per_warp) {
 int moe_ggml_gemv_slice_rows(int rows_per_warp, int64_t n, int64_t tile_bound, int multiprocessors) {
   const int64_t group = kGemvWarps * rows_per_warp;  // one row group per warp
   const int64_t widest = gemv_cta_rows(rows_per_warp);
-  // The fewest whole row groups per CTA that keep the grid within one wave of two CTAs per SM.
+  // The fewest whole row groups per CTA at which n · tile_bound weight rows take at most one wave of
+  // two CTAs per SM (up to the rounding of each expert's last slice).
   const int64_t wave = 2 * static_cast<int64_t>(std::max(multiprocessors, 1));
   const int64_t groups = (n * tile_bound + wave * group - 1) / (wave * group);
   return static_cast<int>(std::clamp(groups * group, group, widest));

@@ -23,9 +23,8 @@ void bench_ggml_dense(Arena& arena, Blas& blas, Stream& stream, const RandomPool
   if (!g_tokens.empty()) tokens = g_tokens;
   std::printf("\nGGUF dense linear as one expert (us; bf16 output). gemv: int8 activations + dp4a (quantisation "
               "included); kernel: the GEMV alone over quantised activations, and its rate on the packed bytes; "
-              "mma: the grouped "
-              "GEMM decoding tiles in shared memory; dequant: moe_ggml_dense_gemm (bf16 chunks + cuBLASLt); bf16: "
-              "cuBLASLt over bf16 weights. Model's choice: dequant from %lld rows, else gemv. slices: the GEMV "
+              "mma: the grouped GEMM decoding tiles in shared memory; dequant: moe_ggml_dense_gemm (bf16 chunks + "
+              "cuBLASLt); bf16: cuBLASLt over bf16 weights. Model's choice: dequant from %lld rows, else gemv. slices: the GEMV "
               "(quantisation included) at each slice, weight rows per CTA: us\n",
               static_cast<long long>(kGgmlDenseGemmRows));
   std::printf("%-5s %5s %5s %5s | %8s %8s %6s %8s %8s %8s | %-6s | %s\n", "type", "N", "K", "T", "gemv", "kernel",

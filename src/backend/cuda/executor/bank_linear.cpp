@@ -16,6 +16,10 @@ class BankLinear final : public DeviceLinearForm {
 
   void gemm(StepContext& ctx, const DeviceTensor& x, const DeviceTensor& y) const override {
     const int64_t T = x.rows;
+    if (const MoeDispatch* step = ctx.one_expert.get(T, ctx.stream)) {
+      bank_->gemm(ctx, ExpertInput::of_rows(x), *step, y);
+      return;
+    }
     const MoeDispatch d = moe_dispatch_view(ctx.arena.alloc(moe_dispatch_bytes(T, 1, 1), "one-expert dispatch"), T, 1, 1);
     moe_one_expert_dispatch(d, ctx.stream);
     bank_->gemm(ctx, ExpertInput::of_rows(x), d, y);

@@ -53,19 +53,24 @@ class BlockOps {
  public:
   explicit BlockOps(StepContext& ctx) : ctx_(ctx) {}
 
-  // Gives the block's scratch back to the arena when it ends.
+  // Gives the block's scratch back to the arena when it ends, with the input forms kept in it
+  // (SharedInputForms: the block's *_buffers name its input x).
   class Scope {
    public:
-    explicit Scope(Arena& arena) : arena_(arena), mark_(arena.mark()) {}
+    explicit Scope(StepContext& ctx) : ctx_(ctx), mark_(ctx.arena.mark()), forms_(ctx.input_forms.state()) {}
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
-    ~Scope() { arena_.reset(mark_); }
+    ~Scope() {
+      ctx_.arena.reset(mark_);
+      ctx_.input_forms.restore(forms_);
+    }
 
    private:
-    Arena& arena_;
+    StepContext& ctx_;
     size_t mark_;
+    SharedInputForms::State forms_;
   };
-  Scope scope() const { return Scope(ctx_.arena); }
+  Scope scope() const { return Scope(ctx_); }
   void linear(const DeviceLinear& w, const DeviceTensor& x, const DeviceTensor& y) const { ctx_.linear(w, x, y); }
   void norm(const DeviceTensor& x, DeviceVector w, double eps, const DeviceTensor& y) const {
     rms_norm(x, w, static_cast<float>(eps), y, ctx_.stream);

@@ -52,6 +52,7 @@ void expert_gemm(StepContext& ctx, const ExpertInput& in, const DeviceExperts& w
 MlpBuffers BlockOps::mlp_buffers(const DeviceMlp& w, const DeviceTensor& x) const {
   // An MLP inside a MoE block is its shared experts (a dense layer's is marked by the step).
   if (ctx_.timeline != nullptr && ctx_.timeline->current() != OpClass::kDenseMlp) ctx_.mark(OpClass::kSharedExperts);
+  ctx_.input_forms.share(x);
   return {scratch(DType::kBF16, x.rows, w.gate.n, "mlp activation")};
 }
 
@@ -68,6 +69,7 @@ void BlockOps::gated_projection(const DeviceLinear& gate, const DeviceLinear& up
 MoeBuffers BlockOps::moe_buffers(const DeviceMoe& w, const DeviceTensor& x, const DeviceTensor& out) const {
   const MoeConfig& mc = *ctx_.config.moe;
   const int64_t T = x.rows, E = mc.num_experts, k = mc.experts_per_token;
+  ctx_.input_forms.share(x);
   MoeBuffers s;
   s.logits = scratch(DType::kF32, T, E, "router logits");
   s.routing.ids = scratch(DType::kI32, T, k, "router expert ids");

@@ -12,6 +12,7 @@ KdaBuffers BlockOps::kda_buffers(const DeviceKda& w, const DeviceTensor& x) cons
   const KdaConfig& kc = ctx_.config.kda;
   const StepMeta& m = ctx_.meta;
   const int64_t T = x.rows, H = kc.num_heads, P = kc.projection_dim();
+  ctx_.input_forms.share(x);
   KdaBuffers s;
   // q~ | k~ | v~ side by side: the conv's input layout.
   s.qkv_pre = scratch(DType::kBF16, T, 3 * P, "kda q|k|v pre-conv");

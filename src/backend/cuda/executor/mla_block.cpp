@@ -21,6 +21,7 @@ bool mla_fast_geometry(const MlaConfig& m) {
 MlaBuffers BlockOps::mla_buffers(const DeviceMla& w, const DeviceTensor& x) const {
   const MlaConfig& mc = ctx_.config.mla;
   const int64_t T = x.rows, H = mc.num_heads, row = mc.kv_lora_rank + mc.qk_rope_head_dim;
+  ctx_.input_forms.share(x);
   MlaBuffers s;
   s.q = scratch(DType::kBF16, T, H * (mc.qk_nope_head_dim + mc.qk_rope_head_dim), "mla q");
   if (w.q_a) {

@@ -3,6 +3,7 @@
 // the per-layer state and the linear-layer dispatch. Host-only header.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "backend/cuda/executor/device_weights.h"
 #include "backend/cuda/executor/op_timeline.h"
 #include "backend/cuda/core/tensor.h"
+#include "backend/cuda/moe/moe.h"
 #include "model/config.h"
 
 namespace k3::cuda {
@@ -45,6 +47,61 @@ struct LayerState {
   DeviceTensor cache;   // MLA layers: bf16 [kv_blocks · page_size, r + d_rope] latent rows [c | k_pe], paged
 };
 
+// The dispatch of every row to one expert that a dense linear in bank form runs over (bank_linear.h)
+// depends on the row count alone: a step keeps one per count its linears see (its T rows, its logit
+// rows), laid out before the first block so that it lasts the step, written on the step's stream by
+// its first user and read by the rest.
+class OneExpertDispatches {
+ public:
+  void lay_out(Arena& arena, int64_t rows, int64_t logit_rows);
+  // The dispatch for `rows` rows (written on `stream` if this is its first use), or nullptr when none
+  // was laid out for that count.
+  const MoeDispatch* get(int64_t rows, cudaStream_t stream);
+
+ private:
+  struct Entry {
+    MoeDispatch d;
+    bool written = false;
+  };
+  std::array<Entry, 2> entries_{};
+  int count_ = 0;
+};
+
+// Forms of a block's input rows that several of its linears make alike (a format's quantised
+// activations: KDA's q, k, v, f_a, β and g projections all read the block's input): made by the first
+// linear that needs a form, read by the next ones. The block (BlockOps) names its input — rows it does
+// not write while it runs — and its Scope restores the state it found, so a form goes with the arena
+// memory it lives in. Forms of other rows are fresh step scratch each time.
+class SharedInputForms {
+ public:
+  struct State {
+    DeviceTensor rows;
+    int count = 0;
+  };
+  struct Form {
+    void* data = nullptr;
+    bool ready = false;  // an earlier linear made it; else the caller writes it now
+  };
+  // From now on x is the input whose forms are kept (a new input drops the forms of the last).
+  void share(const DeviceTensor& x);
+  State state() const { return {rows_, count_}; }
+  void restore(const State& s) { rows_ = s.rows, count_ = s.count; }
+  // `bytes` of memory for form `key` of rows x (a format's own tag for the form's layout).
+  Form get(Arena& arena, const DeviceTensor& x, int64_t key, size_t bytes, const char* what);
+  // The arena mark a linear must not give memory back below: the end of the newest kept form, or 0.
+  size_t floor() const { return count_ > 0 ? entries_[static_cast<size_t>(count_ - 1)].end : 0; }
+
+ private:
+  struct Entry {
+    int64_t key = 0;
+    void* data = nullptr;
+    size_t end = 0;
+  };
+  DeviceTensor rows_;
+  std::array<Entry, 4> entries_{};
+  int count_ = 0;
+};
+
 class ExpertStream;  // expert_stream.h
 class CpuExperts;    // cpu_experts.h
 class ExpertSubset;  // expert_subset.h
@@ -72,6 +129,8 @@ struct StepContext {
   HeadsAcrossRanks* tensor_ranks = nullptr;
   int64_t packed_prefill_gemms = 0;   // packed bank GEMMs of this step on a prefill GEMM rather than a decode GEMV
   OpTimeline* timeline = nullptr;     // per-op-class profiling of this step, or none
+  OneExpertDispatches one_expert;     // laid out by the step's owner (forward), or none
+  SharedInputForms input_forms;       // the current block's input (BlockOps)
 
   // From here on the stream's work belongs to op class `c` (profiled steps only).
   void mark(OpClass c) {

@@ -17,6 +17,9 @@
 namespace k3::cuda {
 namespace {
 
+// SharedInputForms key of the 8-bit activation blocks of a block size (added to it).
+constexpr int64_t kGgmlActsForm = int64_t{1} << 32;
+
 class GgmlExpertBank final : public DeviceExpertBank {
  public:
   explicit GgmlExpertBank(const MoeGgmlBank& bank) : DeviceExpertBank(SchemeKind::Ggml), bank_(bank) {}
@@ -33,13 +36,20 @@ class GgmlExpertBank final : public DeviceExpertBank {
       ++ctx.packed_prefill_gemms;
       return;
     }
-    const MoeGgmlActs acts = moe_ggml_acts_view(ctx.arena.alloc(moe_ggml_acts_bytes(bank_.type, R, K), "moe ggml activations"),
-                                                bank_.type, R, K);
+    const size_t bytes = moe_ggml_acts_bytes(bank_.type, R, K);
     if (in.act != nullptr) {
+      const MoeGgmlActs acts = moe_ggml_acts_view(ctx.arena.alloc(bytes, "moe ggml activations"), bank_.type, R, K);
       moe_ggml_quantize_activation(*in.act, in.gate, in.up, acts, ctx.stream);
-    } else {
-      moe_ggml_quantize(in.rows, acts, ctx.stream);
+      moe_grouped_gemv_ggml(acts, bank_, d, ys, ctx.stream);
+      return;
     }
+    // The rows' 8-bit blocks depend on the block size alone: every linear of the block over the same
+    // input and block size reads one quantisation of it.
+    const int64_t block = ggml_type_info(bank_.type).block_size;
+    const SharedInputForms::Form form =
+        ctx.input_forms.get(ctx.arena, in.rows, kGgmlActsForm + block, bytes, "moe ggml activations");
+    const MoeGgmlActs acts = moe_ggml_acts_view(form.data, bank_.type, R, K);
+    if (!form.ready) moe_ggml_quantize(in.rows, acts, ctx.stream);
     moe_grouped_gemv_ggml(acts, bank_, d, ys, ctx.stream);
   }
 

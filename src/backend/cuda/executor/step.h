@@ -86,8 +86,13 @@ class SharedInputForms {
   void share(const DeviceTensor& x);
   State state() const { return {rows_, count_}; }
   void restore(const State& s) { rows_ = s.rows, count_ = s.count; }
-  // `bytes` of memory for form `key` of rows x (a format's own tag for the form's layout).
+  // `bytes` of memory for form `key` of rows x (a format's own tag for the form's layout): the kept
+  // form, or fresh arena memory, kept when x is the shared input.
   Form get(Arena& arena, const DeviceTensor& x, int64_t key, size_t bytes, const char* what);
+  // The bookkeeping under get: the kept form `key` of x, or nullptr; keeps `data` (ending at arena
+  // mark `end`) as that form where x is the shared input and there is room, and says whether it did.
+  void* find(const DeviceTensor& x, int64_t key) const;
+  bool keep(const DeviceTensor& x, int64_t key, void* data, size_t end);
   // The arena mark a linear must not give memory back below: the end of the newest kept form, or 0.
   size_t floor() const { return count_ > 0 ? entries_[static_cast<size_t>(count_ - 1)].end : 0; }
 

@@ -16,13 +16,15 @@ class BankLinear final : public DeviceLinearForm {
 
   void gemm(StepContext& ctx, const DeviceTensor& x, const DeviceTensor& y) const override {
     const int64_t T = x.rows;
-    if (const MoeDispatch* step = ctx.one_expert.get(T, ctx.stream)) {
-      bank_->gemm(ctx, ExpertInput::of_rows(x), *step, y);
-      return;
+    // The step's dispatch for T rows, or (a row count the step did not lay out) this linear's own.
+    const MoeDispatch* d = ctx.one_expert.get(T, ctx.stream);
+    MoeDispatch own;
+    if (d == nullptr) {
+      own = moe_dispatch_view(ctx.arena.alloc(moe_dispatch_bytes(T, 1, 1), "one-expert dispatch"), T, 1, 1);
+      moe_one_expert_dispatch(own, ctx.stream);
+      d = &own;
     }
-    const MoeDispatch d = moe_dispatch_view(ctx.arena.alloc(moe_dispatch_bytes(T, 1, 1), "one-expert dispatch"), T, 1, 1);
-    moe_one_expert_dispatch(d, ctx.stream);
-    bank_->gemm(ctx, ExpertInput::of_rows(x), d, y);
+    bank_->gemm(ctx, ExpertInput::of_rows(x), *d, y);
   }
   bool writes_f32() const override { return true; }  // every bank's GEMM writes bf16 or f32
 

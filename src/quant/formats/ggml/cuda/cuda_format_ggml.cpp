@@ -37,19 +37,19 @@ class GgmlExpertBank final : public DeviceExpertBank {
       return;
     }
     const size_t bytes = moe_ggml_acts_bytes(bank_.type, R, K);
+    MoeGgmlActs acts;
     if (in.act != nullptr) {
-      const MoeGgmlActs acts = moe_ggml_acts_view(ctx.arena.alloc(bytes, "moe ggml activations"), bank_.type, R, K);
+      acts = moe_ggml_acts_view(ctx.arena.alloc(bytes, "moe ggml activations"), bank_.type, R, K);
       moe_ggml_quantize_activation(*in.act, in.gate, in.up, acts, ctx.stream);
-      moe_grouped_gemv_ggml(acts, bank_, d, ys, ctx.stream);
-      return;
+    } else {
+      // The rows' 8-bit blocks depend on the block size alone: every linear of the block over the same
+      // input and block size reads one quantisation of it.
+      const int64_t block = ggml_type_info(bank_.type).block_size;
+      const SharedInputForms::Form form =
+          ctx.input_forms.get(ctx.arena, in.rows, kGgmlActsForm + block, bytes, "moe ggml activations");
+      acts = moe_ggml_acts_view(form.data, bank_.type, R, K);
+      if (!form.ready) moe_ggml_quantize(in.rows, acts, ctx.stream);
     }
-    // The rows' 8-bit blocks depend on the block size alone: every linear of the block over the same
-    // input and block size reads one quantisation of it.
-    const int64_t block = ggml_type_info(bank_.type).block_size;
-    const SharedInputForms::Form form =
-        ctx.input_forms.get(ctx.arena, in.rows, kGgmlActsForm + block, bytes, "moe ggml activations");
-    const MoeGgmlActs acts = moe_ggml_acts_view(form.data, bank_.type, R, K);
-    if (!form.ready) moe_ggml_quantize(in.rows, acts, ctx.stream);
     moe_grouped_gemv_ggml(acts, bank_, d, ys, ctx.stream);
   }
 

@@ -682,13 +682,17 @@ void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool, c
           const MoeGgmlActs& a = g.gemm == 1 ? b.a1 : b.a2;
           const std::string name(ggml_type_name(b.type));
           const MoeTile model_tile = moe_ggml_tile_for(b.type, g.R, E, w.n);
-          for (int rw : {2, 3, 4}) {
-            if (!moe_ggml_gemv_supports(b.type, rw)) continue;
-            const bool is_auto = model_tile == MoeTile::kM16 && rw == moe_ggml_gemv_rows_per_warp(b.type, w.k);
-            const std::string label = " rw" + std::to_string(rw) + (is_auto ? " (auto)" : "");
-            vs.push_back({name + label, g.rt.hit * w.n * w.row_bytes(), [&, w, a, rw](int i) {
-                            moe_grouped_gemv_ggml(g.in, w, g.rt.d[i % kRoutings], a, g.out, stream, rw);
-                          }});
+          const int auto_chunk = moe_ggml_gemv_token_chunk(g.R, E);
+          for (int chunk : {1, 4}) {
+            for (int rw : {2, 3, 4}) {
+              if (!moe_ggml_gemv_supports(b.type, rw)) continue;
+              const bool is_auto = model_tile == MoeTile::kM16 && chunk == auto_chunk &&
+                                   rw == moe_ggml_gemv_rows_per_warp(b.type, w.k, chunk);
+              const std::string label = " c" + std::to_string(chunk) + " rw" + std::to_string(rw) + (is_auto ? " (auto)" : "");
+              vs.push_back({name + label, g.rt.hit * w.n * w.row_bytes(), [&, w, a, rw, chunk](int i) {
+                              moe_grouped_gemv_ggml(g.in, w, g.rt.d[i % kRoutings], a, g.out, stream, rw, 0, chunk);
+                            }});
+            }
           }
           vs.push_back({name + " quant", 0.0, [&, a](int) { moe_ggml_quantize(g.in, a, stream); }});
           if (g.gemm == 2 && model_tile == MoeTile::kM16) {  // as the model runs it: routing weights in the epilogue

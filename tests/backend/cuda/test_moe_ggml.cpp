@@ -232,6 +232,19 @@ TEST(MoeGgmlBank, KernelsAndRowsPerWarp) {
   EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q5_K, 3072), 3);
   EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q6_K, 3072), 2);
   EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q8_0, 3584), 2);  // no whole rows at 2 either
+  // At token chunk 1 the ring is 75 KB, not 113: fewer rows fit whole.
+  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q2_K, 3584, 1), 4);  // 8 warps × 2 stages × 4 × 1200 B: exactly
+  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q3_K, 3584, 1), 3);
+  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q4_K, 3584, 1), 2);
+  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q4_K, 3072, 1), 2);
+  // The one-token kernel where at most one row falls on every two experts, or a single row.
+  EXPECT_EQ(moe_ggml_gemv_token_chunk(16, 896), 1);  // Kimi-K3, 1 token a step
+  EXPECT_EQ(moe_ggml_gemv_token_chunk(448, 896), 1);  // 28 tokens
+  EXPECT_EQ(moe_ggml_gemv_token_chunk(464, 896), 4);  // 29 tokens
+  EXPECT_EQ(moe_ggml_gemv_token_chunk(128, 256), 1);  // Kimi-Linear (top-8), 16 tokens
+  EXPECT_EQ(moe_ggml_gemv_token_chunk(136, 256), 4);
+  EXPECT_EQ(moe_ggml_gemv_token_chunk(1, 1), 1);  // a dense linear, one row
+  EXPECT_EQ(moe_ggml_gemv_token_chunk(2, 1), 4);
   // Decode GEMV or prefill GEMM, Kimi-K3 (896 experts, top-16): 512 / 1024 / 2048 / 4096 tokens, the
   // faster kernel of each type as measured on the H200 (docs/performance.md, 2026-12-02).
   const int64_t E = 896, N = 6144;
@@ -265,6 +278,11 @@ TEST(MoeGgmlBank, KernelsAndRowsPerWarp) {
   EXPECT_EQ(moe_ggml_gemv_slice_rows(4, 163840, 1, 132), 128);
   EXPECT_EQ(moe_ggml_gemv_slice_rows(4, 4096, 2, 132), 32);
   EXPECT_EQ(moe_ggml_gemv_slice_rows(3, 12288, 2, 132), 96);
+  // Token chunk 1: a wave of three CTAs per SM (396).
+  EXPECT_EQ(moe_ggml_gemv_slice_rows(4, 6144, 16, 132, 1), 128);
+  EXPECT_EQ(moe_ggml_gemv_slice_rows(4, 4096, 1, 132, 1), 32);
+  EXPECT_EQ(moe_ggml_gemv_slice_rows(2, 12288, 1, 132, 1), 32);
+  EXPECT_EQ(moe_ggml_gemv_slice_rows(4, 32768, 1, 132, 1), 96);
 
   auto* base = reinterpret_cast<uint8_t*>(uintptr_t{1} << 20);  // never dereferenced: the check comes first
   MoeGgmlBank b;
@@ -277,6 +295,12 @@ TEST(MoeGgmlBank, KernelsAndRowsPerWarp) {
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "moe_grouped_gemv_ggml: rows per warp must be 2, 3 or 4, got 5");
+  }
+  try {
+    moe_grouped_gemv_ggml(xs, b, d, acts, ys, nullptr, 2, 0, 3);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "moe_grouped_gemv_ggml: token chunk must be 1 or 4, got 3");
   }
 }
 
@@ -352,13 +376,16 @@ TEST_P(MoeGgmlGemvTest, MatchesFloat64WithTheCpuActivationContract) {
           moe_grouped_gemv_ggml(acts, bank, moe_weighted(s.d, rw.device), ys, nullptr, rows_per_warp);
           test::expect_row_weighted(download_f32(ys), got, rw, N);
         }
-        // Every slice of weight rows per CTA, from one row group per warp to the most: bit for bit.
+        // Both token chunks at every slice of weight rows per CTA, from one row group per warp to the
+        // most: bit for bit.
         const int group = 8 * rows_per_warp;
-        for (int slice = group; slice <= 128; slice += group) {
-          SCOPED_TRACE("slice " + std::to_string(slice));
-          poison(ys);
-          moe_grouped_gemv_ggml(acts, bank, s.d, ys, nullptr, rows_per_warp, slice);
-          EXPECT_EQ(download_f32(ys), got);
+        for (int chunk : {1, 4}) {
+          for (int slice = group; slice <= 128; slice += group) {
+            SCOPED_TRACE("token chunk " + std::to_string(chunk) + ", slice " + std::to_string(slice));
+            poison(ys);
+            moe_grouped_gemv_ggml(acts, bank, s.d, ys, nullptr, rows_per_warp, slice, chunk);
+            EXPECT_EQ(download_f32(ys), got);
+          }
         }
       }
     }

@@ -18,28 +18,39 @@ namespace k3::cuda {
 // weight rows per warp (2, 3 or 4; a CTA takes 128 weight rows, 120 at 3; 1 and 8 were slower for
 // every type: docs/decisions/gguf-gemv-rows-per-warp.md).
 bool moe_ggml_gemv_supports(GgmlType type, int rows_per_warp);
-// The default rows per warp for a bank of `type` with K columns: the most of 4, 3, 2 at which two ring
-// stages of whole rows fit, else 2 (Kimi-K3 GEMM 1: Q2_K / Q3_K 4, Q4_K / Q4_0 3, Q5_K / Q6_K / Q8_0 2;
-// H200, k3_bench_cuda --moe-ggml, 2026-12-02, docs/performance.md).
-int moe_ggml_gemv_rows_per_warp(GgmlType type, int64_t k);
+// The tokens a warp of the GEMV holds accumulators for at once (its token chunk: 1 or 4) for a dispatch
+// of `rows` sorted rows over `experts` experts: 1 where most tiles hold one token — at most one row per
+// kGgmlGemvOneTokenExpertsPerRow experts, or a single row — else 4. The one-token kernel needs 80
+// registers and runs three CTAs per SM (75 KB rings) where the four-token one runs two (113 KB): more
+// warps to hide the latency of a single dependent chain per step; a tile of several tokens it streams
+// from shared memory once per token. Kimi-K3 (896 experts, top-16) takes it up to 28 tokens a step.
+inline constexpr int64_t kGgmlGemvOneTokenExpertsPerRow = 2;
+int moe_ggml_gemv_token_chunk(int64_t rows, int64_t experts);
+// The default rows per warp for a bank of `type` with K columns at a token chunk: the most of 4, 3, 2
+// at which two ring stages of whole rows fit the chunk's ring, else 2 (Kimi-K3 GEMM 1 at chunk 4:
+// Q2_K / Q3_K 4, Q4_K / Q4_0 3, Q5_K / Q6_K / Q8_0 2; H200, k3_bench_cuda --moe-ggml,
+// docs/performance.md).
+int moe_ggml_gemv_rows_per_warp(GgmlType type, int64_t k, int token_chunk = 4);
 
 // The weight rows a CTA of the GEMV takes (its slice) at `rows_per_warp`: the fewest whole row groups
 // (8 · rows_per_warp rows) for which ceil(n / slice) · tile_bound CTAs (the tile map's bound) fit one
-// wave of two per SM (the kernel's residency), at most 128 (120 at 3). A routed layer's grid keeps
-// 128; a dense linear as one expert gets one wave of smaller slices (the fastest slice of every size
-// at Kimi-K3's dense shapes, H100: docs/performance.md). Each output is one warp's sum in one order
-// whatever the slice: the results are bit-identical.
-int moe_ggml_gemv_slice_rows(int rows_per_warp, int64_t n, int64_t tile_bound, int multiprocessors);
+// wave of the token chunk's CTAs per SM (its residency: three at 1, two at 4), at most 128 (120 at 3).
+// A routed layer's grid keeps 128; a dense linear as one expert gets one wave of smaller slices (the
+// fastest slice of every size at Kimi-K3's dense shapes, H100: docs/performance.md). Each output is
+// one warp's sum in one order whatever the slice: the results are bit-identical.
+int moe_ggml_gemv_slice_rows(int rows_per_warp, int64_t n, int64_t tile_bound, int multiprocessors,
+                             int token_chunk = 4);
 
 // moe_grouped_gemv_ggml with `rows_per_warp` weight rows a warp streams at once (0:
-// moe_ggml_gemv_rows_per_warp; the results do not depend on it beyond fp32 summation order) and
-// `slice_rows` weight rows per CTA (0: moe_ggml_gemv_slice_rows; else a multiple of 8 ·
-// rows_per_warp up to the default's 128 or 120; the results do not depend on it at all).
+// moe_ggml_gemv_rows_per_warp), `slice_rows` weight rows per CTA (0: moe_ggml_gemv_slice_rows; else a
+// multiple of 8 · rows_per_warp up to 128, 120 at 3) and `token_chunk` (0:
+// moe_ggml_gemv_token_chunk; else 1 or 4). The results do not depend on any of them.
 void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
                            const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp,
-                           int slice_rows = 0);
+                           int slice_rows = 0, int token_chunk = 0);
 void moe_grouped_gemv_ggml(const MoeGgmlActs& acts, const MoeGgmlBank& bank, const MoeDispatch& d,
-                           const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp, int slice_rows = 0);
+                           const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp, int slice_rows = 0,
+                           int token_chunk = 0);
 
 // moe_grouped_gemm_ggml at a forced tile: kM64 or kM128 (kAuto: kM128 where moe_ggml_tile_for picks
 // it for the dispatch's choice E, else kM64); kM16 is the decode class (moe_grouped_gemv_ggml) and throws.

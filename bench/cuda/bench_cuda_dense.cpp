@@ -22,14 +22,13 @@ void bench_ggml_dense(Arena& arena, Blas& blas, Stream& stream, const RandomPool
   std::vector<int64_t> tokens = {8, 16, 32, 64, 128, 256, 1024, 4096};
   if (!g_tokens.empty()) tokens = g_tokens;
   std::printf("\nGGUF dense linear as one expert (us; bf16 output). gemv: int8 activations + dp4a (quantisation "
-              "included); kernel: the GEMV alone over quantised activations, and its rate on the packed bytes; c1 / c4: "
-              "the kernel at token chunk 1 / 4 (the model's choice: 1 at one row); "
+              "included); kernel: the GEMV alone over quantised activations, and its rate on the packed bytes; "
               "mma: the grouped GEMM decoding tiles in shared memory; dequant: moe_ggml_dense_gemm (bf16 chunks + "
               "cuBLASLt); bf16: cuBLASLt over bf16 weights. Model's choice: dequant from %lld rows, else gemv. slices: the GEMV "
               "(quantisation included) at each slice, weight rows per CTA: us\n",
               static_cast<long long>(kGgmlDenseGemmRows));
-  std::printf("%-5s %5s %5s %5s | %8s %8s %6s %8s %8s | %8s %8s %8s | %-6s | %s\n", "type", "N", "K", "T", "gemv",
-              "kernel", "TB/s", "c1", "c4", "mma", "dequant", "bf16", "dq/bf16", "slices");
+  std::printf("%-5s %5s %5s %5s | %8s %8s %6s %8s %8s %8s | %-6s | %s\n", "type", "N", "K", "T", "gemv", "kernel",
+              "TB/s", "mma", "dequant", "bf16", "dq/bf16", "slices");
   for (const auto& [N, K] : shapes) {
     const size_t mark = arena.mark();
     const DeviceTensor wb = arena.alloc_tensor(DType::kBF16, N, K, "dense bf16 weight");
@@ -57,9 +56,6 @@ void bench_ggml_dense(Arena& arena, Blas& blas, Stream& stream, const RandomPool
         if (gemv) {
           fns.push_back({"gemv", [&](int) { moe_grouped_gemv_ggml(x, bank, d, acts, y, stream); }});
           fns.push_back({"kernel", [&](int) { moe_grouped_gemv_ggml(acts, bank, d, y, stream); }});
-          for (int chunk : {1, 4}) {
-            fns.push_back({"chunk", [&, chunk](int) { moe_grouped_gemv_ggml(acts, bank, d, y, stream, 0, 0, chunk); }});
-          }
           for (int s = group; s <= widest; s += group) {
             fns.push_back({"slice", [&, s](int) { moe_grouped_gemv_ggml(x, bank, d, acts, y, stream, rw, s); }});
           }
@@ -67,11 +63,11 @@ void bench_ggml_dense(Arena& arena, Blas& blas, Stream& stream, const RandomPool
         const std::vector<double> ms = time_interleaved(stream, fns);
         const auto us = [&](size_t i) { return gemv ? ms[i] * 1e3 : NAN; };
         const std::string name(ggml_type_name(type));
-        std::printf("%-5s %5lld %5lld %5lld | %8.1f %8.1f %6.2f %8.1f %8.1f | %8.1f %8.1f %8.1f | %6.2f |", name.c_str(),
+        std::printf("%-5s %5lld %5lld %5lld | %8.1f %8.1f %6.2f %8.1f %8.1f %8.1f | %6.2f |", name.c_str(),
                     static_cast<long long>(N), static_cast<long long>(K), static_cast<long long>(T), us(3), us(4),
-                    static_cast<double>(bank.bytes()) / (us(4) * 1e6), us(5), us(6), ms[0] * 1e3, ms[1] * 1e3,
-                    ms[2] * 1e3, ms[1] / ms[2]);
-        for (size_t i = 7; i < ms.size(); ++i) std::printf(" %d:%.1f", group * static_cast<int>(i - 6), ms[i] * 1e3);
+                    static_cast<double>(bank.bytes()) / (us(4) * 1e6), ms[0] * 1e3, ms[1] * 1e3, ms[2] * 1e3,
+                    ms[1] / ms[2]);
+        for (size_t i = 5; i < ms.size(); ++i) std::printf(" %d:%.1f", group * static_cast<int>(i - 4), ms[i] * 1e3);
         std::printf("\n");
         arena.reset(tmark);
       }

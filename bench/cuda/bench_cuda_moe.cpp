@@ -682,13 +682,17 @@ void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool, c
           const MoeGgmlActs& a = g.gemm == 1 ? b.a1 : b.a2;
           const std::string name(ggml_type_name(b.type));
           const MoeTile model_tile = moe_ggml_tile_for(b.type, g.R, E, w.n);
-          const int auto_chunk = moe_ggml_gemv_token_chunk(g.R, E);
+          // The token chunks the type has (1 and 4, labelled, or 4 alone) at every rows per warp.
+          const int auto_chunk = moe_ggml_gemv_token_chunk(b.type, g.R, E);
+          const bool both = moe_ggml_gemv_one_token(b.type);
           for (int chunk : {1, 4}) {
+            if (chunk == 1 && !both) continue;
             for (int rw : {2, 3, 4}) {
               if (!moe_ggml_gemv_supports(b.type, rw)) continue;
               const bool is_auto = model_tile == MoeTile::kM16 && chunk == auto_chunk &&
                                    rw == moe_ggml_gemv_rows_per_warp(b.type, w.k, chunk);
-              const std::string label = " c" + std::to_string(chunk) + " rw" + std::to_string(rw) + (is_auto ? " (auto)" : "");
+              const std::string label = (both ? " c" + std::to_string(chunk) : std::string()) + " rw" +
+                                        std::to_string(rw) + (is_auto ? " (auto)" : "");
               vs.push_back({name + label, g.rt.hit * w.n * w.row_bytes(), [&, w, a, rw, chunk](int i) {
                               moe_grouped_gemv_ggml(g.in, w, g.rt.d[i % kRoutings], a, g.out, stream, rw, 0, chunk);
                             }});

@@ -232,19 +232,23 @@ TEST(MoeGgmlBank, KernelsAndRowsPerWarp) {
   EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q5_K, 3072), 3);
   EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q6_K, 3072), 2);
   EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q8_0, 3584), 2);  // no whole rows at 2 either
-  // At token chunk 1 the ring is 75 KB, not 113: fewer rows fit whole.
+  // At token chunk 1 the ring is 75 KB, not 113: Q2_K's four rows still fit whole.
   EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q2_K, 3584, 1), 4);  // 8 warps × 2 stages × 4 × 1200 B: exactly
-  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q3_K, 3584, 1), 3);
-  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q4_K, 3584, 1), 2);
-  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q4_K, 3072, 1), 2);
-  // The one-token kernel where at most one row falls on every two experts, or a single row.
-  EXPECT_EQ(moe_ggml_gemv_token_chunk(16, 896), 1);  // Kimi-K3, 1 token a step
-  EXPECT_EQ(moe_ggml_gemv_token_chunk(448, 896), 1);  // 28 tokens
-  EXPECT_EQ(moe_ggml_gemv_token_chunk(464, 896), 4);  // 29 tokens
-  EXPECT_EQ(moe_ggml_gemv_token_chunk(128, 256), 1);  // Kimi-Linear (top-8), 16 tokens
-  EXPECT_EQ(moe_ggml_gemv_token_chunk(136, 256), 4);
-  EXPECT_EQ(moe_ggml_gemv_token_chunk(1, 1), 1);  // a dense linear, one row
-  EXPECT_EQ(moe_ggml_gemv_token_chunk(2, 1), 4);
+  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q2_K, 3072, 1), 4);
+  EXPECT_EQ(moe_ggml_gemv_rows_per_warp(GgmlType::Q2_K, 7168, 1), 2);
+  // The one-token kernel for a routed Q2_K bank where at most one row falls on every two experts.
+  EXPECT_TRUE(moe_ggml_gemv_one_token(GgmlType::Q2_K));
+  EXPECT_EQ(moe_ggml_gemv_token_chunk(GgmlType::Q2_K, 16, 896), 1);  // Kimi-K3, 1 token a step
+  EXPECT_EQ(moe_ggml_gemv_token_chunk(GgmlType::Q2_K, 448, 896), 1);  // 28 tokens
+  EXPECT_EQ(moe_ggml_gemv_token_chunk(GgmlType::Q2_K, 464, 896), 4);  // 29 tokens
+  EXPECT_EQ(moe_ggml_gemv_token_chunk(GgmlType::Q2_K, 128, 256), 1);  // Kimi-Linear (top-8), 16 tokens
+  EXPECT_EQ(moe_ggml_gemv_token_chunk(GgmlType::Q2_K, 136, 256), 4);
+  EXPECT_EQ(moe_ggml_gemv_token_chunk(GgmlType::Q2_K, 1, 1), 4);  // a dense linear
+  for (GgmlType type : kTypes) {
+    if (type == GgmlType::Q2_K) continue;
+    EXPECT_FALSE(moe_ggml_gemv_one_token(type)) << ggml_type_name(type);
+    EXPECT_EQ(moe_ggml_gemv_token_chunk(type, 16, 896), 4) << ggml_type_name(type);
+  }
   // Decode GEMV or prefill GEMM, Kimi-K3 (896 experts, top-16): 512 / 1024 / 2048 / 4096 tokens, the
   // faster kernel of each type as measured on the H200 (docs/performance.md, 2026-12-02).
   const int64_t E = 896, N = 6144;
@@ -301,6 +305,12 @@ TEST(MoeGgmlBank, KernelsAndRowsPerWarp) {
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "moe_grouped_gemv_ggml: token chunk must be 1 or 4, got 3");
+  }
+  try {
+    moe_grouped_gemv_ggml(xs, b, d, acts, ys, nullptr, 2, 0, 1);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "moe_grouped_gemv_ggml: no token chunk 1 for q4_0 (q2_K only)");
   }
 }
 
@@ -380,6 +390,7 @@ TEST_P(MoeGgmlGemvTest, MatchesFloat64WithTheCpuActivationContract) {
         // most: bit for bit.
         const int group = 8 * rows_per_warp;
         for (int chunk : {1, 4}) {
+          if (chunk == 1 && !moe_ggml_gemv_one_token(type)) continue;
           for (int slice = group; slice <= 128; slice += group) {
             SCOPED_TRACE("token chunk " + std::to_string(chunk) + ", slice " + std::to_string(slice));
             poison(ys);

@@ -28,9 +28,12 @@ GemvChoice check_gemv(const MoeGgmlActs& acts, const MoeGgmlBank& bank, const Mo
   }
   expect_shape(ys, R, N, "moe_grouped_gemv_ggml ys");
   if (ys.dtype != DType::kF32 && ys.dtype != DType::kBF16) throw Error("moe_grouped_gemv_ggml: ys must be f32 or bf16");
-  if (token_chunk == 0) token_chunk = moe_ggml_gemv_token_chunk(R, bank.experts);
+  if (token_chunk == 0) token_chunk = moe_ggml_gemv_token_chunk(bank.type, R, bank.experts);
   if (token_chunk != 1 && token_chunk != 4) {
     throw Error("moe_grouped_gemv_ggml: token chunk must be 1 or 4, got " + std::to_string(token_chunk));
+  }
+  if (token_chunk == 1 && !moe_ggml_gemv_one_token(bank.type)) {
+    throw Error("moe_grouped_gemv_ggml: no token chunk 1 for " + std::string(ggml_type_name(bank.type)) + " (q2_K only)");
   }
   if (rows_per_warp == 0) rows_per_warp = moe_ggml_gemv_rows_per_warp(bank.type, K, token_chunk);
   if (!moe_ggml_gemv_supports(bank.type, rows_per_warp)) {
@@ -46,8 +49,10 @@ bool moe_ggml_gemv_supports(GgmlType type, int rows_per_warp) {
          (rows_per_warp == 2 || rows_per_warp == 3 || rows_per_warp == 4);
 }
 
-int moe_ggml_gemv_token_chunk(int64_t rows, int64_t experts) {
-  return rows <= std::max<int64_t>(1, experts / kGgmlGemvOneTokenExpertsPerRow) ? 1 : 4;
+bool moe_ggml_gemv_one_token(GgmlType type) { return gemv_one_token_type(type); }
+
+int moe_ggml_gemv_token_chunk(GgmlType type, int64_t rows, int64_t experts) {
+  return gemv_one_token_type(type) && experts > 1 && rows * kGgmlGemvOneTokenExpertsPerRow <= experts ? 1 : 4;
 }
 
 int moe_ggml_gemv_slice_rows(int rows_per_warp, int64_t n, int64_t tile_bound, int multiprocessors, int token_chunk) {

@@ -23,7 +23,8 @@
 // unpacks its codes and scales once (F::unpack) and runs the integer dot per token (F::dot). Tokens go
 // by in chunks of TC accumulators: within the stage when it holds whole rows, else as further items
 // that stream the rows again (from L2). TC = 4 suits tiles of several tokens; TC = 1 (one-token tiles,
-// the common decode case) needs fewer registers and so fits three CTAs per SM. Every output is one
+// the common decode case) needs fewer registers and so fits three CTAs per SM, built for the types
+// where that measured faster (gemv_one_token_type). Every output is one
 // warp's sum over the same steps in the same order whatever TC, RW's group or the slice: the results
 // are bit-identical. Launched as a programmatic dependent of the quantisation: the ring fills before
 // griddepcontrol.wait, the activations are read after it.
@@ -59,6 +60,8 @@ constexpr int kMaxSmem = 227 * 1024;    // one CTA per SM
 // registers, none spill), the ring taking the CTA's share of the SM's 228 KB less 1 KB reserved.
 constexpr int gemv_ctas_per_sm(int tc) { return tc == 1 ? 3 : 2; }
 constexpr int gemv_ring_bytes(int tc) { return (228 / gemv_ctas_per_sm(tc) - 1) * 1024; }
+// The types built at TC = 1 (moe_ggml_gemv_token_chunk says where the model takes it).
+constexpr bool gemv_one_token_type(GgmlType type) { return type == GgmlType::Q2_K; }
 
 // The ring of one launch (host-chosen from the format, RW and K): `sps` steps per stage, `stages`
 // stages of RW pieces `stride` bytes apart.
@@ -301,15 +304,17 @@ void launch_rw(GgmlType type, bool f32_out, const GemvArgs& a, int n_slices, uns
   const auto* tiles = reinterpret_cast<const int4*>(map.tiles);
   gb::visit(type, [&](auto trait) {
     using F = decltype(trait);
-    const Geometry geo = geometry<F>(RW, a.k, gemv_ring_bytes(TC));
-    auto run = [&](auto kernel) {
-      allow_dynamic_smem(kernel, geo.smem());
-      launch_dependent(kernel, dim3(blocks), dim3(kGemvWarps * 32), geo.smem(), stream, a, geo, n_slices, map.count, tiles);
-    };
-    if (f32_out) {
-      run(gemv_kernel<F, float, RW, TC>);
-    } else {
-      run(gemv_kernel<F, bf16, RW, TC>);
+    if constexpr (TC == 4 || gemv_one_token_type(F::kType)) {  // the host refuses the others
+      const Geometry geo = geometry<F>(RW, a.k, gemv_ring_bytes(TC));
+      auto run = [&](auto kernel) {
+        allow_dynamic_smem(kernel, geo.smem());
+        launch_dependent(kernel, dim3(blocks), dim3(kGemvWarps * 32), geo.smem(), stream, a, geo, n_slices, map.count, tiles);
+      };
+      if (f32_out) {
+        run(gemv_kernel<F, float, RW, TC>);
+      } else {
+        run(gemv_kernel<F, bf16, RW, TC>);
+      }
     }
   });
 }

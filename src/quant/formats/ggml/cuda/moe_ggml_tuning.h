@@ -1,6 +1,6 @@
-// The GGUF expert kernels' variants and choices (moe_ggml.h): the decode GEMV's rows per warp and the
-// prefill GEMM's tile, with the entry points that force them, for the kernels, the tests and the
-// benchmarks. Host-only header.
+// The GGUF expert kernels' variants and choices (moe_ggml.h): the decode GEMV's rows per warp, token
+// chunk and slice, and the prefill GEMM's tile, with the entry points that force them, for the kernels,
+// the tests and the benchmarks. Host-only header.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,14 +18,19 @@ namespace k3::cuda {
 // weight rows per warp (2, 3 or 4; a CTA takes 128 weight rows, 120 at 3; 1 and 8 were slower for
 // every type: docs/decisions/gguf-gemv-rows-per-warp.md).
 bool moe_ggml_gemv_supports(GgmlType type, int rows_per_warp);
-// The tokens a warp of the GEMV holds accumulators for at once (its token chunk: 1 or 4) for a dispatch
-// of `rows` sorted rows over `experts` experts: 1 where most tiles hold one token — at most one row per
-// kGgmlGemvOneTokenExpertsPerRow experts, or a single row — else 4. The one-token kernel needs 80
-// registers and runs three CTAs per SM (75 KB rings) where the four-token one runs two (113 KB): more
-// warps to hide the latency of a single dependent chain per step; a tile of several tokens it streams
-// from shared memory once per token. Kimi-K3 (896 experts, top-16) takes it up to 28 tokens a step.
+// The tokens a warp of the GEMV holds accumulators for at once (its token chunk, 1 or 4). The one-token
+// kernel needs 80 registers, where the four-token one takes 128, and so runs three CTAs per SM (75 KB
+// rings) instead of two (113 KB); a tile of several tokens it streams from shared memory once per
+// token. It is built for the types where it measured faster (moe_ggml_gemv_one_token: Q2_K, the most
+// instructions per byte among the types whose four rows per warp fit its ring; H100, Kimi-K3's
+// routed layer at 1 and 8 tokens a step: 13–18 % and 7–10 % less time; Q3_K, Q4_0 and Q4_K were
+// mixed, faster in one GEMM or batch and slower in another, Q5_K and Q6_K slower in both:
+// docs/performance.md). The model takes it for a routed bank of such a type where
+// most tiles hold one token: at most one row per kGgmlGemvOneTokenExpertsPerRow experts (Kimi-K3, 896
+// experts, top-16: up to 28 tokens a step); else 4.
 inline constexpr int64_t kGgmlGemvOneTokenExpertsPerRow = 2;
-int moe_ggml_gemv_token_chunk(int64_t rows, int64_t experts);
+bool moe_ggml_gemv_one_token(GgmlType type);
+int moe_ggml_gemv_token_chunk(GgmlType type, int64_t rows, int64_t experts);
 // The default rows per warp for a bank of `type` with K columns at a token chunk: the most of 4, 3, 2
 // at which two ring stages of whole rows fit the chunk's ring, else 2 (Kimi-K3 GEMM 1 at chunk 4:
 // Q2_K / Q3_K 4, Q4_K / Q4_0 3, Q5_K / Q6_K / Q8_0 2; H200, k3_bench_cuda --moe-ggml,
@@ -44,7 +49,8 @@ int moe_ggml_gemv_slice_rows(int rows_per_warp, int64_t n, int64_t tile_bound, i
 // moe_grouped_gemv_ggml with `rows_per_warp` weight rows a warp streams at once (0:
 // moe_ggml_gemv_rows_per_warp), `slice_rows` weight rows per CTA (0: moe_ggml_gemv_slice_rows; else a
 // multiple of 8 · rows_per_warp up to 128, 120 at 3) and `token_chunk` (0:
-// moe_ggml_gemv_token_chunk; else 1 or 4). The results do not depend on any of them.
+// moe_ggml_gemv_token_chunk; else 4, or 1 where moe_ggml_gemv_one_token). The results do not depend on
+// any of them.
 void moe_grouped_gemv_ggml(const DeviceTensor& xs, const MoeGgmlBank& bank, const MoeDispatch& d,
                            const MoeGgmlActs& acts, const DeviceTensor& ys, cudaStream_t stream, int rows_per_warp,
                            int slice_rows = 0, int token_chunk = 0);

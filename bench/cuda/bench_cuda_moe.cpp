@@ -207,11 +207,14 @@ void print_moe_layer_header(const char* what, const char* bytes) {
 
 // Whether `bank_bytes` (+ `extra` scratch) fit the arena next to the activations (else prints why);
 // the bf16 reference banks are added when they fit too and `want_bf16`.
-bool moe_layer_fits(const Arena& arena, MoeLayer& l, double bank_bytes, double extra, bool want_bf16) {
+// Whether the layer's banks (bank_bytes), `extra` bytes and its activations fit the arena; prints why not
+// when `report`.
+bool moe_layer_fits(const Arena& arena, MoeLayer& l, double bank_bytes, double extra, bool want_bf16,
+                    bool report = true) {
   const double free_b = static_cast<double>(arena.capacity() - arena.used()) * 0.98;
   const double need = bank_bytes + extra + l.activation_bytes();
   if (need > free_b) {
-    std::printf("skipped: needs %.1f GB of arena, %.1f GB free (--arena)\n", need / 1e9, free_b / 0.98 / 1e9);
+    if (report) std::printf("skipped: needs %.1f GB of arena, %.1f GB free (--arena)\n", need / 1e9, free_b / 0.98 / 1e9);
     return false;
   }
   l.with_bf16 = want_bf16 && need + l.bf16_bytes() <= free_b;
@@ -636,10 +639,6 @@ void bench_moe_fp8_block(Arena& arena, Stream& stream, const RandomPool& fp8_poo
 
 void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool, const std::vector<GgmlType>& types) {
   const int64_t E = MoeLayer::E, H = MoeLayer::H, I = MoeLayer::I;
-  print_moe_layer_header("GGUF experts (decode GEMV, int8 activations x GGML blocks, dp4a; gemv includes the"
-                         " quantisation, quant alone below; prefill: mma = bf16 tensor-core GEMM over weights decoded"
-                         " in shared memory)",
-                         "packed GGUF bytes");
   MoeLayer l;
   l.tokens = {1, 8, 64};
   if (!g_tokens.empty()) l.tokens = g_tokens;
@@ -649,6 +648,16 @@ void bench_moe_ggml(Arena& arena, Stream& stream, const RandomPool& bf16_pool, c
     bank_bytes += 3.0 * E * I * H / info.block_size * info.type_size;
     acts += 2.0 * moe_ggml_acts_bytes(t, l.r_max(), H);
   }
+  // Banks of every type at once where they fit (the default five need about 87 GB: an H200), else one
+  // type at a time: the variants compared are those of one type either way.
+  if (types.size() > 1 && !moe_layer_fits(arena, l, bank_bytes, acts, false, false)) {
+    for (GgmlType t : types) bench_moe_ggml(arena, stream, bf16_pool, {t});
+    return;
+  }
+  print_moe_layer_header("GGUF experts (decode GEMV, int8 activations x GGML blocks, dp4a; gemv includes the"
+                         " quantisation, quant alone below; prefill: mma = bf16 tensor-core GEMM over weights decoded"
+                         " in shared memory)",
+                         "packed GGUF bytes");
   const size_t mark = arena.mark();
   if (!moe_layer_fits(arena, l, bank_bytes, acts, false)) return;
   alloc_moe_layer(arena, bf16_pool, l);

@@ -5,7 +5,8 @@
 # quantized-expert sections: --moe-w4, --moe-w4a8, --moe-ggml; the same MoE layer through PyTorch's torch._grouped_mm, the peer; then
 # `k3 bench --synthetic`: Kimi-Linear-48B all on the GPU and with half the experts on the CPU, the real
 # Kimi-K3's first two layers with uniform and Zipf-skewed routing),
-# write the full logs to $OUT (when set) or build/gpu-logs, and print a short summary at the end.
+# write the full logs to build/gpu-logs (and, on a lent device machine, summary.txt and an archive of
+# them to $OUT: scripts/device_logs.sh), and print a short summary at the end.
 #
 #   scripts/gpu.sh                     build in build/gpu, test, bench
 #   scripts/gpu.sh --prebuilt DIR      skip the build: DIR holds k3_test_cuda and k3_bench_cuda
@@ -43,8 +44,8 @@ if [ -n "$test_timeout" ] && ! [[ "$test_timeout" =~ ^[1-9][0-9]*$ ]]; then
   echo "gpu.sh: --test-timeout '$test_timeout' is not a whole number of seconds" >&2; exit 2
 fi
 
-logs="${OUT:-build/gpu-logs}"
-mkdir -p "$logs"
+source scripts/device_logs.sh
+device_logs build/gpu-logs
 build="${K3_GPU_BUILD_DIR:-build/gpu}"
 summary="$logs/summary.txt"
 : >"$summary"

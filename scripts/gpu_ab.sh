@@ -3,7 +3,7 @@
 # scripts/ab_prepare.sh; the builds share the cores), then runs the same k3_bench_cuda arguments in
 # each tree, ROUNDS times, interleaved (tree 1, tree 2, …, tree 1, …) so that the machine's drift
 # falls on every tree alike, and prints per tree and bench row the median time over the rounds.
-# Logs: $OUT (when set) or build/ab-logs.
+# Logs: build/ab-logs (to $OUT as an archive: scripts/device_logs.sh).
 #
 #   scripts/gpu_ab.sh [--rounds N] [--filter REGEX] -- --moe-ggml --reps 10
 #     --rounds N      rounds of the whole list (default 3)
@@ -28,8 +28,8 @@ if [ $# -eq 0 ]; then
 fi
 source scripts/ab_trees.sh
 ab_find_trees "$only"
-logs="${OUT:-build/ab-logs}"
-mkdir -p "$logs"
+source scripts/device_logs.sh
+device_logs build/ab-logs
 ab_build "$logs" k3_bench_cuda
 ok=()
 for t in "${trees[@]}"; do

@@ -7,7 +7,8 @@
 #   moe-w4     k3_bench_cuda --moe-w4 --tokens 1,64,4096
 #   attention  k3_bench_cuda_attention --quick
 # and prints (scripts/ab_compare.py), line by line of each output, every tree's per-field medians over the rounds and the
-# ratio of each field to the first tree's. Logs: $OUT (when set) or build/ab-logs.
+# ratio of each field to the first tree's. Logs: build/ab-logs (to $OUT as an
+# archive: scripts/device_logs.sh).
 #
 #   scripts/gpu_ab_set.sh [--rounds N]   (default 3; 0 builds only)
 set -uo pipefail
@@ -21,8 +22,8 @@ while [ $# -gt 0 ]; do
 done
 source scripts/ab_trees.sh
 ab_find_trees ""
-logs="${OUT:-build/ab-logs}"
-mkdir -p "$logs"
+source scripts/device_logs.sh
+device_logs build/ab-logs
 ab_build "$logs" k3_cli k3_bench_cuda k3_bench_cuda_attention
 [ "$build_rc" -eq 0 ] || exit 1
 

@@ -3,7 +3,8 @@
 # only): build k3_test_cuda and k3_bench_cuda_attention (cmake + ninja, K3_CUDA=ON; PCRE2 from
 # .deps/pcre2 when present, see scripts/gpu_deps.sh), run the KDA/MLA GPU tests, and on a failure
 # the failing tests again under compute-sanitizer memcheck; then the attention benchmark. Logs go to
-# $OUT (when set) or build/gpu-attn-logs; the summary is printed last.
+# build/gpu-attn-logs (to $OUT as summary.txt and an archive: scripts/device_logs.sh); the summary is
+# printed last.
 #
 #   scripts/gpu_attention.sh [--fallback DIR] [--reps N] [--quick] [--no-bench] [--ncu]
 # --fallback DIR: binaries built elsewhere (k3_test_cuda, k3_bench_cuda_attention) when the build fails.
@@ -24,8 +25,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-logs="${OUT:-build/gpu-attn-logs}"
-mkdir -p "$logs"
+source scripts/device_logs.sh
+device_logs build/gpu-attn-logs
 build="${K3_GPU_BUILD_DIR:-build/gpu-attn}"
 summary="$logs/summary.txt"
 : >"$summary"

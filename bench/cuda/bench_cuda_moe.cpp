@@ -205,10 +205,8 @@ void print_moe_layer_header(const char* what, const char* bytes) {
               static_cast<long long>(MoeLayer::I), static_cast<long long>(MoeLayer::H), kRoutings, bytes);
 }
 
-// Whether `bank_bytes` (+ `extra` scratch) fit the arena next to the activations (else prints why);
-// the bf16 reference banks are added when they fit too and `want_bf16`.
-// Whether the layer's banks (bank_bytes), `extra` bytes and its activations fit the arena; prints why not
-// when `report`.
+// Whether `bank_bytes` (+ `extra` scratch) fit the arena next to the activations (else prints why, when
+// `report`); the bf16 reference banks are added when they fit too and `want_bf16`.
 bool moe_layer_fits(const Arena& arena, MoeLayer& l, double bank_bytes, double extra, bool want_bf16,
                     bool report = true) {
   const double free_b = static_cast<double>(arena.capacity() - arena.used()) * 0.98;
